@@ -1,0 +1,41 @@
+"""Derived metrics, each defined once with its formula. Everything else calls these."""
+
+from __future__ import annotations
+
+SAMPLE_RATE = 24_000
+SAMPLES_PER_STEP_PAIR = 256  # Vocos hop length: one mel frame
+STEPS_PER_AUDIO_SECOND = SAMPLE_RATE / (2 * SAMPLES_PER_STEP_PAIR)  # 46.875: one GPT step = 2 mel frames
+
+
+def samples_for_tokens(tokens: int) -> int:
+    """Audio samples ChatTTS decodes from N audio tokens: (2N - 1) * 256 (centered STFT drops one hop)."""
+    return max(0, (2 * tokens - 1) * SAMPLES_PER_STEP_PAIR)
+
+
+def audio_seconds(tokens: int) -> float:
+    return samples_for_tokens(tokens) / SAMPLE_RATE
+
+
+def rtf(wall_s: float, audio_s: float) -> float | None:
+    """Real-time factor = wall seconds / seconds of audio of one item. Below 1 is faster than real time."""
+    return wall_s / audio_s if audio_s > 0 else None
+
+
+def x_realtime(wall_s: float, audio_s: float) -> float | None:
+    """How many times faster than real time: audio seconds / wall seconds (1 / RTF)."""
+    return audio_s / wall_s if wall_s > 0 else None
+
+
+def audio_s_per_s(total_audio_s: float, wall_s: float) -> float | None:
+    """Aggregate throughput: audio seconds produced over the whole batch per wall second."""
+    return total_audio_s / wall_s if wall_s > 0 else None
+
+
+def tokens_per_s(total_tokens: int, wall_s: float) -> float | None:
+    """Audio tokens generated over the whole batch per wall second."""
+    return total_tokens / wall_s if wall_s > 0 else None
+
+
+def step_ms(decode_s: float, decode_steps: int) -> float | None:
+    """Milliseconds per GPT decode step (prefill excluded): decode seconds / decode steps * 1000."""
+    return decode_s / decode_steps * 1000 if decode_steps > 0 else None

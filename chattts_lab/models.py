@@ -1,0 +1,265 @@
+"""Model sources and loading: one `--model` value used everywhere, one loaded model reused.
+
+A source is 'auto', 'hf', 'synthetic', 'synthetic-tiny' or a local folder with the released
+`asset/` layout. 'auto' tries, in order: $CHATTTS_LAB_MODEL_DIR, the Hugging Face cache, a download
+that gives up quickly without network, and finally full-size synthetic weights with a warning.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from chattts_lab import synthetic
+from chattts_lab.devices import parse_device
+from chattts_lab.precision import UnsupportedPrecision, apply_stock_precision, module_dtype, unsupported_reason
+
+log = logging.getLogger(__name__)
+
+HF_REPO = "2Noise/ChatTTS"
+ASSET_FILES = ("Vocos.safetensors", "DVAE.safetensors", "Decoder.safetensors", "Embed.safetensors", "gpt", "tokenizer")
+NETWORK_PROBE_S = 3.0
+
+
+class ModelUnavailable(RuntimeError):
+    """A model source that cannot be used here; the message says why."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where weights came from, resolved once: what a person must be told about the audio."""
+
+    kind: str  # "hf", "local", "synthetic"
+    path: Path
+    synthetic: bool
+    note: str = ""  # why this source was chosen, e.g. the fallback reason
+
+    @property
+    def label(self) -> str:
+        if self.synthetic:
+            return f"synthetic ({synthetic.read_marker(self.path).get('size', '?')}, random weights)"
+        return f"{self.kind}: {self.path}"
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    model: str = "auto"
+    device: str = "cpu"
+    precision: str = "fp32"
+    threads: int | None = None  # None keeps torch's default
+    engine: str = "stock"
+    compile: bool = False
+
+
+@dataclass
+class LoadedModel:
+    chat: object  # ChatTTS.Chat
+    config: LoadConfig
+    source: ModelSource
+    device: torch.device
+    load_s: float
+    effective: dict = field(default_factory=dict)  # what took effect: dtypes, compile, threads
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one synthesis at a time
+
+    @property
+    def synthetic(self) -> bool:
+        return self.source.synthetic
+
+
+# ----------------------------------------------------------------------------------------------
+# Sources
+
+
+def resolve_source(model: str) -> ModelSource:
+    name = (model or "auto").strip()
+    if name in ("synthetic", "synthetic-full", "synthetic-tiny"):
+        size = "tiny" if name.endswith("tiny") else "full"
+        return ModelSource("synthetic", synthetic.ensure_checkpoint(synthetic.SyntheticSpec(size)), True)
+    if name == "hf":
+        return _hf_source(allow_download=True)
+    if name == "auto":
+        return _auto_source()
+    return _local_source(Path(name).expanduser())
+
+
+def _local_source(path: Path) -> ModelSource:
+    if not path.is_dir():
+        raise ModelUnavailable(f"model folder {path} does not exist")
+    missing = [f for f in ASSET_FILES if not (path / "asset" / f).exists()]
+    if missing:
+        raise ModelUnavailable(f"{path} lacks the released asset/ layout (missing: {', '.join(missing)})")
+    pickles = [p.name for p in (path / "asset").rglob("*") if p.suffix in (".bin", ".pt", ".pth", ".ckpt")]
+    if pickles:
+        raise ModelUnavailable(f"{path} holds pickled weights ({', '.join(pickles)}); only safetensors are loaded")
+    return ModelSource("local", path, synthetic.is_synthetic(path))
+
+
+def _hf_cache_snapshot() -> Path | None:
+    from huggingface_hub import constants
+
+    snapshots = Path(constants.HF_HUB_CACHE) / "models--2Noise--ChatTTS" / "snapshots"
+    found = sorted(snapshots.glob("*/asset/gpt"), key=lambda p: p.stat().st_mtime) if snapshots.is_dir() else []
+    return found[-1].parent.parent if found else None
+
+
+def _network_reachable(host: str = "huggingface.co", port: int = 443) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False
+    result = []
+
+    def probe():
+        try:
+            socket.create_connection((host, port), timeout=NETWORK_PROBE_S).close()
+            result.append(True)
+        except OSError:
+            pass
+
+    # DNS lookups ignore socket timeouts, so the probe runs in a thread we stop waiting for.
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(NETWORK_PROBE_S)
+    return bool(result)
+
+
+def _hf_source(allow_download: bool) -> ModelSource:
+    cached = _hf_cache_snapshot()
+    if cached:
+        return ModelSource("hf", cached, False, "from the Hugging Face cache")
+    if not allow_download or not _network_reachable():
+        raise ModelUnavailable(f"{HF_REPO} is not in the Hugging Face cache and huggingface.co cannot be reached")
+    from huggingface_hub import snapshot_download
+
+    log.info("downloading %s (about 1.1 GB) into the Hugging Face cache", HF_REPO)
+    try:
+        path = snapshot_download(repo_id=HF_REPO, allow_patterns=["*.yaml", "*.json", "*.safetensors"])
+    except Exception as exc:  # any hub/network failure becomes one clear message
+        raise ModelUnavailable(f"download of {HF_REPO} failed: {exc}") from exc
+    return ModelSource("hf", Path(path), False, "downloaded from the Hugging Face hub")
+
+
+def _auto_source() -> ModelSource:
+    configured = os.environ.get("CHATTTS_LAB_MODEL_DIR")
+    if configured:
+        return _local_source(Path(configured).expanduser())
+    try:
+        return _hf_source(allow_download=True)
+    except ModelUnavailable as exc:
+        reason = f"real weights unavailable ({exc}); using synthetic weights: timings are real, audio is noise"
+        log.warning(reason)
+        path = synthetic.ensure_checkpoint(synthetic.SyntheticSpec("full"))
+        return ModelSource("synthetic", path, True, reason)
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading
+
+_cache: dict[LoadConfig, LoadedModel] = {}
+_cache_lock = threading.Lock()
+MAX_CACHED = int(os.environ.get("CHATTTS_LAB_MAX_MODELS", "1"))
+
+
+def set_threads(threads: int | None) -> int:
+    """Apply a thread count (None keeps the current one) and return what torch actually uses."""
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()
+
+
+def validate(config: LoadConfig) -> torch.device:
+    """Check a load configuration without loading anything; return its device."""
+    device = parse_device(config.device)
+    reason = unsupported_reason(config.engine, device, config.precision)
+    if reason:
+        raise UnsupportedPrecision(f"{config.precision} on {device} with the {config.engine} engine: {reason}")
+    if config.threads is not None and config.threads < 1:
+        raise ValueError(f"threads must be at least 1, got {config.threads}")
+    return device
+
+
+def load_model(config: LoadConfig) -> LoadedModel:
+    """Load (or reuse) ChatTTS for this configuration. Raises a clear error for what cannot run."""
+    device = validate(config)
+    with _cache_lock:
+        if config in _cache:
+            set_threads(config.threads)
+            return _cache[config]
+        while len(_cache) >= MAX_CACHED:
+            _evict(next(iter(_cache)))
+        model = _load_uncached(config, device)
+        _cache[config] = model
+        return model
+
+
+def _evict(config: LoadConfig) -> None:
+    model = _cache.pop(config)
+    model.chat.unload()
+    del model
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def unload_all() -> None:
+    with _cache_lock:
+        for config in list(_cache):
+            _evict(config)
+
+
+def _load_uncached(config: LoadConfig, device: torch.device) -> LoadedModel:
+    import ChatTTS
+
+    source = resolve_source(config.model)
+    threads = set_threads(config.threads)
+    t0 = time.perf_counter()
+    chat = ChatTTS.Chat(logging.getLogger("ChatTTS"))
+    if source.synthetic:
+        synthetic.apply_size(chat.config, synthetic.read_marker(source.path)["size"])
+    paths = {k: str(source.path / "asset" / Path(v).name) for k, v in _asset_paths(chat).items()}
+    # Chat._load, not Chat.load: the latter insists on the released files' sha256 sums.
+    use_compile = bool(config.compile and device.type == "cuda" and config.engine == "stock")
+    if not chat._load(device=device, compile=use_compile, **paths):
+        raise ModelUnavailable(f"ChatTTS could not load the weights in {source.path}")
+    _apply_engine(chat, config, device)
+    effective = _effective(chat, config, threads, use_compile)
+    return LoadedModel(chat, config, source, device, time.perf_counter() - t0, effective)
+
+
+def _asset_paths(chat) -> dict:
+    from dataclasses import asdict
+
+    return asdict(chat.config.path)
+
+
+def _apply_engine(chat, config: LoadConfig, device: torch.device) -> None:
+    if config.engine == "lab":
+        from chattts_lab.lab import install_lab_engine
+
+        install_lab_engine(chat, device=device, precision=config.precision, compile=config.compile)
+    else:
+        apply_stock_precision(chat, config.precision)
+
+
+def _effective(chat, config: LoadConfig, threads: int, compiled: bool) -> dict:
+    lab_state = getattr(chat, "lab_engine", None)
+    return {
+        "device": str(chat.device),
+        "device_gpt": str(chat.device_gpt),
+        "engine": config.engine,
+        "precision": config.precision,
+        "dtype_gpt": module_dtype(lab_state.gpt_module if lab_state else chat.gpt.gpt),
+        "dtype_decoder": module_dtype(chat.decoder),
+        "dtype_vocos": module_dtype(chat.vocos),
+        "threads": threads,
+        "compile": bool(getattr(lab_state, "compiled", compiled)),
+        "compile_requested": config.compile,
+    }

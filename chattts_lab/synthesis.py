@@ -1,0 +1,249 @@
+"""synthesize(model, request) -> audio plus honest measurements of how it was made.
+
+Both engines run through ChatTTS's own `Chat.infer` (the lab engine swaps only the token generator),
+so text normalisation, prompts, speaker handling, the decoder and the vocoder are ChatTTS's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from chattts_lab import metrics
+from chattts_lab.measure import PeakMemory, Stopwatch
+from chattts_lab.models import LoadedModel, set_threads
+from chattts_lab.requests import InvalidRequest, SynthesisRequest, validate_request
+from chattts_lab.stages import StageRecorder, StageTimes
+
+log = logging.getLogger(__name__)
+SAMPLE_RATE = metrics.SAMPLE_RATE
+SYNTHETIC_WARNING = "Synthetic (random) weights: the timings are real, the audio is noise."
+
+
+@dataclass
+class Measurements:
+    wall_s: float
+    stages: StageTimes
+    tokens: list[int]  # audio tokens generated per text
+    gpt_steps: int  # GPT forward passes for the audio tokens (prefill included)
+    audio_s: list[float]  # seconds of audio per text
+    peak_rss_mb: float
+    peak_device_mb: float | None
+    effective: dict  # device, dtype per submodule, threads, compile: what actually took effect
+    ttfa_s: float | None = None  # time to first audio, when streamed
+    interrupted: bool = False
+
+    @property
+    def rtf(self) -> float | None:
+        return metrics.rtf(self.wall_s, max(self.audio_s, default=0.0))
+
+    @property
+    def x_realtime(self) -> float | None:
+        return metrics.x_realtime(self.wall_s, max(self.audio_s, default=0.0))
+
+    @property
+    def audio_s_per_s(self) -> float | None:
+        return metrics.audio_s_per_s(sum(self.audio_s), self.wall_s)
+
+    @property
+    def gpt_steps_per_s(self) -> float | None:
+        return metrics.tokens_per_s(self.gpt_steps, self.stages.prefill_s + self.stages.decode_s)
+
+    @property
+    def step_ms(self) -> float | None:
+        return metrics.step_ms(self.stages.decode_s, self.gpt_steps - 1)
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k != "stages"}
+        out["stages"] = self.stages.as_dict()
+        for name in ("rtf", "x_realtime", "audio_s_per_s", "gpt_steps_per_s", "step_ms"):
+            out[name] = getattr(self, name)
+        return out
+
+
+@dataclass
+class SynthesisOutput:
+    audio: list[np.ndarray]  # float32 mono at SAMPLE_RATE, one per text
+    measurements: Measurements
+    synthetic: bool
+    sample_rate: int = SAMPLE_RATE
+    texts: tuple[str, ...] = ()
+    refined_texts: list[str] | None = None
+
+    @property
+    def warning(self) -> str | None:
+        return SYNTHETIC_WARNING if self.synthetic else None
+
+
+@dataclass
+class StreamChunk:
+    audio: list[np.ndarray]  # the new samples of each text since the last chunk
+    elapsed_s: float  # since the call started
+    index: int
+
+
+@dataclass
+class _Call:
+    """State of one synthesis call while it runs."""
+
+    model: LoadedModel
+    request: SynthesisRequest
+    recorder: StageRecorder
+    memory: PeakMemory
+    t0: float = 0.0
+    ttfa_s: float | None = None
+    refined_texts: list[str] | None = field(default=None)
+
+
+def synthesize(model: LoadedModel, request: SynthesisRequest) -> SynthesisOutput:
+    """Synthesize every text of the request in one batch and measure it."""
+    request = validate_request(request)
+    with model.lock:
+        call = _begin(model, request)
+        with call.recorder.attached(model.chat), call.memory:
+            call.t0 = call.recorder.clock.now()
+            _infer(model, request, stream=False)
+            wall = call.recorder.clock.now() - call.t0
+        return _finish(call, wall)
+
+
+def synthesize_stream(model: LoadedModel, request: SynthesisRequest) -> Iterator[StreamChunk | SynthesisOutput]:
+    """Yield StreamChunk as audio arrives, then one final SynthesisOutput with the whole audio."""
+    request = validate_request(request)
+    with model.lock:
+        call = _begin(model, request)
+        index = 0
+        with call.recorder.attached(model.chat), call.memory:
+            call.t0 = call.recorder.clock.now()
+            for wavs in _infer(model, request, stream=True):
+                wavs = np.asarray(wavs)
+                if wavs.size == 0 or wavs.shape[-1] == 0:
+                    continue
+                elapsed = call.recorder.clock.now() - call.t0
+                call.ttfa_s = elapsed if call.ttfa_s is None else call.ttfa_s
+                yield StreamChunk([w.astype(np.float32) for w in wavs], elapsed, index)
+                index += 1
+            wall = call.recorder.clock.now() - call.t0
+        yield _finish(call, wall)
+
+
+def interrupt(model: LoadedModel) -> None:
+    """Ask a running synthesis to stop after the current GPT step; it returns what it has."""
+    model.chat.interrupt()
+
+
+def warm_up(model: LoadedModel) -> None:
+    """Pay one-time costs (numba JIT in the normaliser, first kernels) outside any measurement."""
+    synthesize(model, SynthesisRequest.of("Warm up.", max_new_token=4, min_new_token=4))
+
+
+def _begin(model: LoadedModel, request: SynthesisRequest) -> _Call:
+    threads = set_threads(model.config.threads)
+    model.effective["threads"] = threads
+    clock = Stopwatch(model.device)
+    return _Call(model, request, StageRecorder(clock), PeakMemory(model.device))
+
+
+def _infer(model: LoadedModel, request: SynthesisRequest, stream: bool):
+    chat = model.chat
+    params_code, params_refine = _params(model, request)
+    result = chat.infer(
+        list(request.texts),
+        stream=stream,
+        skip_refine_text=not request.refine.enabled,
+        do_text_normalization=request.normalize_text,
+        split_text=False,  # batches as given: stock's split adds a hidden reference generation
+        params_refine_text=params_refine,
+        params_infer_code=params_code,
+    )
+    return result
+
+
+def _params(model: LoadedModel, request: SynthesisRequest):
+    import ChatTTS
+
+    s, v = request.sampling, request.voice
+    speaker = v.speaker
+    if v.seed is not None:
+        speaker = speaker_from_seed(model, v.seed)
+    code = ChatTTS.Chat.InferCodeParams(
+        prompt=f"[speed_{request.speed}]",
+        spk_emb=speaker,
+        spk_smp=v.sample_audio_code,
+        txt_smp=v.sample_text if v.sample_audio_code else None,
+        temperature=s.temperature,
+        top_P=s.top_p,
+        top_K=s.top_k,
+        max_new_token=request.max_new_token,
+        min_new_token=request.min_new_token,
+        manual_seed=s.audio_seed,
+        show_tqdm=False,
+    )
+    refine = ChatTTS.Chat.RefineTextParams(
+        prompt=request.refine.prompt,
+        top_P=s.top_p,
+        top_K=s.top_k,
+        manual_seed=s.text_seed,
+        show_tqdm=False,
+    )
+    return code, refine
+
+
+def speaker_from_seed(model: LoadedModel, seed: int) -> str:
+    """The speaker string ChatTTS draws for a seed (as the official demo does with its audio seed)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return model.chat.sample_random_speaker()
+
+
+def encode_sample_audio(model: LoadedModel, wav: np.ndarray, sample_rate: int) -> str:
+    """Turn a voice clip into ChatTTS's sample-audio code (resampled to 24 kHz, mono)."""
+    wav = np.asarray(wav, dtype=np.float32)
+    if wav.ndim == 2:
+        wav = wav.mean(axis=1 if wav.shape[1] <= 8 else 0)
+    if wav.size < sample_rate // 4:
+        raise InvalidRequest("the sample clip is shorter than a quarter of a second")
+    if not np.isfinite(wav).all():
+        raise InvalidRequest("the sample clip holds invalid (NaN or infinite) samples")
+    if sample_rate != SAMPLE_RATE:
+        import torchaudio.functional as AF
+
+        wav = AF.resample(torch.from_numpy(wav), sample_rate, SAMPLE_RATE).numpy()
+    with model.lock:
+        return model.chat.sample_audio_speaker(wav)
+
+
+def _finish(call: _Call, wall: float) -> SynthesisOutput:
+    model, rec = call.model, call.recorder
+    lengths, audio = _final_audio(rec, len(call.request.texts))
+    measurements = Measurements(
+        wall_s=wall,
+        stages=rec.finish(wall),
+        tokens=lengths,
+        gpt_steps=rec.forward_calls or max(lengths, default=0),
+        audio_s=[len(a) / SAMPLE_RATE for a in audio],
+        peak_rss_mb=call.memory.peaks.rss_mb,
+        peak_device_mb=call.memory.peaks.device_mb,
+        effective=dict(model.effective),
+        ttfa_s=call.ttfa_s,
+        interrupted=bool(model.chat.context.get()),
+    )
+    return SynthesisOutput(audio, measurements, model.synthetic, texts=call.request.texts)
+
+
+def _final_audio(rec: StageRecorder, n_texts: int) -> tuple[list[int], list[np.ndarray]]:
+    """Per-text audio from the last decode (which covers the whole output), cut to each text's length.
+
+    Stock `infer` strips near-silent samples from its return value; the decoder's output is kept here
+    instead, so the length is exactly (2N-1)*256 samples for N tokens.
+    """
+    if not rec.decoded:
+        return [0] * n_texts, [np.zeros(0, dtype=np.float32) for _ in range(n_texts)]
+    lengths, wavs = rec.decoded[-1]
+    audio = [wavs[i, : metrics.samples_for_tokens(n)].astype(np.float32) for i, n in enumerate(lengths)]
+    return lengths, audio
