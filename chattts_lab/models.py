@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -189,14 +189,15 @@ def validate(config: LoadConfig) -> torch.device:
 def load_model(config: LoadConfig) -> LoadedModel:
     """Load (or reuse) ChatTTS for this configuration. Raises a clear error for what cannot run."""
     device = validate(config)
+    key = replace(config, threads=None)  # threads are applied per call, not baked into the weights
     with _cache_lock:
-        if config in _cache:
+        if key in _cache:
             set_threads(config.threads)
-            return _cache[config]
+            return _cache[key]
         while len(_cache) >= MAX_CACHED:
             _evict(next(iter(_cache)))
         model = _load_uncached(config, device)
-        _cache[config] = model
+        _cache[key] = model
         return model
 
 

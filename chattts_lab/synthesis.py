@@ -6,8 +6,9 @@ so text normalisation, prompts, speaker handling, the decoder and the vocoder ar
 
 from __future__ import annotations
 
+import gc
 import logging
-import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -100,11 +101,18 @@ class _Call:
     refined_texts: list[str] | None = field(default=None)
 
 
-def synthesize(model: LoadedModel, request: SynthesisRequest) -> SynthesisOutput:
-    """Synthesize every text of the request in one batch and measure it."""
+class OutOfMemory(RuntimeError):
+    """The device ran out of memory during synthesis; the model stays loaded and usable."""
+
+
+def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | None = None) -> SynthesisOutput:
+    """Synthesize every text of the request in one batch and measure it.
+
+    `threads` overrides the model's thread count for this call (None keeps it).
+    """
     request = validate_request(request)
-    with model.lock:
-        call = _begin(model, request)
+    with model.lock, _memory_errors_explained(model, request):
+        call = _begin(model, request, threads)
         with call.recorder.attached(model.chat), call.memory:
             call.t0 = call.recorder.clock.now()
             _infer(model, request, stream=False)
@@ -112,11 +120,13 @@ def synthesize(model: LoadedModel, request: SynthesisRequest) -> SynthesisOutput
         return _finish(call, wall)
 
 
-def synthesize_stream(model: LoadedModel, request: SynthesisRequest) -> Iterator[StreamChunk | SynthesisOutput]:
+def synthesize_stream(
+    model: LoadedModel, request: SynthesisRequest, threads: int | None = None
+) -> Iterator[StreamChunk | SynthesisOutput]:
     """Yield StreamChunk as audio arrives, then one final SynthesisOutput with the whole audio."""
     request = validate_request(request)
-    with model.lock:
-        call = _begin(model, request)
+    with model.lock, _memory_errors_explained(model, request):
+        call = _begin(model, request, threads)
         index = 0
         with call.recorder.attached(model.chat), call.memory:
             call.t0 = call.recorder.clock.now()
@@ -142,8 +152,33 @@ def warm_up(model: LoadedModel) -> None:
     synthesize(model, SynthesisRequest.of("Warm up.", max_new_token=4, min_new_token=4))
 
 
-def _begin(model: LoadedModel, request: SynthesisRequest) -> _Call:
-    threads = set_threads(model.config.threads)
+@contextmanager
+def _memory_errors_explained(model: LoadedModel, request: SynthesisRequest):
+    """Turn an out-of-memory failure into one clear, recoverable error (the server must not die)."""
+    try:
+        yield
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
+        if not is_out_of_memory(exc):
+            raise
+        gc.collect()
+        if model.device.type == "cuda":
+            torch.cuda.empty_cache()
+        raise OutOfMemory(
+            f"out of memory on {model.device} synthesizing {len(request.texts)} text(s) of up to "
+            f"{request.max_new_token} tokens: use a smaller batch, fewer tokens or a lower precision"
+        ) from exc
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA raises OutOfMemoryError; the CPU allocator raises a RuntimeError that says so."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return "can't allocate memory" in text or "out of memory" in text.lower()
+
+
+def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None) -> _Call:
+    threads = set_threads(threads if threads is not None else model.config.threads)
     model.effective["threads"] = threads
     clock = Stopwatch(model.device)
     return _Call(model, request, StageRecorder(clock), PeakMemory(model.device))
