@@ -3,9 +3,9 @@
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import psutil
-from pathlib import Path
 
 from chattts_lab import SynthesisRequest, synthesize
 
