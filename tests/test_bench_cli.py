@@ -101,7 +101,7 @@ def _wait_for_cells(db: Path, n: int, proc: subprocess.Popen, timeout_s: float =
 
 def test_killed_sweep_keeps_finished_cells_and_resume_completes_it(tmp_path):
     db = tmp_path / "lab.sqlite"
-    args = [*FAST, "--precision", "fp32,bf16", "--fidelity-tokens", "8", "--db", str(db), "--format", "json",
+    args = [*FAST, "--precision", "fp32,bf16", "--stream", "--fidelity-tokens", "8", "--db", str(db), "--format", "json",
             "--out", str(tmp_path / "out")]
     proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -126,6 +126,8 @@ def test_killed_sweep_keeps_finished_cells_and_resume_completes_it(tmp_path):
         results = store.results(sweep["id"])
         assert [(r.config.precision, r.status) for r in results] == [("fp32", "ok"), ("bf16", "ok")]
         assert results[0].to_dict() == kept[0].to_dict()  # the finished cell was not measured again
+        streamed = results[1]
+        assert streamed.config.stream and 0 < streamed.ttfa_s <= streamed.latency.max
     fid = fidelity_frame(db).set_index("precision")
     assert fid.loc["fp32", "token_match"] == 1.0  # the reference itself
     bf16 = fid.loc["bf16"]
