@@ -376,16 +376,8 @@ def worker_env(threads: int | None) -> dict:
             env[var] = str(threads)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env["PYTHONUNBUFFERED"] = "1"
+    env["CHATTTS_LAB_PARENT_PID"] = str(os.getpid())  # the worker dies with its parent (see worker.main)
     return env
-
-
-def _die_with_parent() -> None:  # runs in the child before exec (Linux): no orphaned workers
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass
@@ -404,9 +396,7 @@ def run_child(task: dict, timeout_s: float, threads: int | None = None,
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
             [python or sys.executable, "-m", "chattts_lab.worker"], stdin=subprocess.PIPE, stdout=out, stderr=err,
-            env=worker_env(threads), text=True, start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            cwd=str(Path(__file__).resolve().parent.parent),
+            env=worker_env(threads), text=True, start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent),
         )
         try:
             proc.stdin.write(json.dumps(task))

@@ -157,7 +157,24 @@ def run_task(task: dict) -> dict:
     return {**outcome, "samples": samples, **info}
 
 
+def die_with_parent() -> None:
+    """Linux: be killed when the sweep that started us dies (no orphaned workers after a SIGKILL)."""
+    parent = os.environ.get("CHATTTS_LAB_PARENT_PID")
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):  # the parent died before the line above took effect
+        sys.exit(3)
+
+
 def main() -> int:
+    die_with_parent()
     logging.basicConfig(level=os.environ.get("CHATTTS_LAB_LOG", "WARNING"), stream=sys.stderr)
     task = json.loads(sys.stdin.read())
     payload = run_task(task)
