@@ -45,6 +45,7 @@ class Refine:
     oral: int = 2
     laugh: int = 0
     break_: int = 6
+    max_new_token: int = 384  # ChatTTS's default cap on refined text tokens
 
     @property
     def prompt(self) -> str:
@@ -110,6 +111,7 @@ def _check_ranges(req: SynthesisRequest) -> None:
         (1 <= req.max_new_token <= MAX_NEW_TOKEN, f"max_new_token must be in 1..{MAX_NEW_TOKEN}, got {req.max_new_token}"),
         (0 <= req.min_new_token <= req.max_new_token, f"min_new_token must be in 0..max_new_token, got {req.min_new_token}"),
         (0 <= r.oral <= 9 and 0 <= r.laugh <= 2 and 0 <= r.break_ <= 7, "refine levels: oral 0-9, laugh 0-2, break 0-7"),
+        (1 <= r.max_new_token <= MAX_NEW_TOKEN, f"refine max_new_token must be in 1..{MAX_NEW_TOKEN}"),
     ]
     for seed in (s.audio_seed, s.text_seed):
         checks.append((seed is None or 0 <= seed < 2**32, f"seeds must be in 0..2^32-1, got {seed}"))

@@ -221,6 +221,7 @@ def _params(model: LoadedModel, request: SynthesisRequest):
     )
     refine = ChatTTS.Chat.RefineTextParams(
         prompt=request.refine.prompt,
+        max_new_token=request.refine.max_new_token,
         top_P=s.top_p,
         top_K=s.top_k,
         manual_seed=s.text_seed,

@@ -78,7 +78,7 @@ def test_speaker_string_and_sample_audio_voices(tiny_model):
 
 
 def test_refine_text_is_timed_as_its_own_stage(tiny_model):
-    req = SynthesisRequest(texts=("Refine me please.",), refine=Refine(enabled=True), max_new_token=4, min_new_token=4,
+    req = SynthesisRequest(texts=("Refine me please.",), refine=Refine(enabled=True, max_new_token=8), max_new_token=4, min_new_token=4,
                            sampling=Sampling(text_seed=1))
     m = synthesize(tiny_model, req).measurements
     assert m.stages.refine_s > 0
