@@ -17,7 +17,7 @@ import torch
 
 from chattts_lab.lab.engine import COMPUTE_DTYPE, Heads, LabEngine, lab_generate
 from chattts_lab.lab.linear import int4_available
-from chattts_lab.lab.model import LeanLlama
+from chattts_lab.lab.model import LeanLlama, release_freed_memory
 from chattts_lab.lab.stream import stream_infer
 
 log = logging.getLogger(__name__)
@@ -65,9 +65,9 @@ def install_lab_engine(chat, device, precision: str, compile: bool = False) -> L
     with torch.no_grad():
         model = LeanLlama(gpt.gpt, precision, gpt_device, _compute_dtype(gpt_device, precision))
         del gpt.gpt  # the fp32 LlamaModel (now emptied layer by layer) goes; nothing else in ChatTTS uses it
-        gc.collect()
         gpt.lab_gpt = model
         heads = Heads(chat.embed, gpt_device)
+        release_freed_memory()
     engine = LabEngine(model, heads, gpt_device, precision, convert_s=time.perf_counter() - t0)
     engine.compiled = _try_compile(engine, compile)
     gpt.__dict__["generate"] = functools.partial(lab_generate, chat, engine, None)
@@ -93,7 +93,7 @@ def _try_compile(engine: LabEngine, requested: bool) -> bool:
         x = torch.zeros(1, 2, model.shape.dim, device=engine.device)
         model(x, torch.arange(2, device=engine.device)[None], 0, None)
         model(x[:, :1], torch.full((1, 1), 2, device=engine.device), 2, None)
-        model.caches = []
+        model.free_cache()
         return True
     except Exception as exc:  # any compiler failure: run eager and say so
         for layer, fwd in zip(model.layers, eager):

@@ -169,7 +169,7 @@ def lab_generate(chat, engine: LabEngine, original, emb, inputs_ids, temperature
             log.warning("generation is interrupted")
         else:
             log.warning("incomplete result. hit max_new_token: %d", max_new_token)
-    model.caches = []  # free the KV cache between calls
+    model.free_cache()  # the KV cache lives for one call
     yield _outputs(GPT, tokens, hiddens, end_idx, infer_text)
 
 
