@@ -13,9 +13,15 @@ output channel, activations in the compute dtype).
 
 from __future__ import annotations
 
+import functools
+import logging
+import warnings
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
 
 
 class FloatLinear(nn.Module):
@@ -36,8 +42,18 @@ def per_channel_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scales
 
 
+@functools.cache
 def fbgemm_available() -> bool:
-    return any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm"))
+    """True where the fbgemm int8 ops exist and work; if a torch upgrade drops them, int8 falls back to
+    weight-only int8 (slower on CPU, same results within rounding)."""
+    if not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm")):
+        return False
+    try:
+        FbgemmInt8Linear(torch.ones(8, 8))(torch.ones(1, 8))
+        return True
+    except (RuntimeError, AttributeError, NotImplementedError) as exc:
+        log.warning("fbgemm int8 ops unavailable (%s); lab int8 uses weight-only int8", exc)
+        return False
 
 
 class FbgemmInt8Linear(nn.Module):
@@ -49,8 +65,12 @@ class FbgemmInt8Linear(nn.Module):
         super().__init__()
         q, scales = per_channel_int8(weight)
         zeros = torch.zeros(scales.numel(), dtype=torch.long)
-        qweight = torch._make_per_channel_quantized_tensor(q, scales.double(), zeros, 0)
-        self.packed = torch.ops.quantized.linear_prepack(qweight, None)
+        with warnings.catch_warnings():
+            # torch warns that quantized tensor *creation* is deprecated; prepack still needs one, and
+            # fbgemm_available() falls back to weight-only int8 the day it is gone.
+            warnings.simplefilter("ignore", UserWarning)
+            qweight = torch._make_per_channel_quantized_tensor(q, scales.double(), zeros, 0)
+            self.packed = torch.ops.quantized.linear_prepack(qweight, None)
         self.out_features = weight.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
