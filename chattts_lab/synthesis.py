@@ -187,6 +187,12 @@ def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None) -
 def _infer(model: LoadedModel, request: SynthesisRequest, stream: bool):
     chat = model.chat
     params_code, params_refine = _params(model, request)
+    if stream and model.config.engine == "lab":
+        # Lab engine only: incremental streaming (decodes new frames only, first chunk early).
+        from chattts_lab.lab import stream_infer
+
+        return stream_infer(chat, list(request.texts), params_refine, params_code,
+                            skip_refine_text=not request.refine.enabled, do_text_normalization=request.normalize_text)
     result = chat.infer(
         list(request.texts),
         stream=stream,

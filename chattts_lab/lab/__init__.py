@@ -1,0 +1,103 @@
+"""The lab engine: ChatTTS's GPT run by a lean decode loop, in fp32, fp16, bf16, int8 or int4.
+
+`install_lab_engine(chat, device, precision, compile)` converts the loaded GPT one layer at a time into
+`LeanLlama` and replaces `chat.gpt.generate` on that instance with `lab_generate`; everything else in
+ChatTTS (prompts, speakers, refine, decoder, vocoder) is its own. `stream_infer` is the lab's streaming
+path: it decodes only new frames and emits its first chunk after a few steps.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import logging
+import time
+
+import torch
+
+from chattts_lab.lab.engine import COMPUTE_DTYPE, Heads, LabEngine, lab_generate
+from chattts_lab.lab.linear import int4_available
+from chattts_lab.lab.model import LeanLlama, release_freed_memory
+from chattts_lab.lab.stream import stream_infer
+
+log = logging.getLogger(__name__)
+
+LAB_EXTRA_PRECISIONS: tuple[str, ...] = ("int4",)
+
+__all__ = ["LAB_EXTRA_PRECISIONS", "lab_unsupported_reason", "install_lab_engine", "stream_infer", "LabEngine"]
+
+
+def lab_unsupported_reason(device, precision: str) -> str | None:
+    """None if the lab engine runs this precision on this device, else a sentence saying why not."""
+    device = torch.device(device)
+    if precision == "bf16":
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            return "this GPU has no bfloat16 support"
+        if device.type == "mps":
+            return "the lab engine's bfloat16 path is not built for MPS"
+    if precision == "fp16" and device.type == "cpu" and not torch.backends.mkldnn.is_available():
+        return "this torch build has no oneDNN, so float16 matmuls on CPU are unavailable"
+    if precision == "int4":
+        if device.type != "cpu":
+            return "lab int4 uses torch's CPU int4 kernel; on GPUs use int8 or bf16"
+        if not int4_available():
+            return "this torch build lacks the CPU int4 kernel (_weight_int4pack_mm_for_cpu)"
+    if precision not in ("fp32", "fp16", "bf16", "int8") + LAB_EXTRA_PRECISIONS:
+        return f"the lab engine has no {precision!r} precision"
+    return None
+
+
+def _compute_dtype(device: torch.device, precision: str) -> torch.dtype:
+    if precision == "int8" and device.type == "cuda":  # weight-only int8: activations in half precision
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return COMPUTE_DTYPE[precision]
+
+
+def install_lab_engine(chat, device, precision: str, compile: bool = False) -> LabEngine:
+    """Convert `chat`'s GPT for the lab engine and route `chat.gpt.generate` through it."""
+    device = torch.device(device)
+    reason = lab_unsupported_reason(device, precision)
+    if reason:
+        raise ValueError(f"lab engine, {precision} on {device}: {reason}")
+    t0 = time.perf_counter()
+    gpt = chat.gpt
+    gpt_device = torch.device(chat.device_gpt)
+    with torch.no_grad():
+        model = LeanLlama(gpt.gpt, precision, gpt_device, _compute_dtype(gpt_device, precision))
+        del gpt.gpt  # the fp32 LlamaModel (now emptied layer by layer) goes; nothing else in ChatTTS uses it
+        gpt.lab_gpt = model
+        heads = Heads(chat.embed, gpt_device)
+        release_freed_memory()
+    engine = LabEngine(model, heads, gpt_device, precision, convert_s=time.perf_counter() - t0)
+    engine.compiled = _try_compile(engine, compile)
+    gpt.__dict__["generate"] = functools.partial(lab_generate, chat, engine, None)
+    chat.lab_engine = engine
+    log.info("lab engine: %s on %s in %.2f s (compiled: %s)", precision, gpt_device, engine.convert_s, engine.compiled)
+    return engine
+
+
+def _try_compile(engine: LabEngine, requested: bool) -> bool:
+    """torch.compile the decoder blocks on CUDA; report True only if a compiled forward actually ran."""
+    if not requested:
+        return False
+    if engine.device.type != "cuda":
+        engine.notes.append("compile ignored off CUDA: on CPU it measured no gain (fbgemm int8 is not traced)")
+        log.warning(engine.notes[-1])
+        return False
+    model = engine.gpt_module
+    eager = [layer.forward for layer in model.layers]
+    try:
+        for layer in model.layers:
+            layer.forward = torch.compile(layer.forward, dynamic=True)
+        model.reset_cache(1, 8)
+        x = torch.zeros(1, 2, model.shape.dim, device=engine.device)
+        model(x, torch.arange(2, device=engine.device)[None], 0, None)
+        model(x[:, :1], torch.full((1, 1), 2, device=engine.device), 2, None)
+        model.free_cache()
+        return True
+    except Exception as exc:  # any compiler failure: run eager and say so
+        for layer, fwd in zip(model.layers, eager):
+            layer.forward = fwd
+        engine.notes.append(f"torch.compile failed, running eager: {type(exc).__name__}: {exc}")
+        log.warning(engine.notes[-1])
+        return False

@@ -1,0 +1,182 @@
+"""The lab engine: a drop-in `GPT.generate` over the lean model, installed on one `Chat` instance.
+
+ChatTTS's prompt building, speaker embedding, refine pass, decoder and vocoder stay its own; only the
+token generator changes. The loop is gpt-fast's: prefill once, then one forward per step into a static
+KV cache, tensor-only sampling, tokens written into preallocated buffers, per-item stopping by a
+`finish` mask (the batch keeps its shape, so sampling consumes random numbers exactly as stock does).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+from torch.nn.utils import parametrize
+
+from chattts_lab.lab.model import LeanLlama
+from chattts_lab.lab.sampler import Sampler
+
+log = logging.getLogger(__name__)
+
+COMPUTE_DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+                 "int8": torch.float32, "int4": torch.float32}
+
+
+class Heads(nn.Module):
+    """ChatTTS's weight-normed heads, materialised once: 4 code heads as one [4*626, 768] matrix."""
+
+    def __init__(self, embed, device: torch.device):
+        super().__init__()
+        with torch.no_grad(), parametrize.cached():
+            code = torch.cat([h.weight.detach().float() for h in embed.head_code])
+        self.register_buffer("code", code.to(device).contiguous())
+        self.num_vq = len(embed.head_code)
+        self.head_text = embed.head_text  # refine pass only: left as ChatTTS has it
+        # one table for the 4 code embeddings: ids + offsets index it in one lookup
+        codes = [e.weight.detach() for e in embed.emb_code]
+        self.vocab = codes[0].shape[0]
+        self.register_buffer("offsets", torch.arange(self.num_vq, device=device) * self.vocab)
+        self.emb_code_table = torch.cat(codes).to(device)
+        self.emb_text = embed.emb_text
+        self.text_vocab = embed.head_text.out_features
+
+    def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        # hidden: [B, dim] -> [B * num_vq, vocab], rows ordered (item, codebook) as stock's
+        return torch.nn.functional.linear(hidden, self.code).view(-1, self.num_vq, self.vocab).reshape(-1, self.vocab)
+
+    def text_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        with parametrize.cached():
+            return self.head_text(hidden).float()
+
+    def embed_code(self, ids: torch.Tensor) -> torch.Tensor:
+        # ids: [B, num_vq] -> [B, 1, dim]
+        return torch.nn.functional.embedding(ids + self.offsets, self.emb_code_table).sum(1, keepdim=True)
+
+    def embed_text(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.emb_text(ids[:, :1])
+
+
+@dataclass
+class LabEngine:
+    gpt_module: LeanLlama
+    heads: Heads
+    device: torch.device
+    precision: str
+    compiled: bool = False
+    convert_s: float = 0.0
+    stream_first_chunk: int | None = None  # set by lab streaming: yield the first chunk this early
+    notes: list = field(default_factory=list)
+
+    @contextmanager
+    def first_chunk(self, steps: int):
+        saved, self.stream_first_chunk = self.stream_first_chunk, steps
+        try:
+            yield
+        finally:
+            self.stream_first_chunk = saved
+
+
+def _prompt_masks(attention_mask: torch.Tensor | None, B: int, L: int, device):
+    """Positions [B, L] and the prefill mask ([B, 1, L, L] or None without padding), as transformers."""
+    if attention_mask is None or bool(attention_mask.all()):
+        return torch.arange(L, device=device).expand(B, L), None, torch.full((B,), L, device=device)
+    am = attention_mask.to(device).bool()
+    positions = am.long().cumsum(-1) - 1
+    positions.masked_fill_(~am, 1)
+    causal = torch.ones(L, L, dtype=torch.bool, device=device).tril()
+    mask = causal[None] & am[:, None, :]
+    mask |= torch.eye(L, dtype=torch.bool, device=device)[None]  # padded queries see themselves: no NaN rows
+    return positions, mask[:, None], am.long().sum(-1)
+
+
+@torch.inference_mode()
+def lab_generate(chat, engine: LabEngine, original, emb, inputs_ids, temperature, eos_token, attention_mask=None,
+                 max_new_token=2048, min_new_token=0, logits_processors=(), infer_text=False, return_attn=False,
+                 return_hidden=False, stream=False, show_tqdm=True, ensure_non_empty=True, stream_batch=24,
+                 manual_seed=None, context=None):
+    """Same contract as ChatTTS's `GPT.generate` (yields `GPT.GenerationOutputs`)."""
+    from ChatTTS.model.gpt import GPT
+
+    gpt, model, heads = chat.gpt, engine.gpt_module, engine.heads
+    context = context if context is not None else GPT.Context()
+    device = engine.device
+    B, L, num_vq = inputs_ids.shape
+    rows = B if infer_text else B * num_vq
+    vocab = heads.text_vocab if infer_text else heads.vocab
+    given_temperature = temperature
+    temperature = temperature.to(device).float().unsqueeze(0).expand(B, -1).reshape(-1, 1)
+    tokens = torch.zeros(B, max_new_token, num_vq, dtype=inputs_ids.dtype, device=device)
+    history = torch.zeros(rows, max_new_token, dtype=inputs_ids.dtype, device=device)  # rows as stock's logits
+    sampler = Sampler(logits_processors, temperature, rows, vocab, eos_token, min_new_token, manual_seed,
+                      gpt.generator, history)
+    finish = torch.zeros(B, dtype=torch.bool, device=device)
+    end_idx = torch.zeros(B, dtype=torch.long, device=device)
+    hiddens = torch.empty(B, max_new_token, model.shape.dim, device=device) if return_hidden else None
+    recorder = getattr(chat, "lab_recorder", None)
+    first_chunk = engine.stream_first_chunk
+    emitted = 0
+
+    positions, mask, lengths = _prompt_masks(attention_mask, B, L, device)
+    model.reset_cache(B, L + max_new_token)
+    valid = None
+    if mask is not None:  # decode mask over cache slots: prompt padding stays masked
+        valid = torch.ones(B, 1, 1, L + max_new_token, dtype=torch.bool, device=device)
+        valid[:, 0, 0, :L] = attention_mask.to(device).bool()
+    x, start, pos = emb.to(device), 0, positions
+    steps = 0
+    for i in range(max_new_token):
+        m = mask if i == 0 else (None if valid is None else valid[..., : start + 1])
+        hidden = model(x, pos, start, m)  # [B, dim] fp32
+        if recorder is not None:
+            recorder.gpt_forward_done()
+        if hiddens is not None:
+            hiddens[:, i] = hidden
+        logits = heads.text_logits(hidden) if infer_text else heads.code_logits(hidden)
+        idx = sampler.sample(logits, i)  # [rows, 1]
+        if infer_text:
+            step_tokens = idx.view(B, 1).expand(B, num_vq)
+        else:
+            step_tokens = idx.view(B, num_vq)
+        tokens[:, i] = step_tokens
+        history[:, i : i + 1] = idx
+        sampler.append(idx, i)
+        finish |= step_tokens.eq(eos_token).any(1)
+        if i == 0 and bool(finish.any()) and ensure_non_empty and manual_seed is None:
+            log.warning("unexpected end at index %s; regenerate in order to ensure non-empty",
+                        finish.nonzero().flatten().tolist())
+            yield from lab_generate(chat, engine, original, emb, inputs_ids, given_temperature,
+                                    eos_token, attention_mask, max_new_token, min_new_token, logits_processors,
+                                    infer_text, return_attn, return_hidden, stream, show_tqdm,
+                                    ensure_non_empty, stream_batch, manual_seed, context)
+            return
+        not_finished = ~finish
+        end_idx += not_finished
+        steps += int(bool(not_finished.any())) if stream else 0
+        if stream and steps > 0 and (steps % stream_batch == 0 or steps == first_chunk):
+            yield _outputs(GPT, tokens, hiddens, end_idx, infer_text)
+        if bool(finish.all()) or context.get():
+            break
+        # next step's input: the sampled tokens' embedding at the next cache slot
+        start = L + i
+        x = heads.embed_text(step_tokens) if infer_text else heads.embed_code(step_tokens)
+        pos = (lengths + i).view(B, 1)
+    if not bool(finish.all()):
+        if context.get():
+            log.warning("generation is interrupted")
+        else:
+            log.warning("incomplete result. hit max_new_token: %d", max_new_token)
+    model.free_cache()  # the KV cache lives for one call
+    yield _outputs(GPT, tokens, hiddens, end_idx, infer_text)
+
+
+def _outputs(GPT, tokens, hiddens, end_idx, infer_text):
+    ends = end_idx.tolist()
+    ids = [tokens[b, :n] for b, n in enumerate(ends)]
+    if infer_text:
+        ids = [t[:, 0] for t in ids]
+    hid = [hiddens[b, :n] for b, n in enumerate(ends)] if hiddens is not None else []
+    return GPT.GenerationOutputs(ids=ids, attentions=[], hiddens=hid)

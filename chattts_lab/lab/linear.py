@@ -1,0 +1,142 @@
+"""Weight formats for the lab engine's projections: float, int8 and int4, each a tiny module.
+
+Every module here takes fp32 (or the compute dtype's) activations of shape [..., in] and says what it
+computes in through `effective_dtype`, which `precision.module_dtype` reports. Builders take one fp32
+weight at a time, so a caller can free each source weight as soon as it is converted (flat peak RSS).
+
+int8 on CPU calls fbgemm's dynamic-quantized GEMM through the core C++ ops
+`torch.ops.quantized.linear_prepack` / `linear_dynamic` (per-channel int8 weights, activations
+quantized per call): measured fastest here, and it does not go through the deprecated Python
+`torch.ao.quantization` API. Elsewhere int8 is weight-only (gpt-fast's recipe: int8 weights scaled per
+output channel, activations in the compute dtype).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+
+class FloatLinear(nn.Module):
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype):
+        super().__init__()
+        self.weight = nn.Parameter(weight.to(dtype).contiguous(), requires_grad=False)
+        self.effective_dtype = str(dtype).replace("torch.", "")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
+
+
+def per_channel_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel int8: weight ~= q * scales[:, None]."""
+    w = weight.float()
+    scales = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
+    q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scales
+
+
+@functools.cache
+def fbgemm_available() -> bool:
+    """True where the fbgemm int8 ops exist and work; if a torch upgrade drops them, int8 falls back to
+    weight-only int8 (slower on CPU, same results within rounding)."""
+    if not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm")):
+        return False
+    try:
+        FbgemmInt8Linear(torch.ones(8, 8))(torch.ones(1, 8))
+        return True
+    except (RuntimeError, AttributeError, NotImplementedError) as exc:
+        log.warning("fbgemm int8 ops unavailable (%s); lab int8 uses weight-only int8", exc)
+        return False
+
+
+class FbgemmInt8Linear(nn.Module):
+    """int8 weights, int8 dynamic activations, fp32 in/out: fbgemm's VNNI GEMM (CPU)."""
+
+    effective_dtype = "int8"
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        q, scales = per_channel_int8(weight)
+        zeros = torch.zeros(scales.numel(), dtype=torch.long)
+        with warnings.catch_warnings():
+            # torch warns that quantized tensor *creation* is deprecated; prepack still needs one, and
+            # fbgemm_available() falls back to weight-only int8 the day it is gone.
+            warnings.simplefilter("ignore", UserWarning)
+            qweight = torch._make_per_channel_quantized_tensor(q, scales.double(), zeros, 0)
+            self.packed = torch.ops.quantized.linear_prepack(qweight, None)
+        self.out_features = weight.shape[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # reduce_range: 7-bit activations, as stock's quantize_dynamic, so no int16 saturation in the GEMM
+        return torch.ops.quantized.linear_dynamic(x, self.packed, True)
+
+
+class WeightOnlyInt8Linear(nn.Module):
+    """int8 weights scaled per output channel; activations stay in the compute dtype (CUDA, MPS)."""
+
+    effective_dtype = "int8"
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        q, scales = per_channel_int8(weight)
+        self.register_buffer("weight", q)
+        self.register_buffer("scales", scales)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight.to(x.dtype)) * self.scales.to(x.dtype)
+
+
+INT4_GROUP = 64
+
+
+def int4_available() -> bool:
+    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and hasattr(
+        torch.ops.aten, "_convert_weight_to_int4pack_for_cpu"
+    )
+
+
+class Int4Linear(nn.Module):
+    """Asymmetric int4 weights in groups of 64 along the input, bf16 activations (CPU kernel)."""
+
+    effective_dtype = "int4"
+
+    def __init__(self, weight: torch.Tensor, group: int = INT4_GROUP):
+        super().__init__()
+        w = weight.float()
+        n, k = w.shape
+        g = w.reshape(n, k // group, group)
+        lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+        scales = ((hi - lo).clamp(min=1e-8) / 15.0)
+        q = torch.round((g - lo) / scales).clamp(0, 15).to(torch.int32).reshape(n, k)
+        zeros = lo + 8 * scales  # the kernel computes (q - 8) * scale + zero
+        self.group = group
+        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))
+        # [k // group, n, 2]: scale and zero per group and output channel
+        sz = torch.stack([scales.squeeze(-1), zeros.squeeze(-1)], -1).transpose(0, 1).contiguous()
+        self.register_buffer("scales_zeros", sz.to(torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x.reshape(-1, shape[-1]).to(torch.bfloat16), self.packed, self.group, self.scales_zeros
+        )
+        return y.reshape(*shape[:-1], -1).to(x.dtype)
+
+
+def make_linear(weight: torch.Tensor, precision: str, device: torch.device, compute_dtype: torch.dtype) -> nn.Module:
+    """One projection in the lab's format for this precision and device."""
+    weight = weight.to(device)
+    if precision == "int8":
+        if device.type == "cpu" and fbgemm_available():
+            return FbgemmInt8Linear(weight)
+        return WeightOnlyInt8Linear(weight)
+    if precision == "int4":
+        return Int4Linear(weight)
+    return FloatLinear(weight, compute_dtype)

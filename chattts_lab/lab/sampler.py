@@ -1,0 +1,92 @@
+"""ChatTTS's logits processing and sampling, as tensor ops on a fixed batch.
+
+Stock ChatTTS rebuilds a one-hot count of the last 16 tokens, and runs transformers' warpers, at every
+step. Here the repetition counts are kept incrementally (one scatter in, one out) and the warpers are
+the same tensor expressions without their Python layers, so the tokens stay identical to stock's:
+temperature, repetition penalty, top-P, top-K (in ChatTTS's order), the min-new-token EOS mask,
+softmax, then `torch.multinomial` with the same generator use (re-seeded every step when seeded).
+Processors it does not recognise are called as stock calls them, with the token history.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers.generation import TopKLogitsWarper, TopPLogitsWarper
+
+from ChatTTS.model.processors import CustomRepetitionPenaltyLogitsProcessorRepeat
+
+
+class Sampler:
+    def __init__(self, processors, temperature: torch.Tensor, rows: int, vocab: int, eos: int,
+                 min_new_token: int, manual_seed, generator: torch.Generator, history: torch.Tensor):
+        """history: [rows, max_new] buffer the caller fills with each step's tokens (for unknown processors)."""
+        self.temperature = temperature  # [rows, 1]
+        self.eos, self.min_new_token = eos, min_new_token
+        self.manual_seed, self.generator = manual_seed, generator
+        self.history = history
+        self.steps = []
+        self.window = 0
+        for p in processors:
+            if isinstance(p, CustomRepetitionPenaltyLogitsProcessorRepeat):
+                self.window = p.past_window
+                self.freq = torch.zeros(rows, vocab, dtype=torch.long, device=temperature.device)
+                self.ones = torch.ones(rows, 1, dtype=torch.long, device=temperature.device)
+                self.steps.append(self._penalty(p.penalty))
+            elif isinstance(p, TopPLogitsWarper):
+                self.steps.append(self._top_p(p.top_p, p.min_tokens_to_keep, p.filter_value))
+            elif isinstance(p, TopKLogitsWarper):
+                self.steps.append(self._top_k(p.top_k, p.filter_value))
+            else:
+                self.steps.append(self._generic(p))
+
+    def _penalty(self, penalty: float):
+        def apply(logits, i):
+            alpha = torch.pow(penalty, self.freq)
+            return torch.where(logits < 0, logits * alpha, logits / alpha)
+
+        return apply
+
+    @staticmethod
+    def _top_p(top_p: float, keep: int, fill: float):
+        def apply(logits, i):
+            sorted_logits, order = torch.sort(logits, descending=False)
+            remove = sorted_logits.softmax(-1).cumsum(-1) <= (1 - top_p)
+            remove[..., -keep:] = 0
+            return logits.masked_fill(remove.scatter(1, order, remove), fill)
+
+        return apply
+
+    @staticmethod
+    def _top_k(top_k: int, fill: float):
+        def apply(logits, i):
+            k = min(top_k, logits.size(-1))
+            return logits.masked_fill(logits < torch.topk(logits, k)[0][..., -1, None], fill)
+
+        return apply
+
+    def _generic(self, processor):
+        def apply(logits, i):
+            return processor(self.history[:, :i], logits)
+
+        return apply
+
+    def sample(self, logits: torch.Tensor, i: int) -> torch.Tensor:
+        """logits: [rows, vocab] fp32 for step i -> token ids [rows, 1]."""
+        logits = logits / self.temperature
+        for step in self.steps:
+            logits = step(logits, i)
+        if i < self.min_new_token:
+            logits[:, self.eos] = -torch.inf
+        scores = F.softmax(logits, dim=-1)
+        if self.manual_seed is None:
+            return torch.multinomial(scores, num_samples=1)
+        return torch.multinomial(scores, num_samples=1, generator=self.generator.manual_seed(self.manual_seed))
+
+    def append(self, tokens: torch.Tensor, i: int) -> None:
+        """Record step i's tokens [rows, 1] in the repetition window (last `window` tokens)."""
+        if not self.window:
+            return
+        self.freq.scatter_add_(1, tokens, self.ones)
+        if i >= self.window:
+            self.freq.scatter_add_(1, self.history[:, i - self.window : i - self.window + 1], -self.ones)

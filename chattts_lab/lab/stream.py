@@ -1,0 +1,72 @@
+"""Lab streaming: decode only the new frames of each chunk, and send the first chunk early.
+
+Stock `Chat._infer(stream=True)` re-decodes the whole prefix for every chunk and drops its first two
+chunks, so the first audio waits for 72 steps and decoding grows quadratically. Here each chunk decodes
+its new tokens plus `left` tokens of context (the decoder's and vocoder's convolutions need them), keeps
+back the last `hold` tokens (whose right context has not been generated yet) for the next chunk, and
+the first chunk comes after `first_chunk` steps. The concatenated chunks have exactly (2N-1)*256
+samples per text, like a full decode, and differ from it only by the context cut at chunk starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+import numpy as np
+
+from chattts_lab.metrics import SAMPLES_PER_STEP_PAIR, samples_for_tokens
+
+log = logging.getLogger(__name__)
+
+SAMPLES_PER_TOKEN = 2 * SAMPLES_PER_STEP_PAIR  # one GPT step = 2 mel frames
+FIRST_CHUNK = 12  # steps before the first audio (~0.25 s of audio)
+LEFT_CONTEXT = 24  # tokens re-decoded before each chunk
+HOLD = 6  # trailing tokens kept back until their right context exists
+
+
+def stream_infer(chat, texts: list[str], params_refine, params_code, skip_refine_text: bool = True,
+                 do_text_normalization: bool = True, first_chunk: int = FIRST_CHUNK, left: int = LEFT_CONTEXT,
+                 hold: int = HOLD) -> Iterator[np.ndarray]:
+    """Yield float32 arrays [B, samples] of new audio per chunk; the lab engine must be installed."""
+    text = [chat.normalizer(t, do_text_normalization, True, None) for t in texts]
+    if not skip_refine_text:
+        refined = chat._refine_text(text, chat.device, params_refine)
+        text = chat.tokenizer.decode([i[i.less(chat.tokenizer.break_0_ids)] for i in refined.ids])
+        refined.destroy()
+    emitted = 0  # samples already sent, the same for every text
+    hiddens, lengths, sent = None, None, []
+    with chat.lab_engine.first_chunk(first_chunk):
+        for result in chat._infer_code(text, True, chat.device, True, params_code):
+            hiddens, lengths = result.hiddens, [int(h.shape[0]) for h in result.hiddens]
+            upto = SAMPLES_PER_TOKEN * max(0, max(lengths) - hold)
+            if upto > emitted:
+                sent.append(_decode_span(chat, hiddens, lengths, emitted, upto, left))
+                emitted = upto
+                yield sent[-1]
+    if hiddens is None:
+        return
+    end = samples_for_tokens(max(lengths))  # the last chunk: everything left, to the true end
+    if end > emitted:
+        sent.append(_decode_span(chat, hiddens, lengths, emitted, end, left))
+        yield sent[-1]
+    recorder = getattr(chat, "lab_recorder", None)
+    if recorder is not None and sent:  # the call's whole audio is what was sent
+        recorder.audio_done(lengths, np.concatenate(sent, axis=1))
+
+
+def _decode_span(chat, hiddens, lengths, a: int, b: int, left: int) -> np.ndarray:
+    """Samples [a, b) of the full decode, decoding tokens from `left` before sample a onwards."""
+    first = max(0, a // SAMPLES_PER_TOKEN - left)
+    last = min(max(lengths), -(-b // SAMPLES_PER_TOKEN) + HOLD)  # a little right context where it exists
+    parts = [h[min(first, n):min(last, n)] for h, n in zip(hiddens, lengths)]
+    out = np.zeros((len(parts), b - a), dtype=np.float32)
+    if max(p.shape[0] for p in parts) == 0:
+        return out
+    wavs = np.asarray(chat._decode_to_wavs(parts, True))  # (it empties `parts`)
+    offset = first * SAMPLES_PER_TOKEN
+    got = wavs[:, a - offset : b - offset]
+    out[:, : got.shape[1]] = got
+    for i, n in enumerate(lengths):  # texts that ended earlier: silence after their own end
+        out[i, max(0, samples_for_tokens(n) - a):] = 0
+    return out

@@ -1,0 +1,184 @@
+"""The lab engine against stock ChatTTS, on the real ChatTTS code with tiny synthetic weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from chattts_lab.lab import LAB_EXTRA_PRECISIONS, lab_unsupported_reason
+from chattts_lab.lab.linear import FbgemmInt8Linear, Int4Linear, WeightOnlyInt8Linear, int4_available
+from chattts_lab.metrics import samples_for_tokens
+from chattts_lab.models import LoadConfig, load_model, unload_all
+from chattts_lab.precision import PRECISIONS, unsupported_reason
+from chattts_lab.requests import Sampling, SynthesisRequest
+from chattts_lab.synthesis import interrupt, synthesize, synthesize_stream
+
+TINY = "synthetic-tiny"
+TEXTS = ["Hello there, this is a test.", "A second text, longer than the first one by a little."]
+CPU = torch.device("cpu")
+
+
+def load(engine: str, precision: str = "fp32"):
+    return load_model(LoadConfig(model=TINY, precision=precision, engine=engine, threads=1))
+
+
+def code_tokens(model, texts, max_new_token, seed, temperature=0.3, min_new_token=0):
+    """Audio tokens and hidden states straight from ChatTTS's `_infer_code` (which calls gpt.generate)."""
+    import ChatTTS
+
+    chat = model.chat
+    params = ChatTTS.Chat.InferCodeParams(
+        temperature=temperature, max_new_token=max_new_token, min_new_token=min_new_token,
+        manual_seed=seed, show_tqdm=False,
+    )
+    texts = [chat.normalizer(t, True, True, None) for t in texts]
+    out = next(chat._infer_code(texts, False, chat.device, True, params))
+    return [t.clone() for t in out.ids], [h.clone() for h in out.hiddens]
+
+
+@pytest.fixture(scope="module")
+def stock_runs():
+    """Stock fp32 outputs for the cases compared below (one model load)."""
+    unload_all()
+    model = load("stock")
+    runs = {
+        "greedy": code_tokens(model, TEXTS[:1], 24, seed=5, temperature=1e-4),
+        "sampled": code_tokens(model, TEXTS[:1], 24, seed=5),
+    }
+    # a batch whose items stop at different steps (EOS): pick the first seed that shows it
+    for seed in range(40):
+        ids, hid = code_tokens(model, TEXTS, 40, seed=seed)
+        if len({len(t) for t in ids}) > 1:
+            runs["batch"] = (ids, hid, seed)
+            break
+    unload_all()
+    return runs
+
+
+@pytest.fixture
+def lab_fp32():
+    return load("lab")  # reused from load_model's cache while no other configuration was loaded
+
+
+def test_lab_fp32_greedy_tokens_match_stock(stock_runs, lab_fp32):
+    ids, hid = code_tokens(lab_fp32, TEXTS[:1], 24, seed=5, temperature=1e-4)
+    ref_ids, ref_hid = stock_runs["greedy"]
+    assert torch.equal(ids[0], ref_ids[0])
+    torch.testing.assert_close(hid[0], ref_hid[0], rtol=1e-4, atol=1e-4)
+
+
+def test_lab_fp32_sampled_tokens_match_stock_with_same_seed(stock_runs, lab_fp32):
+    ids, _ = code_tokens(lab_fp32, TEXTS[:1], 24, seed=5)
+    assert torch.equal(ids[0], stock_runs["sampled"][0][0])
+
+
+def test_lab_fp32_batch_stops_each_item_at_its_own_eos_like_stock(stock_runs, lab_fp32):
+    assert "batch" in stock_runs, "no seed below 40 made the tiny model stop items at different steps"
+    ref_ids, ref_hid, seed = stock_runs["batch"]
+    ids, hid = code_tokens(lab_fp32, TEXTS, 40, seed=seed)
+    assert [len(t) for t in ids] == [len(t) for t in ref_ids]
+    for a, b in zip(ids, ref_ids):
+        assert torch.equal(a, b)
+    for a, b in zip(hid, ref_hid):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_lab_engine_reports_what_took_effect(lab_fp32):
+    eff = lab_fp32.effective
+    assert eff["engine"] == "lab" and eff["dtype_gpt"] == "float32" and eff["compile"] is False
+    assert lab_fp32.chat.lab_engine.compiled is False
+
+
+@pytest.mark.parametrize("precision", PRECISIONS + LAB_EXTRA_PRECISIONS)
+def test_every_lab_precision_runs_or_says_why(precision):
+    reason = unsupported_reason("lab", CPU, precision)
+    if reason is not None:
+        assert isinstance(reason, str) and reason
+        with pytest.raises(ValueError):
+            load("lab", precision)
+        return
+    unload_all()
+    model = load("lab", precision)
+    out = synthesize(model, SynthesisRequest.of(TEXTS[0], max_new_token=6, min_new_token=6, sampling=Sampling(audio_seed=1)))
+    m = out.measurements
+    assert m.tokens == [6] and len(out.audio[0]) == samples_for_tokens(6)
+    assert np.isfinite(out.audio[0]).all()
+    assert m.gpt_steps == 6 and m.stages.prefill_s > 0 and m.stages.decode_s > 0  # the recorder saw each forward
+    expected = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "int8", "int4": "int4"}[precision]
+    assert m.effective["dtype_gpt"] == expected
+    unload_all()
+
+
+def test_lab_reasons_for_what_cannot_run():
+    assert lab_unsupported_reason(CPU, "int3") is not None
+    assert lab_unsupported_reason(torch.device("cuda"), "int4") is not None  # no CUDA needed to ask
+
+
+def test_lab_streaming_sends_early_chunks_that_add_up_to_the_full_decode(lab_fp32):
+    n = 40
+    req = SynthesisRequest.of(TEXTS[0], max_new_token=n, min_new_token=n, sampling=Sampling(audio_seed=2))
+    full = synthesize(lab_fp32, req)
+    items = list(synthesize_stream(lab_fp32, req))
+    chunks, final = items[:-1], items[-1]
+    assert len(chunks) >= 3
+    assert len(chunks[0].audio[0]) < samples_for_tokens(n) // 2  # the first chunk comes early
+    joined = np.concatenate([c.audio[0] for c in chunks])
+    assert len(joined) == samples_for_tokens(n) == len(final.audio[0])
+    np.testing.assert_allclose(joined, full.audio[0], atol=1e-4)
+    m = final.measurements
+    assert m.ttfa_s is not None and m.ttfa_s < m.wall_s and m.stages.decoder_s > 0 and m.stages.vocoder_s > 0
+
+
+def test_interrupt_stops_lab_generation(lab_fp32):
+    req = SynthesisRequest.of(TEXTS[0], max_new_token=400, min_new_token=400)
+    items = []
+    for item in synthesize_stream(lab_fp32, req):
+        items.append(item)
+        if len(items) == 1:
+            interrupt(lab_fp32)
+    final = items[-1]
+    assert final.measurements.interrupted
+    assert final.measurements.tokens[0] < 100
+
+
+def _rss_mb():
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def test_int8_conversion_holds_about_one_layer_at_a_time():
+    """Peak RSS while converting stays near the result, not the whole fp32 GPT touched at once."""
+    from chattts_lab.lab import install_lab_engine
+    from chattts_lab.measure import PeakMemory
+
+    unload_all()
+    model = load("stock")  # fp32 GPT loaded (mmapped), not yet converted
+    layer_mb = sum(p.numel() * 4 for p in model.chat.gpt.gpt.layers[0].parameters()) / 2**20
+    before = _rss_mb()
+    with PeakMemory(CPU) as mem:
+        install_lab_engine(model.chat, device=CPU, precision="int8", compile=False)
+    after = _rss_mb()
+    assert mem.peaks.rss_mb - after < 1.5 * layer_mb + 32, (before, mem.peaks.rss_mb, after, layer_mb)
+    unload_all()
+
+
+def test_weight_formats_approximate_fp32():
+    torch.manual_seed(0)
+    w, x = torch.randn(256, 128), torch.randn(3, 128)
+    ref = x @ w.T
+    for module, tol in [(FbgemmInt8Linear(w), 0.03), (WeightOnlyInt8Linear(w), 0.02)] + (
+        [(Int4Linear(w), 0.15)] if int4_available() else []
+    ):
+        err = (module(x).float() - ref).norm() / ref.norm()
+        assert err < tol, (type(module).__name__, float(err))
+
+
+def test_fake_cuda_weight_only_int8_path_runs_on_cpu_in_half_precision():
+    """FAKE for CUDA (no GPU here): the weight-only int8 module CUDA uses, run on CPU in bf16."""
+    torch.manual_seed(0)
+    w, x = torch.randn(64, 32), torch.randn(2, 32)
+    y = WeightOnlyInt8Linear(w)(x.to(torch.bfloat16))
+    assert y.dtype == torch.bfloat16
+    assert (y.float() - x @ w.T).norm() / (x @ w.T).norm() < 0.03
