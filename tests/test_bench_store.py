@@ -149,7 +149,7 @@ def test_plots_are_pure_functions_of_rows_and_show_failures():
     for make in plots.REPORT_FIGURES:
         fig = make(df)
         assert len(fig.data) >= 1
-        assert "1 cell(s) not ok" in fig.layout.title.text
+        assert "not plotted: 1 oom" in fig.layout.title.text
     failed_only = results_frame([_result(status="error", reason="boom")])
     fig = plots.latency_vs_batch(failed_only)
     assert fig.layout.annotations[0].text == "no successful cells to plot"
