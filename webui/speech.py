@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import soundfile as sf
 
 from chattts_lab import LoadedModel, SynthesisRequest, load_model, synthesize, synthesize_stream
-from chattts_lab.synthesis import encode_sample_audio, interrupt, speaker_from_seed
+from chattts_lab.synthesis import encode_sample_audio, interrupt, speaker_from_seed, warm_up
 from chattts_lab.voices import VoiceCard
 from webui.context import AppContext
 from webui.runtime import RuntimeSettings
@@ -51,11 +52,21 @@ class Running:
 RUNNING = Running()
 
 
+_warmed: "weakref.WeakSet[LoadedModel]" = weakref.WeakSet()
+
+
 def get_model(ctx: AppContext, settings: RuntimeSettings, progress=None) -> LoadedModel:
-    """The model for these settings, loading it on first use (cached by the library)."""
+    """The model for these settings, loading it on first use (cached by the library) and warming it up
+    once, so the first result a person sees is not inflated by one-time JIT costs."""
     if progress is not None:
         progress(0.05, desc=f"Loading model ({ctx.model}, {settings.device}, {settings.precision})…")
-    return load_model(settings.load_config(ctx.model))
+    model = load_model(settings.load_config(ctx.model))
+    if model not in _warmed:
+        if progress is not None:
+            progress(0.2, desc="Warming up (one-time compilation)…")
+        warm_up(model)
+        _warmed.add(model)
+    return model
 
 
 def speaker_for_seed(ctx: AppContext, settings: RuntimeSettings, seed: int) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -106,12 +107,17 @@ def generate(ctx: AppContext, settings: RuntimeSettings, imported_code, *values,
             banner = present.banner_html(out.synthetic, model.source.note)
             yield None, gr.update(value=path, autoplay=True), m, present.metrics_markdown(m), banner
             return
-        yield from _generate_stream(ctx, settings, req, session)
+        yield from _generate_stream(ctx, settings, req, session, live=live_playback())
     except USER_ERRORS as exc:
         raise gr.Error(str(exc), duration=None) from exc
 
 
-def _generate_stream(ctx: AppContext, settings: RuntimeSettings, req: SynthesisRequest, session):
+def live_playback() -> bool:
+    """Gradio encodes streamed audio with ffmpeg; without it the stream is measured and played at the end."""
+    return shutil.which("ffmpeg") is not None
+
+
+def _generate_stream(ctx: AppContext, settings: RuntimeSettings, req: SynthesisRequest, session, live: bool):
     # Sentences stream one after another, so playback follows the text's order.
     parts, measurements, ttfa = [], [], None
     for text in req.texts:
@@ -120,8 +126,10 @@ def _generate_stream(ctx: AppContext, settings: RuntimeSettings, req: SynthesisR
             if isinstance(item, StreamChunk):
                 if ttfa is None:
                     ttfa = item.elapsed_s
-                    yield gr.skip(), gr.skip(), gr.skip(), f"**time to first audio** {ttfa:.2f} s · streaming…", banner
-                yield (SAMPLE_RATE, item.audio[0]), gr.skip(), gr.skip(), gr.skip(), banner
+                    note = "" if live else " (install ffmpeg for live playback; the audio plays when done)"
+                    yield gr.skip(), gr.skip(), gr.skip(), f"**time to first audio** {ttfa:.2f} s · streaming…{note}", banner
+                if live:
+                    yield (SAMPLE_RATE, item.audio[0]), gr.skip(), gr.skip(), gr.skip(), banner
             else:
                 parts.append(item)
                 measurements.append(item.measurements.as_dict())
@@ -130,7 +138,7 @@ def _generate_stream(ctx: AppContext, settings: RuntimeSettings, req: SynthesisR
     joined = replace(parts[0], audio=[audio_io.join([a for p in parts for a in p.audio])])
     extra = {"parts": measurements} if len(measurements) > 1 else {}
     path, m = _result(ctx, joined, model, extra)
-    yield gr.skip(), gr.update(value=path, autoplay=False), m, present.metrics_markdown(m), banner
+    yield gr.skip(), gr.update(value=path, autoplay=not live), m, present.metrics_markdown(m), banner
 
 
 def interrupt(request: gr.Request = None):
@@ -286,20 +294,24 @@ def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:
                 with gr.Row():
                     preset = gr.Dropdown(list(PRESET_VOICES), value=None, label="Preset voice", elem_id="preset")
                     voice_seed = gr.Number(value=2, precision=0, label="Voice seed", elem_id="voice-seed", minimum=0)
-                    dice = gr.Button("🎲", elem_id="dice", scale=0, min_width=60)
+                    dice = gr.Button("Random voice", elem_id="dice", scale=0, min_width=120)
                 speaker = gr.Textbox(label="Speaker embedding (copy / paste)", lines=2, max_lines=4, elem_id="speaker",
                                      buttons=["copy"], placeholder="paste a speaker string to reuse a voice")
                 show_spk = gr.Button("Show the speaker string for this seed", size="sm")
                 with gr.Row():
-                    sample_audio = gr.Audio(label="Sample clip", sources=["upload"], type="filepath")
-                    sample_text = gr.Textbox(label="Transcript of the clip", lines=2)
+                    sample_audio = gr.Audio(label="Sample clip (voice from a recording)", sources=["upload"],
+                                            type="filepath", elem_id="sample-audio")
+                    sample_text = gr.Textbox(label="Transcript of the clip", lines=3, elem_id="sample-text")
+            with gr.Accordion("Voice card: export / import", open=False, elem_id="card-accordion"):
+                gr.Markdown("A small JSON with the speaker embedding, seeds and parameters: the voice reproduces "
+                            "on another machine. Saved cards are also voices for the OpenAI-compatible endpoint.")
                 with gr.Row():
                     card_name = gr.Textbox(label="Voice name", value="my-voice", elem_id="card-name")
                     export_btn = gr.Button("Export voice card", elem_id="export-card")
                     save_btn = gr.Button("Save to voice library", elem_id="save-card")
                 with gr.Row():
-                    card_out = gr.File(label="Voice card (download)", elem_id="card-out")
-                    card_in = gr.File(label="Import a voice card", file_types=[".json"], elem_id="card-in")
+                    card_out = gr.File(label="Voice card (download)", elem_id="card-out", height=120)
+                    card_in = gr.File(label="Import a voice card", file_types=[".json"], elem_id="card-in", height=120)
             with gr.Accordion("Sampling", open=False):
                 with gr.Row():
                     temperature = gr.Slider(0.01, 1.0, value=0.3, step=0.01, label="Temperature", elem_id="temperature")
@@ -329,7 +341,8 @@ def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:
             audio = gr.Audio(label="Audio", type="filepath", autoplay=True, buttons=["download"], elem_id="audio",
                              interactive=False)
             metrics = gr.Markdown(elem_id="metrics")
-            measurements = gr.JSON(label="Measurements", elem_id="measurements")
+            with gr.Accordion("Raw measurements (JSON)", open=False):
+                measurements = gr.JSON(label="Measurements", elem_id="measurements")
 
     form = [text, split, stream, voice_mode, voice_seed, speaker, sample_audio, sample_text, temperature, top_p, top_k,
             audio_seed, text_seed, refine, oral, laugh, brk, speed, max_new_token]
