@@ -1,0 +1,1 @@
+"""`python -m bench`: sweep ChatTTS configurations the way llama-bench does, keep every result."""

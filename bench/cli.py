@@ -1,0 +1,328 @@
+"""The `bench` command line over chattts_lab.sweep (the app's benchmark tab calls the same code).
+
+    python -m bench --model synthetic --precision fp32,bf16,int8 --batch 1,4,8 --threads 1,2 --tokens 128 --repeats 3
+    python -m bench --resume                 # finish the latest interrupted sweep
+    python -m bench --list                   # history
+    python -m bench --export bundle.json --sweeps 3,4   /   --import other-machine.json
+    python -m bench --compare 3,5            # the same configurations on two sweeps side by side
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import re
+import signal
+import sys
+from pathlib import Path
+
+from chattts_lab.sweep import (
+    CellFinished,
+    CellStarted,
+    FidelityFinished,
+    RunConfig,
+    SpecError,
+    SweepFinished,
+    SweepSpec,
+    SweepStarted,
+    cell_rule,
+    resumable_sweep,
+    run_sweep,
+    usable_cores,
+)
+
+log = logging.getLogger("bench")
+RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
+MAX_CELLS = 200  # above this (or MAX_HOURS), ask for --yes
+MAX_HOURS = 6.0
+ON_OFF = {"on": True, "off": False, "1": True, "0": False, "true": True, "false": False, "yes": True, "no": False}
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """'1,4,8', ranges '1-8' (step 1), '1-8+2' (step 2), '1-16*2' (doubling), as in llama-bench."""
+    out: list[int] = []
+    for item in _items(text):
+        m = RANGE.match(item)
+        if m:
+            lo, hi, op, step = int(m[1]), int(m[2]), m[3], int(m[4] or 1)
+            if hi < lo or (op == "*" and (step < 2 or lo < 1)) or step < 1:
+                raise argparse.ArgumentTypeError(f"bad range {item!r}: use lo-hi, lo-hi+step or lo-hi*factor")
+            v = lo
+            while v <= hi:
+                out.append(v)
+                v = v * step if op == "*" else v + step
+            continue
+        try:
+            out.append(int(item))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r} is not a whole number") from None
+    return tuple(out)
+
+
+def str_list(text: str) -> tuple[str, ...]:
+    return tuple(i.lower() for i in _items(text))
+
+
+def bool_list(text: str) -> tuple[bool, ...]:
+    out = []
+    for item in _items(text):
+        if item.lower() not in ON_OFF:
+            raise argparse.ArgumentTypeError(f"{item!r} is not on or off")
+        out.append(ON_OFF[item.lower()])
+    return tuple(out)
+
+
+def _items(text: str) -> list[str]:
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("empty list")
+    return items
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Sweep ChatTTS configurations (the cartesian product of comma lists) and keep every result.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("the grid (comma lists; integer ranges lo-hi, lo-hi+step, lo-hi*factor)")
+    g.add_argument("--model", default="auto", help="auto, hf, synthetic, synthetic-tiny or a folder")
+    g.add_argument("--device", type=str_list, default=("cpu",), help="cpu, cuda, cuda:N, mps")
+    g.add_argument("--precision", type=str_list, default=("fp32",), help="fp32, fp16, bf16, int8")
+    g.add_argument("--batch", type=int_list, default=(1,), help="texts per call")
+    g.add_argument("--threads", type=int_list, default=None, help="torch CPU threads (default: usable cores)")
+    g.add_argument("--tokens", type=int_list, default=(128,), help="audio tokens per text (exactly; 46.875 per second)")
+    g.add_argument("--engine", type=str_list, default=("stock",), help="stock (ChatTTS's Chat.infer) or lab")
+    g.add_argument("--compile", type=bool_list, default=(False,), help="torch.compile off,on")
+    g.add_argument("--stream", type=bool_list, nargs="?", const=(True,), default=(False,),
+                   help="stream and measure time to first audio (bare --stream means on; or off,on)")
+    m = p.add_argument_group("measurement")
+    m.add_argument("--repeats", type=int, default=3, help="timed calls per cell, at least")
+    m.add_argument("--min-time", type=float, default=1.0, help="timed seconds per cell, at least")
+    m.add_argument("--max-repeats", type=int, default=100, help="timed calls per cell, at most")
+    m.add_argument("--warmup", type=int, default=1, help="uncounted calls after the cold (first) call")
+    m.add_argument("--timeout", type=float, default=1800.0, help="seconds per cell before it is killed")
+    m.add_argument("--fidelity", type=bool_list, default=(True,), help="measure drift from fp32 once per precision")
+    m.add_argument("--fidelity-tokens", type=int, default=32)
+    o = p.add_argument_group("results")
+    o.add_argument("--db", default="results/lab.sqlite", help="SQLite file that keeps every sweep")
+    o.add_argument("--out", default=None, help="report folder (default results/sweep-<id>)")
+    o.add_argument("--format", type=str_list, default=("md", "csv", "json", "html"), help="md,csv,json,html")
+    o.add_argument("--resume", nargs="?", const="latest", default=None, metavar="SWEEP_ID",
+                   help="finish an interrupted sweep (default: the latest one)")
+    o.add_argument("--yes", action="store_true", help="run a grid larger than the safety limits")
+    o.add_argument("--dry-run", action="store_true", help="print the grid and estimate, run nothing")
+    h = p.add_argument_group("history")
+    h.add_argument("--list", action="store_true", help="list the sweeps in --db")
+    h.add_argument("--report", type=int, metavar="SWEEP_ID", help="write the reports of a stored sweep")
+    h.add_argument("--export", metavar="PATH", help="write a portable JSON bundle")
+    h.add_argument("--sweeps", type=int_list, default=None, help="sweep ids for --export (default all)")
+    h.add_argument("--import", dest="import_", metavar="PATH", help="import a bundle from another machine")
+    h.add_argument("--compare", type=int_list, metavar="IDS", help="sweeps side by side (p50 latency)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def spec_from_args(args: argparse.Namespace) -> SweepSpec:
+    from chattts_lab.report import FORMATS
+
+    bad = [f for f in args.format if f not in FORMATS]
+    if bad:
+        raise SpecError(f"unknown format {', '.join(bad)}: choose from {', '.join(FORMATS)}")
+    spec = SweepSpec(
+        model=args.model, devices=args.device, precisions=args.precision, batches=args.batch,
+        threads=args.threads or (usable_cores(),), tokens=args.tokens, engines=args.engine, compiles=args.compile,
+        streams=args.stream, warmup=args.warmup, repeats=args.repeats, min_time_s=args.min_time,
+        max_repeats=max(args.max_repeats, args.repeats), timeout_s=args.timeout, fidelity=all(args.fidelity),
+        fidelity_tokens=args.fidelity_tokens,
+    )
+    return spec.validate()
+
+
+# Rough ms per GPT step at batch 1, 2 threads, full-size weights (FACTS.md baseline); only to size a grid.
+_STEP_MS = {"fp32": 52.0, "bf16": 23.0, "fp16": 17.0, "int8": 13.0}
+
+
+def estimate_cell_s(cfg: RunConfig) -> float:
+    """A coarse guess of one cell's wall time (process start, load, cold, warm-up and timed calls)."""
+    if cell_rule(cfg):
+        return 0.0
+    step = _STEP_MS.get(cfg.precision, 30.0) * (1 + 0.15 * (cfg.batch_size - 1)) * (2 / max(1, min(cfg.threads, 2))) ** 0.1
+    if "tiny" in cfg.model:
+        step *= 0.15
+    call = cfg.tokens * step / 1000 + 0.3
+    calls = 1 + cfg.warmup + max(cfg.repeats, math.ceil(cfg.min_time_s / call))
+    return 15.0 + 2.0 + calls * call
+
+
+def describe(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.list:
+            return _list(args.db)
+        if args.import_:
+            return _import(args.db, args.import_)
+        if args.export:
+            return _export(args.db, args.export, args.sweeps)
+        if args.compare:
+            return _compare(args.db, list(args.compare))
+        if args.report is not None:
+            return _write(args.db, args.report, args.out, args.format)
+        return _sweep(parser, args)
+    except SpecError as exc:
+        parser.error(str(exc))
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished cells are kept; continue with --resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from chattts_lab.store import Store
+
+    resume_id = None
+    if args.resume is not None:
+        if args.resume == "latest":
+            resume_id = resumable_sweep(args.db)
+            if resume_id is None:
+                print(f"nothing to resume in {args.db}", file=sys.stderr)
+                return 1
+        else:
+            try:
+                resume_id = int(args.resume)
+            except ValueError:
+                parser.error(f"--resume takes a sweep id, got {args.resume!r}")
+        with Store(args.db) as store:
+            sweep = store.sweep(resume_id)
+        if sweep is None:
+            parser.error(f"no sweep {resume_id} in {args.db}")
+        spec = SweepSpec.from_dict(sweep["spec"])
+    else:
+        spec = spec_from_args(args)
+    cells = spec.expand()
+    estimate = sum(estimate_cell_s(c) for c in cells)
+    ruled = sum(1 for c in cells if cell_rule(c))
+    print(f"{len(cells)} cells ({ruled} will be skipped or unsupported by rule), roughly {describe(estimate)}"
+          f"{' before resuming' if resume_id else ''}", file=sys.stderr)
+    if resume_id is None and (len(cells) > MAX_CELLS or estimate > MAX_HOURS * 3600) and not args.yes:
+        print(f"refusing a grid of {len(cells)} cells / about {describe(estimate)} (limits: {MAX_CELLS} cells, "
+              f"{MAX_HOURS:g} h); narrow the lists or pass --yes", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for c in cells:
+            rule = cell_rule(c)
+            print(f"{c.label}{'  -> ' + rule[0] + ': ' + rule[1] if rule else ''}")
+        return 0
+    return _run(spec, args, resume_id)
+
+
+def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> int:
+    from tqdm import tqdm
+
+    def on_term(signum, frame):  # SIGTERM ends the sweep like Ctrl-C: kept, marked interrupted
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    bar = None
+    final = None
+    for event in run_sweep(None if resume_id else spec, args.db, resume=resume_id):
+        if isinstance(event, SweepStarted):
+            print(f"sweep {event.sweep_id}: {event.pending} of {event.total} cells to measure, db {args.db}",
+                  file=sys.stderr)
+            bar = tqdm(total=event.total, initial=event.total - event.pending, unit="cell", file=sys.stderr,
+                       dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}{postfix}]")
+        elif isinstance(event, CellStarted):
+            bar.set_description(event.config.label)
+            bar.set_postfix_str(f"left ~{describe(event.eta_s)}" if event.eta_s is not None else "left ?")
+        elif isinstance(event, CellFinished):
+            r = event.result
+            if r.status != "cancelled":
+                bar.update(1)
+            if r.status != "ok":
+                bar.write(f"{r.config.label}: {r.status}: {r.reason}")
+        elif isinstance(event, FidelityFinished):
+            rec = event.record
+            bar.set_description(f"fidelity {rec['engine']} {rec['precision']}")
+        elif isinstance(event, SweepFinished):
+            final = event
+    if bar is not None:
+        bar.close()
+    out = args.out or str(Path(args.db).parent / f"sweep-{final.sweep_id}")
+    _write(args.db, final.sweep_id, out, args.format, print_table=True)
+    print(f"sweep {final.sweep_id} {final.status}", file=sys.stderr)
+    return 0 if final.status == "finished" else 1
+
+
+def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool = True) -> int:
+    from chattts_lab.report import markdown_table, results_frame, write_reports
+    from chattts_lab.store import Store
+
+    with Store(db) as store:
+        sweep = store.sweep(sweep_id)
+        if sweep is None:
+            print(f"no sweep {sweep_id} in {db}", file=sys.stderr)
+            return 1
+        df = results_frame(store.results(sweep_id, with_samples=False))
+        fidelity = store.fidelity(sweep_id)
+    meta = {k: sweep[k] for k in ("id", "uuid", "created_at", "status", "spec")}
+    paths = write_reports(df, sweep["environment"], fidelity, out or str(Path(db).parent / f"sweep-{sweep_id}"),
+                          formats, meta)
+    if print_table:
+        print(markdown_table(df))
+        if fidelity:
+            from chattts_lab.report import FIDELITY_COLUMNS
+            import pandas as pd
+
+            print("\nFidelity (drift from fp32 stock):\n" + markdown_table(pd.DataFrame(fidelity), FIDELITY_COLUMNS))
+    for fmt, path in paths.items():
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _list(db: str) -> int:
+    from chattts_lab.report import markdown_table
+    from chattts_lab.store import sweeps_frame
+
+    print(markdown_table(sweeps_frame(db), ("id", "created_at", "status", "origin", "machine", "model", "n_cells", "n_ok")))
+    return 0
+
+
+def _export(db: str, path: str, sweeps) -> int:
+    from chattts_lab.store import BundleError, export_bundle
+
+    try:
+        out = export_bundle(db, path, list(sweeps) if sweeps else None)
+    except BundleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def _import(db: str, path: str) -> int:
+    from chattts_lab.store import BundleError, import_bundle
+
+    try:
+        new, skipped = import_bundle(db, path)
+    except BundleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"imported sweeps {new or 'none'}; already present: {len(skipped)}", file=sys.stderr)
+    return 0
+
+
+def _compare(db: str, ids: list[int]) -> int:
+    from chattts_lab.report import markdown_table
+    from chattts_lab.store import compare_frame
+
+    df = compare_frame(db, ids)
+    print(markdown_table(df, list(df.columns)))
+    return 0

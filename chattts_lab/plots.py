@@ -1,0 +1,125 @@
+"""Pure `DataFrame -> plotly Figure` functions over canonical result rows (see sweep.CANONICAL_COLUMNS).
+
+Used by the HTML report and the app alike; testable without a browser. Only `ok` cells carry numbers
+to plot; every figure says in its title how many cells were not ok, so failures stay visible (the
+tables list them with their reasons).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+
+# Raw column -> label shown to people. Logic never keys on labels.
+LABELS = {
+    "device": "device", "precision": "precision", "batch_size": "batch size", "threads": "threads",
+    "tokens": "audio tokens", "engine": "engine", "latency_p50_s": "latency p50 (s)",
+    "latency_std_s": "latency std (s)", "rtf": "RTF (wall s / audio s, one item)",
+    "audio_s_per_s": "throughput (audio s / wall s)", "step_ms": "GPT ms / step",
+    "peak_rss_mb": "peak RSS (MB)", "peak_device_mb": "peak device memory (MB)", "series": "configuration",
+    "machine": "machine", "ttfa_s": "time to first audio (s)",
+}
+CONFIG_KEYS = ["engine", "device", "precision", "threads", "tokens", "compile", "stream"]
+
+
+def _ok(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    ok = df[df["status"] == "ok"].copy() if len(df) else df.copy()
+    return ok, len(df) - len(ok)
+
+
+def _title(text: str, not_ok: int) -> str:
+    return f"{text}<br><sup>{not_ok} cell(s) not ok: see the table for status and reason</sup>" if not_ok else text
+
+
+def _empty(title: str, not_ok: int) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text="no successful cells to plot", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(title=_title(title, not_ok), xaxis_visible=False, yaxis_visible=False)
+    return fig
+
+
+def series_label(row: pd.Series, keys: list[str] | None = None) -> str:
+    """A short name for one line of a plot: only the settings that vary are worth naming."""
+    keys = keys or ["engine", "device", "precision", "threads", "tokens"]
+    parts = []
+    for k in keys:
+        v = row[k]
+        parts.append(f"{v} thr" if k == "threads" else f"{v} tok" if k == "tokens" else str(v))
+    return " ".join(parts)
+
+
+def _with_series(ok: pd.DataFrame, exclude: tuple[str, ...]) -> pd.DataFrame:
+    varying = [k for k in CONFIG_KEYS if k not in exclude and k in ok and ok[k].nunique() > 1]
+    ok["series"] = ok.apply(lambda r: series_label(r, varying or ["precision"]), axis=1)
+    return ok
+
+
+def latency_vs_batch(df: pd.DataFrame) -> go.Figure:
+    """p50 latency of one call against batch size, one line per configuration, std as error bars."""
+    title = "Latency vs batch size"
+    ok, not_ok = _ok(df)
+    if ok.empty:
+        return _empty(title, not_ok)
+    ok = _with_series(ok, ("batch_size",)).sort_values("batch_size")
+    fig = px.line(ok, x="batch_size", y="latency_p50_s", error_y="latency_std_s", color="series", markers=True,
+                  labels=LABELS, title=_title(title, not_ok))
+    fig.update_xaxes(type="category")
+    return fig
+
+
+def rtf_by_precision(df: pd.DataFrame) -> go.Figure:
+    """RTF (one item) per precision, bars grouped by thread count, one panel per batch size."""
+    title = "RTF by precision and threads (below 1 is faster than real time)"
+    ok, not_ok = _ok(df)
+    if ok.empty:
+        return _empty(title, not_ok)
+    ok = ok.sort_values(["batch_size", "threads"])
+    ok["threads_label"] = ok["threads"].astype(str) + " threads"
+    fig = px.bar(ok, x="precision", y="rtf", color="threads_label", barmode="group", facet_col="batch_size",
+                 labels={**LABELS, "threads_label": "threads"}, title=_title(title, not_ok),
+                 hover_data=["engine", "tokens", "latency_p50_s", "step_ms"])
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="real time")
+    return fig
+
+
+def throughput_vs_latency(df: pd.DataFrame) -> go.Figure:
+    """Aggregate throughput against latency: up and to the left is better; labels give the batch size."""
+    title = "Throughput vs latency"
+    ok, not_ok = _ok(df)
+    if ok.empty:
+        return _empty(title, not_ok)
+    ok = _with_series(ok, ("batch_size",))
+    ok["batch_label"] = "b" + ok["batch_size"].astype(str)
+    fig = px.scatter(ok, x="latency_p50_s", y="audio_s_per_s", color="series", text="batch_label",
+                     labels=LABELS, title=_title(title, not_ok), hover_data=["batch_size", "rtf", "step_ms"])
+    fig.update_traces(textposition="top center", marker_size=10)
+    return fig
+
+
+def peak_memory(df: pd.DataFrame) -> go.Figure:
+    """Peak RSS during the timed calls per configuration (and peak device memory where there is one)."""
+    title = "Peak memory during inference"
+    ok, not_ok = _ok(df)
+    if ok.empty:
+        return _empty(title, not_ok)
+    ok = _with_series(ok, ("batch_size",))
+    ok["batch_label"] = "batch " + ok["batch_size"].astype(str)
+    value = "peak_device_mb" if ok["peak_device_mb"].notna().any() and (ok["device"] != "cpu").all() else "peak_rss_mb"
+    return px.bar(ok, x="series", y=value, color="batch_label", barmode="group",
+                  labels={**LABELS, "batch_label": "batch"}, title=_title(title, not_ok))
+
+
+def compare_machines(df: pd.DataFrame, metric: str = "latency_p50_s") -> go.Figure:
+    """The same configurations on several sweeps (machines) side by side; needs a `machine` column."""
+    title = f"{LABELS.get(metric, metric)} by machine"
+    ok, not_ok = _ok(df)
+    if ok.empty or "machine" not in ok:
+        return _empty(title, not_ok)
+    ok["config"] = ok.apply(lambda r: series_label(r, ["engine", "precision", "threads", "tokens"])
+                            + f" b{r['batch_size']}", axis=1)
+    ok["sweep"] = ok["sweep_id"].astype(str) + ": " + ok["machine"].astype(str) if "sweep_id" in ok else ok["machine"]
+    return px.bar(ok, x="config", y=metric, color="sweep", barmode="group", labels=LABELS, title=_title(title, not_ok))
+
+
+REPORT_FIGURES = (latency_vs_batch, rtf_by_precision, throughput_vs_latency, peak_memory)

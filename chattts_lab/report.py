@@ -1,0 +1,147 @@
+"""Sweep results as markdown, CSV, JSON and a self-contained HTML report (canonical snake_case columns)."""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from chattts_lab.sweep import CANONICAL_COLUMNS, CellResult
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("md", "csv", "json", "html")
+RESULTS_FORMAT = "chattts-lab-results"
+RESULTS_VERSION = 1
+# What the markdown table shows (every column is in the CSV/JSON).
+TABLE_COLUMNS = ("engine", "device", "precision", "batch_size", "threads", "tokens", "compile", "stream", "status",
+                 "latency_p50_s", "latency_std_s", "rtf", "audio_s_per_s", "step_ms", "ttfa_s", "peak_rss_mb",
+                 "load_s", "cold_s", "reason")
+INT_COLUMNS = ("batch_size", "threads", "tokens", "repeats", "threads_effective")
+FIDELITY_COLUMNS = ("device", "engine", "precision", "status", "token_match", "first_divergence", "hidden_rel_err",
+                    "hidden_rel_err_first_step", "dtype_gpt", "reason", "note")
+
+
+def results_frame(results: Iterable[CellResult]) -> pd.DataFrame:
+    """Canonical rows, failed cells included (their metrics are empty, their reason says why)."""
+    df = pd.DataFrame([r.row() for r in results], columns=list(CANONICAL_COLUMNS))
+    for col in INT_COLUMNS:  # whole numbers stay whole even where some cells have none
+        df[col] = df[col].astype("Int64")
+    return df
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v).replace("|", "/").replace("\n", " ")
+
+
+def markdown_table(df: pd.DataFrame, columns: Iterable[str] = TABLE_COLUMNS) -> str:
+    cols = [c for c in columns if c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for _, row in df.iterrows():
+        lines.append("| " + " | ".join(_fmt(row[c]) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def environment_lines(env: dict) -> list[str]:
+    cpu, v, blas, git = env.get("cpu", {}), env.get("versions", {}), env.get("blas", {}), env.get("git", {})
+    gpus = "; ".join(f"{g['name']} ({g.get('memory_gb')} GB)" for g in env.get("gpus") or []) or "none"
+    return [
+        f"CPU: {cpu.get('model')} ({cpu.get('arch')}), {cpu.get('usable_cores')} usable / "
+        f"{cpu.get('logical_cores')} logical cores; flags: {', '.join(cpu.get('flags') or []) or 'none of note'}",
+        f"RAM: {env.get('ram_gb')} GB; GPUs: {gpus}",
+        f"OS: {env.get('platform')}; host {env.get('hostname')}",
+        "Software: " + ", ".join(f"{k} {val}" for k, val in v.items() if val),
+        f"BLAS: {blas.get('blas')} (MKL {blas.get('mkl')}, oneDNN {blas.get('mkldnn')}, kernels "
+        f"{blas.get('cpu_capability')}, threads {blas.get('parallel_backend')}, CUDA build {blas.get('cuda_build')})",
+        f"Code: commit {git.get('commit')}{' (uncommitted changes)' if git.get('dirty') else ''}",
+        f"Load average at start: {env.get('load_avg')}",
+    ]
+
+
+def markdown_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None) -> str:
+    parts = ["# ChatTTS Lab benchmark", ""]
+    if sweep:
+        parts += [f"Sweep {sweep.get('id')} ({sweep.get('status')}), {sweep.get('created_at')}", ""]
+    parts += ["## Environment", ""] + [f"- {line}" for line in environment_lines(env)] + [""]
+    parts += ["## Results", "", markdown_table(df), ""]
+    if fidelity:
+        parts += ["## Fidelity (drift from fp32 stock)", "", markdown_table(pd.DataFrame(fidelity), FIDELITY_COLUMNS), ""]
+    return "\n".join(parts)
+
+
+def results_json(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None) -> dict:
+    cells = [{k: _json_value(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+    return {"format": RESULTS_FORMAT, "version": RESULTS_VERSION, "sweep": sweep or {}, "environment": env,
+            "cells": cells, "fidelity": fidelity}
+
+
+def _json_value(v):
+    if v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if hasattr(v, "item"):  # numpy scalars
+        return v.item()
+    return v
+
+
+def html_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None) -> str:
+    """One self-contained page (plotly.js inlined once): environment, table, fidelity, figures."""
+    from chattts_lab.plots import REPORT_FIGURES
+
+    figures = []
+    for i, make in enumerate(REPORT_FIGURES):
+        fig = make(df)
+        figures.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), default_width="100%",
+                                   default_height="480px"))
+    table = df[[c for c in TABLE_COLUMNS if c in df]].to_html(index=False, na_rep="", float_format=lambda x: f"{x:.4g}",
+                                                             classes="results", border=0)
+    fid = pd.DataFrame(fidelity)
+    fid_html = fid[[c for c in FIDELITY_COLUMNS if c in fid]].to_html(index=False, na_rep="", border=0) if fidelity else ""
+    title = f"ChatTTS Lab benchmark{' — sweep ' + str(sweep.get('id')) if sweep else ''}"
+    env_items = "".join(f"<li>{html.escape(line)}</li>" for line in environment_lines(env))
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}} table{{border-collapse:collapse;font-size:13px}}
+td,th{{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}} th{{background:#f3f3f3}}</style>
+</head><body>
+<h1>{html.escape(title)}</h1>
+<p>{html.escape(str(sweep.get('status', ''))) if sweep else ''} {html.escape(str(sweep.get('created_at', ''))) if sweep else ''}</p>
+<h2>Environment</h2><ul>{env_items}</ul>
+<h2>Results</h2>{table}
+{'<h2>Fidelity (drift from fp32 stock)</h2>' + fid_html if fid_html else ''}
+<h2>Figures</h2>
+{''.join(f'<div>{f}</div>' for f in figures)}
+<details><summary>Environment (raw)</summary><pre>{html.escape(json.dumps(env, indent=1))}</pre></details>
+</body></html>"""
+
+
+def write_reports(df: pd.DataFrame, env: dict, fidelity: list[dict], out_dir: str | Path,
+                  formats: Iterable[str] = FORMATS, sweep: dict | None = None) -> dict[str, Path]:
+    """Write each chosen format as out_dir/results.<ext>; returns format -> path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for fmt in formats:
+        path = out / f"results.{fmt}"
+        if fmt == "md":
+            path.write_text(markdown_report(df, env, fidelity, sweep))
+        elif fmt == "csv":
+            df.to_csv(path, index=False)
+        elif fmt == "json":
+            path.write_text(json.dumps(results_json(df, env, fidelity, sweep), indent=1, default=str))
+        elif fmt == "html":
+            path.write_text(html_report(df, env, fidelity, sweep))
+        else:
+            raise ValueError(f"unknown format {fmt!r}: choose from {', '.join(FORMATS)}")
+        written[fmt] = path
+    return written

@@ -1,0 +1,423 @@
+"""Every sweep and every cell, kept in one SQLite file; portable JSON bundles to compare machines.
+
+Each cell is committed the moment it finishes, so a crash or an interrupt loses nothing already
+measured. The database runs in WAL mode with a busy timeout so a sweep and a reader (the app, a
+second sweep) can share it. A sweep left `running` by a process that no longer exists is marked
+`interrupted` the next time the store is opened; `--resume` finishes it.
+
+Tables: meta (schema version), sweeps (spec, environment, status), cells (one canonical row per cell,
+plus the full result as JSON), samples (raw per-call measurements), fidelity (drift per precision).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import uuid as uuidlib
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+
+from chattts_lab.sweep import CANONICAL_COLUMNS, STATUSES, CellResult
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+SWEEP_STATUSES = ("running", "finished", "interrupted", "cancelled")
+BUNDLE_FORMAT = "chattts-lab-bundle"
+BUNDLE_VERSION = 1
+DEFAULT_DB = Path("results") / "lab.sqlite"
+_TYPES = {bool: "INTEGER", int: "INTEGER", float: "REAL", str: "TEXT"}
+_TEXT_COLUMNS = {"device", "precision", "engine", "status", "reason", "model", "device_effective", "dtype_gpt"}
+_INT_COLUMNS = {"batch_size", "threads", "tokens", "compile", "stream", "repeats", "threads_effective",
+                "compile_effective"}
+
+
+class StoreError(RuntimeError):
+    """The database cannot be used (newer schema, not a lab database); the message says why."""
+
+
+class BundleError(ValueError):
+    """A bundle file that cannot be imported; the message says what is wrong with it."""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _column_type(name: str) -> str:
+    return "TEXT" if name in _TEXT_COLUMNS else "INTEGER" if name in _INT_COLUMNS else "REAL"
+
+
+def _schema() -> str:
+    cols = ",\n  ".join(f'"{c}" {_column_type(c)}' for c in CANONICAL_COLUMNS if c != "status")
+    return f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sweeps (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  uuid TEXT NOT NULL UNIQUE,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL,
+  status TEXT NOT NULL,
+  origin TEXT NOT NULL DEFAULT 'local',
+  host TEXT, pid INTEGER, pid_started REAL,
+  machine TEXT,
+  spec_json TEXT NOT NULL,
+  env_json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS cells (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,
+  idx INTEGER NOT NULL,
+  cell_key TEXT NOT NULL,
+  finished_at TEXT NOT NULL,
+  status TEXT NOT NULL,
+  {cols},
+  result_json TEXT NOT NULL,
+  UNIQUE (sweep_id, cell_key)
+);
+CREATE TABLE IF NOT EXISTS samples (
+  cell_id INTEGER NOT NULL REFERENCES cells(id) ON DELETE CASCADE,
+  seq INTEGER NOT NULL,
+  phase TEXT NOT NULL,
+  wall_s REAL,
+  data_json TEXT NOT NULL,
+  PRIMARY KEY (cell_id, seq)
+);
+CREATE TABLE IF NOT EXISTS fidelity (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,
+  device TEXT NOT NULL, engine TEXT NOT NULL, precision TEXT NOT NULL,
+  status TEXT NOT NULL,
+  record_json TEXT NOT NULL,
+  UNIQUE (sweep_id, device, engine, precision)
+);
+"""
+
+
+def _process_started(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+class Store:
+    """One open database. Thread-safe (one lock); each write is its own committed transaction."""
+
+    def __init__(self, path: str | Path = DEFAULT_DB, timeout_s: float = 30.0):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self.conn = sqlite3.connect(str(self.path), timeout=timeout_s, check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+        try:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+            self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            raise StoreError(f"{self.path} is not a ChatTTS Lab database: {exc}") from exc
+        self.mark_dead_sweeps()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _migrate(self) -> None:
+        with self._lock, self.conn:
+            self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row else None
+            if version is not None and version > SCHEMA_VERSION:
+                raise StoreError(f"{self.path} has schema version {version}; this build knows up to {SCHEMA_VERSION}")
+            self.conn.executescript(_schema())
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    def mark_dead_sweeps(self) -> list[int]:
+        """Sweeps left `running` by a process of this host that is gone become `interrupted`."""
+        host = socket.gethostname()
+        dead = []
+        with self._lock:
+            for r in self.conn.execute("SELECT id, host, pid, pid_started FROM sweeps WHERE status = 'running'"):
+                if r["host"] != host:
+                    continue  # another machine sharing the file: cannot tell
+                started = _process_started(r["pid"]) if r["pid"] else None
+                if started is None or (r["pid_started"] and abs(started - r["pid_started"]) > 1.0):
+                    dead.append(r["id"])
+            if dead:
+                with self.conn:
+                    self.conn.executemany("UPDATE sweeps SET status = 'interrupted', updated_at = ? WHERE id = ?",
+                                          [(_now(), i) for i in dead])
+        for i in dead:
+            log.warning("sweep %d was left running by a process that is gone: marked interrupted", i)
+        return dead
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def create_sweep(self, spec: dict, environment: dict, status: str = "running", origin: str = "local",
+                     uuid: str | None = None, created_at: str | None = None) -> int:
+        from chattts_lab.env import summary
+
+        pid = os.getpid()
+        with self._lock, self.conn:
+            cur = self.conn.execute(
+                "INSERT INTO sweeps (uuid, created_at, updated_at, status, origin, host, pid, pid_started, machine,"
+                " spec_json, env_json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (uuid or uuidlib.uuid4().hex, created_at or _now(), _now(), status, origin,
+                 socket.gethostname() if origin == "local" else environment.get("hostname"),
+                 pid if origin == "local" else None, _process_started(pid) if origin == "local" else None,
+                 summary(environment), json.dumps(spec), json.dumps(environment)),
+            )
+            return int(cur.lastrowid)
+
+    def set_status(self, sweep_id: int, status: str) -> None:
+        if status not in SWEEP_STATUSES:
+            raise ValueError(f"unknown sweep status {status!r}")
+        pid = os.getpid()
+        with self._lock, self.conn:
+            self.conn.execute(
+                "UPDATE sweeps SET status = ?, updated_at = ?, host = ?, pid = ?, pid_started = ? WHERE id = ?",
+                (status, _now(), socket.gethostname(), pid, _process_started(pid), sweep_id))
+
+    def add_cell(self, sweep_id: int, index: int, result: CellResult) -> int:
+        """Insert (or replace, on resume) one cell with its raw samples, committed at once."""
+        if result.status not in STATUSES:
+            raise ValueError(f"unknown cell status {result.status!r}")
+        row = result.row()
+        body = result.to_dict()
+        samples = body.pop("samples")
+        cols = list(CANONICAL_COLUMNS)
+        quoted = ", ".join(f'"{c}"' for c in cols)
+        with self._lock, self.conn:
+            self.conn.execute("DELETE FROM cells WHERE sweep_id = ? AND cell_key = ?", (sweep_id, result.config.key))
+            cur = self.conn.execute(
+                f"INSERT INTO cells (sweep_id, idx, cell_key, finished_at, {quoted}, result_json)"
+                f" VALUES (?, ?, ?, ?, {', '.join('?' for _ in cols)}, ?)",
+                (sweep_id, index, result.config.key, _now(), *[_sql_value(row[c]) for c in cols], json.dumps(body)),
+            )
+            cell_id = int(cur.lastrowid)
+            self.conn.executemany(
+                "INSERT INTO samples (cell_id, seq, phase, wall_s, data_json) VALUES (?,?,?,?,?)",
+                [(cell_id, i, s.get("phase", "timed"), s.get("wall_s"), json.dumps(s)) for i, s in enumerate(samples)],
+            )
+            self.conn.execute("UPDATE sweeps SET updated_at = ? WHERE id = ?", (_now(), sweep_id))
+        return cell_id
+
+    def add_fidelity(self, sweep_id: int, record: dict) -> None:
+        with self._lock, self.conn:
+            self.conn.execute(
+                "INSERT OR REPLACE INTO fidelity (sweep_id, device, engine, precision, status, record_json)"
+                " VALUES (?,?,?,?,?,?)",
+                (sweep_id, record["device"], record["engine"], record["precision"], record.get("status", "ok"),
+                 json.dumps(record)))
+
+    def delete_sweep(self, sweep_id: int) -> None:
+        with self._lock, self.conn:
+            self.conn.execute("DELETE FROM sweeps WHERE id = ?", (sweep_id,))
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def sweep(self, sweep_id: int) -> dict | None:
+        with self._lock:
+            r = self.conn.execute("SELECT * FROM sweeps WHERE id = ?", (sweep_id,)).fetchone()
+        return _sweep_dict(r) if r else None
+
+    def sweeps_list(self) -> list[dict]:
+        """All sweeps, newest first, with cell counts (spec and environment included)."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT s.*, COUNT(c.id) AS n_cells, SUM(c.status = 'ok') AS n_ok FROM sweeps s"
+                " LEFT JOIN cells c ON c.sweep_id = s.id GROUP BY s.id ORDER BY s.id DESC").fetchall()
+        return [{**_sweep_dict(r), "n_cells": r["n_cells"], "n_ok": r["n_ok"] or 0} for r in rows]
+
+    def results(self, sweep_id: int, with_samples: bool = True) -> list[CellResult]:
+        """The cells of a sweep as CellResult objects, in grid order."""
+        with self._lock:
+            rows = self.conn.execute("SELECT id, result_json FROM cells WHERE sweep_id = ? ORDER BY idx",
+                                     (sweep_id,)).fetchall()
+            out = []
+            for r in rows:
+                body = json.loads(r["result_json"])
+                if with_samples:
+                    body["samples"] = [json.loads(s[0]) for s in self.conn.execute(
+                        "SELECT data_json FROM samples WHERE cell_id = ? ORDER BY seq", (r["id"],))]
+                out.append(CellResult.from_dict(body))
+        return out
+
+    def fidelity(self, sweep_id: int) -> list[dict]:
+        with self._lock:
+            rows = self.conn.execute("SELECT record_json FROM fidelity WHERE sweep_id = ? ORDER BY id",
+                                     (sweep_id,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def count_cells(self, sweep_id: int, status: str | None = None) -> int:
+        query, args = "SELECT COUNT(*) FROM cells WHERE sweep_id = ?", [sweep_id]
+        if status:
+            query, args = query + " AND status = ?", args + [status]
+        with self._lock:
+            return int(self.conn.execute(query, args).fetchone()[0])
+
+
+def _sql_value(v):
+    return int(v) if isinstance(v, bool) else v
+
+
+def _sweep_dict(r: sqlite3.Row) -> dict:
+    return {
+        "id": r["id"], "uuid": r["uuid"], "created_at": r["created_at"], "updated_at": r["updated_at"],
+        "status": r["status"], "origin": r["origin"], "host": r["host"], "machine": r["machine"],
+        "spec": json.loads(r["spec_json"]), "environment": json.loads(r["env_json"]),
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# Frames for tables, plots and comparisons (pandas imported lazily)
+
+
+def sweeps_frame(db_path: str | Path = DEFAULT_DB):
+    """History: one row per sweep (id, created_at, status, machine, origin, n_cells, n_ok, grid)."""
+    import pandas as pd
+
+    with Store(db_path) as store:
+        rows = store.sweeps_list()
+    cols = ["id", "uuid", "created_at", "status", "origin", "machine", "model", "n_cells", "n_ok"]
+    return pd.DataFrame([{**{k: r[k] for k in cols if k in r}, "model": r["spec"].get("model")} for r in rows],
+                        columns=cols)
+
+
+def cells_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None = None):
+    """Canonical rows of the given sweeps (all when None), failed cells included, with sweep columns."""
+    import pandas as pd
+
+    with Store(db_path) as store:
+        sweeps = {s["id"]: s for s in store.sweeps_list()}
+        ids = list(sweeps) if sweep_ids is None else [i for i in sweep_ids if i in sweeps]
+        rows = []
+        for sid in ids:
+            for r in store.results(sid, with_samples=False):
+                rows.append({"sweep_id": sid, "machine": sweeps[sid]["machine"],
+                             "created_at": sweeps[sid]["created_at"], **r.row()})
+    return pd.DataFrame(rows, columns=["sweep_id", "machine", "created_at", *CANONICAL_COLUMNS])
+
+
+def fidelity_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None = None):
+    import pandas as pd
+
+    cols = ["sweep_id", "device", "engine", "precision", "status", "reason", "token_match", "first_divergence",
+            "hidden_rel_err", "hidden_rel_err_first_step", "steps", "dtype_gpt", "note"]
+    with Store(db_path) as store:
+        ids = [s["id"] for s in store.sweeps_list()] if sweep_ids is None else sweep_ids
+        rows = [{"sweep_id": sid, **f} for sid in ids for f in store.fidelity(sid)]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def compare_frame(db_path: str | Path, sweep_ids: list[int], metric: str = "latency_p50_s"):
+    """One row per configuration, one column per sweep (machine): `metric` side by side, ok cells only."""
+    df = cells_frame(db_path, sweep_ids)
+    keys = ["engine", "device", "precision", "batch_size", "threads", "tokens", "compile", "stream"]
+    ok = df[df["status"] == "ok"].copy()
+    ok["sweep"] = ok["sweep_id"].astype(str) + ": " + ok["machine"].astype(str)
+    return ok.pivot_table(index=keys, columns="sweep", values=metric, aggfunc="first").reset_index()
+
+
+# ------------------------------------------------------------------------------------------------
+# Bundles: portable JSON, parsed as data only
+
+
+def export_bundle(db_path: str | Path, out_path: str | Path, sweep_ids: list[int] | None = None) -> Path:
+    """Write the given sweeps (all when None) with environment, cells, raw samples and fidelity."""
+    out_path = Path(out_path)
+    with Store(db_path) as store:
+        listed = store.sweeps_list()
+        ids = [s["id"] for s in listed] if sweep_ids is None else list(sweep_ids)
+        by_id = {s["id"]: s for s in listed}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise BundleError(f"no sweep {', '.join(map(str, missing))} in {db_path}")
+        sweeps = []
+        for sid in ids:
+            s = by_id[sid]
+            sweeps.append({
+                "uuid": s["uuid"], "created_at": s["created_at"], "status": s["status"], "spec": s["spec"],
+                "environment": s["environment"], "cells": [r.to_dict() for r in store.results(sid)],
+                "fidelity": store.fidelity(sid),
+            })
+    bundle = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "exported_at": _now(), "sweeps": sweeps}
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_suffix(out_path.suffix + ".tmp")
+    tmp.write_text(json.dumps(bundle, indent=1))
+    tmp.replace(out_path)
+    return out_path
+
+
+def read_bundle(path: str | Path) -> dict:
+    """Parse and check a bundle file; raise BundleError with a clear message when it is not one."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise BundleError(f"{path} does not exist") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{path} is not a JSON bundle (corrupt or truncated): {exc}") from exc
+    if not isinstance(data, dict) or data.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"{path} is not a ChatTTS Lab bundle (format must be {BUNDLE_FORMAT!r})")
+    if data.get("version") != BUNDLE_VERSION:
+        raise BundleError(f"{path} is bundle version {data.get('version')!r}; this build reads version {BUNDLE_VERSION}")
+    sweeps = data.get("sweeps")
+    if not isinstance(sweeps, list):
+        raise BundleError(f"{path}: 'sweeps' must be a list")
+    for n, s in enumerate(sweeps):
+        where = f"{path}: sweep {n}"
+        if not isinstance(s, dict):
+            raise BundleError(f"{where} is not an object")
+        for key, kind in (("uuid", str), ("spec", dict), ("environment", dict), ("cells", list), ("fidelity", list)):
+            if not isinstance(s.get(key), kind):
+                raise BundleError(f"{where}: {key!r} is missing or not a {kind.__name__}")
+        for m, cell in enumerate(s["cells"]):
+            try:
+                result = CellResult.from_dict(cell)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise BundleError(f"{where}, cell {m} is malformed: {exc}") from exc
+            if result.status not in STATUSES:
+                raise BundleError(f"{where}, cell {m} has unknown status {result.status!r}")
+        for f in s["fidelity"]:
+            if not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("device", "engine", "precision")):
+                raise BundleError(f"{where}: a fidelity record is malformed")
+    return data
+
+
+def import_bundle(db_path: str | Path, bundle_path: str | Path) -> tuple[list[int], list[str]]:
+    """Import a bundle's sweeps; returns (new sweep ids, uuids skipped because already present)."""
+    data = read_bundle(bundle_path)
+    new, skipped = [], []
+    with Store(db_path) as store:
+        known = {s["uuid"] for s in store.sweeps_list()}
+        for s in data["sweeps"]:
+            if s["uuid"] in known:
+                skipped.append(s["uuid"])
+                continue
+            status = s.get("status") if s.get("status") in SWEEP_STATUSES else "interrupted"
+            status = "interrupted" if status == "running" else status
+            sid = store.create_sweep(s["spec"], s["environment"], status=status, origin="imported",
+                                     uuid=s["uuid"], created_at=s.get("created_at"))
+            for i, cell in enumerate(s["cells"]):
+                store.add_cell(sid, i, CellResult.from_dict(cell))
+            for f in s["fidelity"]:
+                store.add_fidelity(sid, f)
+            new.append(sid)
+    return new, skipped

@@ -1,0 +1,193 @@
+"""One benchmark cell in a fresh process: `python -m chattts_lab.worker` < task.json.
+
+The parent (`chattts_lab.sweep.run_child`) writes one JSON task on stdin and reads one line on stdout
+that starts with RESULT_MARKER. Running each cell in its own process keeps peak memory, thread pools
+and one-time costs (numba JIT, lazy mmaps) from leaking from one cell into the next. The worker
+returns raw samples only; the parent derives the statistics.
+
+Measurement protocol of a cell:
+  load      load_model() timed as a whole (import, weights, precision conversion): `load_s`
+  cold      the first call with the benchmark request, reported apart as `cold_s`, never counted
+  warmup    `warmup` more calls, not counted
+  timed     repeated until both `repeats` calls and `min_time_s` seconds are done (at most `max_repeats`)
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from typing import Callable
+
+log = logging.getLogger("chattts_lab.worker")
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "failed to allocate")
+
+
+def repeat_until(fn: Callable[[], object], min_count: int, min_time_s: float, max_count: int,
+                 clock: Callable[[], float] = time.perf_counter) -> list:
+    """Call fn until it ran at least min_count times AND for at least min_time_s seconds (max_count caps it)."""
+    results: list = []
+    t0 = clock()
+    while len(results) < max_count and (len(results) < min_count or clock() - t0 < min_time_s):
+        results.append(fn())
+    return results
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """(status, reason) for an exception raised while measuring a cell."""
+    from chattts_lab.devices import DeviceUnavailable
+    from chattts_lab.precision import UnsupportedPrecision
+
+    text = f"{type(exc).__name__}: {exc}".strip()
+    oom_types = tuple(t for t in (MemoryError, _torch_oom_type()) if t is not None)
+    if isinstance(exc, oom_types) or any(m in str(exc).lower() for m in OOM_MARKERS):
+        return "oom", f"out of memory: {text}"[:800]
+    if isinstance(exc, UnsupportedPrecision):
+        return "unsupported", str(exc)
+    if isinstance(exc, DeviceUnavailable):
+        return "skipped", str(exc)
+    return "error", text[:800]
+
+
+def _torch_oom_type():
+    import torch
+
+    return getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+
+
+def _rss_mb() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def measure_cell(cfg, samples: list, info: dict) -> dict:
+    """Load, warm up and time one cell; samples and info are filled in as it goes (kept on failure)."""
+    import torch
+
+    from chattts_lab.measure import process_peak_rss_mb
+    from chattts_lab.models import LoadConfig, load_model
+    from chattts_lab.requests import Sampling, SynthesisRequest, Voice
+    from chattts_lab.sweep import AUDIO_SEED, VOICE_SEED
+    from chattts_lab.synthesis import speaker_from_seed
+
+    info["extra"] = extra = {"rss_baseline_mb": _rss_mb()}  # the runtime's own memory, before any model
+    t0 = time.perf_counter()
+    import ChatTTS  # noqa: F401  (imported apart: a one-time cost of the process, not of the model)
+
+    extra["import_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    model = load_model(LoadConfig(model=cfg.model, device=cfg.device, precision=cfg.precision, threads=cfg.threads,
+                                  engine=cfg.engine, compile=cfg.compile))
+    info["load_s"] = time.perf_counter() - t0
+    info["effective"] = dict(model.effective)
+    extra.update(
+        rss_after_load_mb=_rss_mb(), peak_rss_load_mb=process_peak_rss_mb(), model_load_s=model.load_s,
+        interop_threads=torch.get_num_interop_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
+        source=model.source.label, synthetic=model.synthetic,
+    )
+    request = SynthesisRequest.of(
+        [cfg.text] * cfg.batch_size, max_new_token=cfg.tokens, min_new_token=cfg.tokens,
+        voice=Voice(speaker=speaker_from_seed(model, VOICE_SEED)), sampling=Sampling(audio_seed=AUDIO_SEED),
+    )
+
+    def run(phase: str) -> dict:
+        gc.collect()  # collect outside the timed region, not inside it
+        sample = _one_call(model, request, cfg.stream, phase)
+        samples.append(sample)
+        return sample
+
+    run("cold")
+    for _ in range(cfg.warmup):
+        run("warmup")
+    repeat_until(lambda: run("timed"), cfg.repeats, cfg.min_time_s, cfg.max_repeats)
+    timed = [s for s in samples if s["phase"] == "timed"]
+    info["effective"]["threads"] = timed[-1]["threads"]  # what torch used during the timed calls
+    notes = []
+    short = sorted({n for s in timed for n in s["tokens"] if n != cfg.tokens})
+    if short:
+        notes.append(f"some items generated {short} tokens instead of {cfg.tokens}")
+    if cfg.compile and not info["effective"].get("compile"):
+        notes.append("compile was requested but did not take effect")
+    if info["effective"].get("threads") != cfg.threads and cfg.device == "cpu":
+        notes.append(f"torch ran {info['effective'].get('threads')} threads, not {cfg.threads}")
+    return {"status": "ok", "reason": "; ".join(notes)}
+
+
+def _one_call(model, request, stream: bool, phase: str) -> dict:
+    from chattts_lab.synthesis import SynthesisOutput, synthesize, synthesize_stream
+
+    if stream:
+        out = None
+        for item in synthesize_stream(model, request):
+            if isinstance(item, SynthesisOutput):
+                out = item
+    else:
+        out = synthesize(model, request)
+    m = out.measurements
+    return {
+        "phase": phase, "wall_s": m.wall_s, "ttfa_s": m.ttfa_s, "decode_s": m.stages.decode_s,
+        "prefill_s": m.stages.prefill_s, "stages": m.stages.as_dict(), "gpt_steps": m.gpt_steps,
+        "tokens": list(m.tokens), "audio_s": max(m.audio_s, default=0.0), "peak_rss_mb": m.peak_rss_mb,
+        "peak_device_mb": m.peak_device_mb, "threads": m.effective.get("threads"),
+    }
+
+
+def run_task(task: dict) -> dict:
+    from chattts_lab.sweep import RunConfig
+
+    cfg = RunConfig.from_dict(task["config"])
+    samples: list = []
+    info: dict = {}
+    try:
+        if task.get("kind") == "fidelity":
+            from chattts_lab.fidelity import measure_fidelity
+
+            return {"status": "ok", "reason": "", "fidelity": measure_fidelity(
+                cfg.model, cfg.device, cfg.engine, cfg.precision, cfg.tokens, cfg.threads)}
+        outcome = measure_cell(cfg, samples, info)
+    except Exception as exc:  # every failure becomes a row: status and reason, samples kept
+        log.debug("cell failed:\n%s", traceback.format_exc())
+        status, reason = classify(exc)
+        outcome = {"status": status, "reason": reason}
+    return {**outcome, "samples": samples, **info}
+
+
+def die_with_parent() -> None:
+    """Linux: be killed when the sweep that started us dies (no orphaned workers after a SIGKILL)."""
+    parent = os.environ.get("CHATTTS_LAB_PARENT_PID")
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):  # the parent died before the line above took effect
+        sys.exit(3)
+
+
+def main() -> int:
+    die_with_parent()
+    logging.basicConfig(level=os.environ.get("CHATTTS_LAB_LOG", "WARNING"), stream=sys.stderr)
+    task = json.loads(sys.stdin.read())
+    payload = run_task(task)
+    sys.stdout.write("\n" + _marker() + json.dumps(payload, default=str) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _marker() -> str:
+    from chattts_lab.sweep import RESULT_MARKER
+
+    return RESULT_MARKER
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Sweep specs: cartesian expansion, validation, the skip rules, derived statistics, and the parent's
+handling of worker processes that die, hang or are stopped."""
+
+import stat
+
+import pytest
+
+from chattts_lab import metrics
+from chattts_lab.sweep import (
+    CANONICAL_COLUMNS,
+    RunConfig,
+    SpecError,
+    SweepSpec,
+    cell_rule,
+    run_child,
+    summarize,
+    usable_cores,
+)
+
+ISSUE_KEYS = ("device precision batch_size threads tokens engine compile stream status reason latency_p50_s "
+              "latency_p90_s latency_std_s rtf audio_s_per_s tokens_per_s step_ms ttfa_s peak_rss_mb peak_device_mb "
+              "load_s audio_s").split()
+
+
+def test_expansion_is_the_cartesian_product_in_a_stable_order():
+    spec = SweepSpec(model="synthetic-tiny", precisions=("fp32", "bf16", "int8"), batches=(1, 4, 8),
+                     threads=(1, 2), tokens=(64, 256))
+    cells = spec.expand()
+    assert len(cells) == 3 * 3 * 2 * 2
+    assert len({c.key for c in cells}) == len(cells)
+    assert [c.batch_size for c in cells[:3]] == [1, 4, 8]  # the last list varies fastest
+    assert (cells[0].precision, cells[-1].precision) == ("fp32", "int8")
+    assert spec.expand() == cells
+
+
+def test_duplicates_in_a_list_do_not_duplicate_cells():
+    assert len(SweepSpec(batches=(1, 1, 2)).expand()) == 2
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(batches=(0,)), "batch size"),
+    (dict(precisions=("fp64",)), "unknown precision"),
+    (dict(threads=(0,)), "threads"),
+    (dict(tokens=(1,)), "tokens"),
+    (dict(devices=("gpu",)), "unknown device"),
+    (dict(engines=("fast",)), "unknown engine"),
+    (dict(batches=()), "batches is empty"),
+    (dict(repeats=0), "repeats"),
+])
+def test_invalid_specs_are_refused_with_a_reason(changes, message):
+    spec = SweepSpec(**changes)
+    assert any(message in e for e in spec.errors())
+    with pytest.raises(SpecError, match=message):
+        spec.expand()
+
+
+def _cfg(**kw):
+    base = dict(model="synthetic-tiny", device="cpu", precision="fp32", batch_size=1, threads=1, tokens=8)
+    return RunConfig(**{**base, **kw})
+
+
+def test_rule_table_turns_impossible_cells_into_rows_with_reasons():
+    assert cell_rule(_cfg()) is None
+    status, reason = cell_rule(_cfg(engine="lab"))
+    assert status == "unsupported" and "lab" in reason
+    status, reason = cell_rule(_cfg(compile=True))
+    assert status == "skipped" and "ignores compile" in reason
+    status, reason = cell_rule(_cfg(threads=usable_cores() + 1))
+    assert status == "skipped" and "usable cores" in reason
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
+def test_absent_device_is_skipped_not_fatal():
+    status, reason = cell_rule(_cfg(device="cuda:0"))
+    assert status == "skipped" and "not present" in reason
+
+
+def test_statistics_and_metrics_are_derived_from_raw_samples():
+    cfg = _cfg(batch_size=4, tokens=10)
+    audio = metrics.audio_seconds(10)
+    samples = [{"phase": "cold", "wall_s": 9.0}, {"phase": "warmup", "wall_s": 5.0}] + [
+        {"phase": "timed", "wall_s": w, "decode_s": w / 2, "gpt_steps": 10, "audio_s": audio, "peak_rss_mb": m,
+         "tokens": [10] * 4, "ttfa_s": None, "peak_device_mb": None}
+        for w, m in ((1.0, 100.0), (3.0, 300.0), (2.0, 200.0))]
+    r = summarize(cfg, "ok", "", {"samples": samples, "load_s": 1.5})
+    assert r.latency.count == 3 and r.latency.p50 == 2.0  # warm-up and cold calls are not counted
+    assert r.cold_s == 9.0 and r.load_s == 1.5
+    assert r.rtf == pytest.approx(2.0 / audio)
+    assert r.audio_s_per_s == pytest.approx(4 * audio / 2.0)
+    assert r.tokens_per_s == pytest.approx(40 / 2.0)
+    assert r.step_ms == pytest.approx(1000 * 1.0 / 9)  # median decode 1.0 s over 9 decode steps
+    assert r.peak_rss_mb == 300.0
+    row = r.row()
+    assert set(ISSUE_KEYS) <= set(row) and tuple(row) == CANONICAL_COLUMNS
+
+
+def test_ok_without_timed_samples_is_an_error():
+    r = summarize(_cfg(), "ok", "", {"samples": [{"phase": "cold", "wall_s": 1.0}]})
+    assert r.status == "error" and r.latency is None
+
+
+def _fake_python(tmp_path, body: str) -> str:
+    """A stand-in interpreter for the worker: lets the test make a child die or hang on purpose."""
+    path = tmp_path / "fake-python"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_a_worker_killed_by_a_signal_becomes_a_crashed_row(tmp_path):
+    out = run_child({"kind": "cell"}, timeout_s=30, python=_fake_python(tmp_path, "echo dying >&2; kill -9 $$"))
+    assert out.status == "crashed" and "SIGKILL" in out.reason and "dying" in out.reason
+
+
+def test_a_hung_worker_is_killed_at_the_timeout(tmp_path):
+    out = run_child({"kind": "cell"}, timeout_s=1.0, python=_fake_python(tmp_path, "sleep 60"))
+    assert out.status == "crashed" and "timeout" in out.reason and out.elapsed_s < 10
+
+
+def test_stopping_kills_the_running_worker_and_cancels_the_cell(tmp_path):
+    calls = []
+    out = run_child({"kind": "cell"}, timeout_s=60, python=_fake_python(tmp_path, "sleep 60"),
+                    should_stop=lambda: calls.append(1) or len(calls) > 3)
+    assert out.status == "cancelled" and out.elapsed_s < 10
+
