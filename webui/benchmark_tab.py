@@ -316,7 +316,7 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
                 f_precisions = gr.Dropdown(list(PRECISIONS), multiselect=True, label="Filter: precision", elem_id="f-precisions")
                 f_status = gr.Dropdown(STATUS_CHOICES, multiselect=True, label="Filter: status", elem_id="f-status")
             table = gr.DataFrame(label="Results (click a header to sort; failed cells keep their reason)",
-                                 interactive=False, elem_id="sw-table", show_search="search", max_height=420, wrap=True)
+                                 interactive=False, elem_id="sw-table", show_search="search", max_height=420)
             with gr.Row():
                 fig_latency = gr.Plot(label="Latency vs batch", elem_id="fig-latency")
                 fig_rtf = gr.Plot(label="RTF by precision and threads", elem_id="fig-rtf")
