@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -52,20 +51,17 @@ class Running:
 RUNNING = Running()
 
 
-_warmed: "weakref.WeakSet[LoadedModel]" = weakref.WeakSet()
-
-
 def get_model(ctx: AppContext, settings: RuntimeSettings, progress=None) -> LoadedModel:
     """The model for these settings, loading it on first use (cached by the library) and warming it up
     once, so the first result a person sees is not inflated by one-time JIT costs."""
     if progress is not None:
         progress(0.05, desc=f"Loading model ({ctx.model}, {settings.device}, {settings.precision})…")
     model = load_model(settings.load_config(ctx.model))
-    if model not in _warmed:
+    if not getattr(model, "webui_warmed", False):  # once per loaded model
         if progress is not None:
             progress(0.2, desc="Warming up (one-time compilation)…")
         warm_up(model)
-        _warmed.add(model)
+        model.webui_warmed = True
     return model
 
 
