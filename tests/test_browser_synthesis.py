@@ -112,6 +112,7 @@ def test_bad_input_gets_a_clear_message_then_the_next_request_works(page, tmp_pa
     wait_toast(page, "text is empty")
     close_toasts(page)
 
+    page.fill("#text textarea", "Hello with a broken voice.")
     page.check("#voice-mode input[value='Speaker string']")
     page.fill("#speaker textarea", "this is not a speaker embedding")
     page.click("#generate")

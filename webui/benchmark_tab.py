@@ -231,7 +231,8 @@ def import_bundle_handler(ctx: AppContext, file):
     try:
         new, skipped = import_bundle(ctx.history_db, file)
     except BundleError as exc:
-        raise gr.Error(f"Could not import that bundle: {exc}", duration=None) from exc
+        gr.Warning(f"Could not import that bundle: {exc}", duration=None)
+        return None
     gr.Info(f"Imported sweep(s) {', '.join(map(str, new)) or 'none'}; {len(skipped)} already present.")
     return None
 

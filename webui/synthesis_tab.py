@@ -212,7 +212,9 @@ def import_card(file):
     try:
         card = parse_card(Path(file).read_bytes()[: 2 * 1024 * 1024])
     except USER_ERRORS as exc:
-        raise gr.Error(f"Could not import that voice card: {exc}", duration=None) from exc
+        # A warning, not an error: an error would cover every voice control with an error overlay.
+        gr.Warning(f"Could not import that voice card: {exc}", duration=None)
+        return [gr.skip()] * 16 + [None]
     mode = VOICE_MODES[1] if card.speaker else VOICE_MODES[2] if card.sample_audio_code else VOICE_MODES[0]
     s, r = card.sampling, card.refine
     gr.Info(f"Imported voice '{card.name}'.")
