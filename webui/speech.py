@@ -94,10 +94,11 @@ def run(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, s
             return synthesize(model, request), model
 
 
-def run_stream(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None):
+def run_stream(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None,
+               progress=None):
     """Yields (model, item) for each StreamChunk and the final SynthesisOutput."""
     with ctx.model_work:
-        model = get_model(ctx, settings)
+        model = get_model(ctx, settings, progress)
         with RUNNING.mark(session, model):
             for item in synthesize_stream(model, request):
                 yield model, item

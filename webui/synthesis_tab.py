@@ -110,7 +110,7 @@ def generate(ctx: AppContext, settings: RuntimeSettings, imported_code, request:
             banner = present.banner_html(out.synthetic, model.source.note)
             yield None, gr.update(value=path, autoplay=True), m, present.metrics_markdown(m), banner
             return
-        yield from _generate_stream(ctx, settings, req, session, live=live_playback())
+        yield from _generate_stream(ctx, settings, req, session, live_playback(), progress)
     except USER_ERRORS as exc:
         raise gr.Error(str(exc), duration=None) from exc
 
@@ -120,11 +120,12 @@ def live_playback() -> bool:
     return shutil.which("ffmpeg") is not None
 
 
-def _generate_stream(ctx: AppContext, settings: RuntimeSettings, req: SynthesisRequest, session, live: bool):
+def _generate_stream(ctx: AppContext, settings: RuntimeSettings, req: SynthesisRequest, session, live: bool,
+                     progress=None):
     # Sentences stream one after another, so playback follows the text's order.
     parts, measurements, ttfa = [], [], None
     for text in req.texts:
-        for model, item in speech.run_stream(ctx, settings, replace(req, texts=(text,)), session):
+        for model, item in speech.run_stream(ctx, settings, replace(req, texts=(text,)), session, progress):
             banner = present.banner_html(model.synthetic, model.source.note)
             if isinstance(item, StreamChunk):
                 if ttfa is None:
