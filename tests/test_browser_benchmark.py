@@ -101,6 +101,10 @@ def test_recommendation_applies_to_the_synthesis_tab(page):
     rec = page.locator("#recommendation")
     rec.filter(has_text="RTF").wait_for(timeout=LONG)
     assert re.search(r"cpu · stock · fp32 · \d+ threads", rec.inner_text())
+    page.click("#sw-reports")
+    page.locator("#sw-report-files a[href*='results.html']").first.wait_for(timeout=LONG)
+    for ext in ("csv", "json"):
+        assert page.locator(f"#sw-report-files a[href*='results.{ext}']").count() == 1
     page.click("#apply-best")
     wait_toast(page, "Applied cpu · fp32")
     open_tab(page, "Synthesis")
