@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import re
 import signal
 import sys
@@ -21,6 +22,7 @@ from chattts_lab.sweep import (
     CellFinished,
     CellStarted,
     FidelityFinished,
+    FidelityStarted,
     RunConfig,
     SpecError,
     SweepFinished,
@@ -216,6 +218,10 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"refusing a grid of {len(cells)} cells / about {describe(estimate)} (limits: {MAX_CELLS} cells, "
               f"{MAX_HOURS:g} h); narrow the lists or pass --yes", file=sys.stderr)
         return 2
+    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if busy > 0.5 * usable_cores():
+        print(f"warning: the machine is busy (load average {busy:.1f} on {usable_cores()} cores); timings will be "
+              "noisy and multi-threaded cells suffer most", file=sys.stderr)
     if args.dry_run:
         for c in cells:
             rule = cell_rule(c)
@@ -248,9 +254,11 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
                 bar.update(1)
             if r.status != "ok":
                 bar.write(f"{r.config.label}: {r.status}: {r.reason}")
-        elif isinstance(event, FidelityFinished):
+        elif isinstance(event, FidelityStarted):
+            bar.set_description(f"fidelity of {event.engine} {event.precision} vs fp32 stock")
+        elif isinstance(event, FidelityFinished) and event.record.get("status") != "ok":
             rec = event.record
-            bar.set_description(f"fidelity {rec['engine']} {rec['precision']}")
+            bar.write(f"fidelity {rec['engine']} {rec['precision']}: {rec['status']}: {rec.get('reason')}")
         elif isinstance(event, SweepFinished):
             final = event
     if bar is not None:
