@@ -23,7 +23,7 @@ from chattts_lab.precision import PRECISIONS
 from chattts_lab.recommend import recommend
 from chattts_lab.report import TABLE_COLUMNS, results_frame, write_reports
 from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
-from chattts_lab.sweep import CellFinished, CellStarted, SpecError, SweepFinished, SweepSpec, SweepStarted, run_sweep, usable_cores
+from chattts_lab.sweep import CellFinished, CellStarted, FidelityStarted, SpecError, SweepFinished, SweepSpec, SweepStarted, run_sweep, usable_cores
 from webui import figures
 from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import devices, precisions_for
@@ -148,6 +148,9 @@ def sweep_handler(ctx: AppContext, request: gr.Request, *values):
                     df = results_frame(results)
                     yield _outputs(df, progress_html(len(results), total, f"{event.result.config.label}: "
                                                      f"{event.result.status}"), gr.skip(), sweep_id)
+                elif isinstance(event, FidelityStarted):
+                    yield (progress_html(len(results), total, f"fidelity check: {event.precision} on {event.device} "
+                                         f"vs fp32"), *[gr.skip()] * 7, gr.skip())
                 elif isinstance(event, SweepFinished):
                     df = results_frame(event.results)
                     note = {"finished": "finished", "cancelled": "stopped: every finished row is kept",
