@@ -1,6 +1,14 @@
-"""Shared fixtures: the real ChatTTS code on small synthetic weights (built once into the cache)."""
+"""Shared fixtures: the real ChatTTS code on tiny synthetic weights, the real app in a subprocess, Debian chromium."""
+
+from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -8,10 +16,101 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for the network
 
 TINY = "synthetic-tiny"
+ROOT = Path(__file__).resolve().parents[1]
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+# Debian chromium under Playwright (never `playwright install`: it downloads a browser).
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage"]
+START_TIMEOUT_S = 180  # two other engineers share these two cores: be patient
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the app exited with {proc.returncode} before serving {url}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"the app did not answer at {url} within {timeout:.0f} s")
+
+
+def start_app(tmp: Path, *extra: str) -> tuple[str, subprocess.Popen]:
+    port = free_port()
+    env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
+               CHATTTS_LAB_OUTPUTS=str(tmp / "outputs"), CHATTTS_LAB_HISTORY=str(tmp / "history.sqlite"))
+    log = open(tmp / f"app-{port}.log", "w")
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", "synthetic-tiny", "--port", str(port), *extra],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_http(url, proc, START_TIMEOUT_S)
+    except Exception:
+        proc.kill()
+        raise
+    return url, proc
+
+
+def stop_app(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def app_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("app")
+
+
+@pytest.fixture(scope="session")
+def app_url(app_dir):
+    """The real app (`python app.py --model synthetic-tiny --port N`), shared by the whole session."""
+    url, proc = start_app(app_dir)
+    yield url
+    stop_app(proc)
+
+
+@pytest.fixture(scope="session")
+def browser_context(tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium is not installed (apt-get install chromium fonts-noto-cjk)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
+            args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 1000}, accept_downloads=True,
+        )
+        ctx.set_default_timeout(60_000)
+        yield ctx
+        ctx.close()
+
+
+@pytest.fixture
+def page(browser_context, app_url):
+    page = browser_context.new_page()
+    page.goto(app_url)
+    page.wait_for_selector("#generate", timeout=120_000)
+    yield page
+    page.close()
 
 
 @pytest.fixture(scope="session")
 def tiny_model():
+    """ChatTTS loaded in this process on tiny random weights (fp32, stock engine, 1 thread)."""
     from chattts_lab import LoadConfig, load_model
 
     return load_model(LoadConfig(model=TINY, device="cpu", precision="fp32", threads=1))

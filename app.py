@@ -1,0 +1,74 @@
+"""ChatTTS Lab's web app: `python app.py [--host H] [--port P] [--auth user:pass] [--share] [--model M]`.
+
+Pure composition: one builder per tab (webui/), the OpenAI-compatible route beside the UI, and
+argument parsing. No model loads at import time; the first request loads it, with progress shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import gradio as gr  # noqa: E402
+
+from webui import openai_api, present  # noqa: E402
+from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
+from webui.context import AppContext, bind  # noqa: E402
+from webui.synthesis_tab import apply_settings, build_synthesis_tab  # noqa: E402
+
+HEADER = """# ChatTTS Lab
+Try ChatTTS voices and measure how fast they run on this machine. Model: **{model}** (loads on first use).
+"""
+
+
+def build_app(ctx: AppContext) -> gr.Blocks:
+    with gr.Blocks(title="ChatTTS Lab") as demo:
+        gr.Markdown(HEADER.format(model=ctx.model))
+        with gr.Tabs():
+            with gr.Tab("Synthesis", id="synthesis"):
+                synth = build_synthesis_tab(ctx)
+            with gr.Tab("Benchmark", id="benchmark"):
+                bench = build_benchmark_tab(ctx)
+        # The benchmark's recommendation flows into the synthesis tab's runtime controls.
+        targets = [synth.device, synth.engine, synth.precision, synth.threads, synth.runtime]
+        for button in (synth.apply_best, bench.apply_best):
+            button.click(bind(recommended_or_latest, ctx), bench.recommended, bench.recommended,
+                         api_visibility="private").success(apply_settings, bench.recommended, targets,
+                                                          api_visibility="private")
+        demo.load(bench.on_load, None, bench.load_outputs, api_visibility="private")
+    return demo
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1, or $GRADIO_SERVER_NAME); 0.0.0.0 for a LAN")
+    p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
+    p.add_argument("--auth", default=None, metavar="USER:PASS", help="require a login (and this Bearer key on /v1)")
+    p.add_argument("--share", action="store_true", help="also open a temporary public gradio.live link")
+    p.add_argument("--model", default=os.environ.get("CHATTTS_LAB_MODEL", "auto"),
+                   help="auto (default), hf, synthetic, synthetic-tiny or a local folder")
+    p.add_argument("--enable-monitoring", action="store_true", help="serve Gradio's /monitoring dashboard (off by default)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    auth = tuple(args.auth.split(":", 1)) if args.auth else None
+    if args.auth and ":" not in args.auth:
+        raise SystemExit("--auth takes user:pass")
+    ctx = AppContext.from_env(args.model, api_key=args.auth)
+    demo = build_app(ctx)
+    demo.queue(default_concurrency_limit=4)
+    app, _, _ = demo.launch(
+        server_name=args.host, server_port=args.port, auth=auth, share=args.share,
+        enable_monitoring=args.enable_monitoring, prevent_thread_lock=True,
+        allowed_paths=[str(ctx.outputs_dir)], css=present.CSS, footer_links=["api"],
+    )
+    openai_api.install(app, openai_api.speech_router(ctx))
+    demo.block_thread()
+
+
+if __name__ == "__main__":
+    main()

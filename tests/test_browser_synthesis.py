@@ -1,0 +1,131 @@
+"""A person in chromium: synthesize and play, stream, interrupt, voice cards, bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+
+import pytest
+import soundfile as sf
+
+from tests.conftest import SCREENSHOTS
+from tests.ui import LONG, audio_href, close_toasts, open_accordion, pick_option, set_number, wait_toast
+
+pytestmark = pytest.mark.browser
+
+
+# The players live in a shadow root: Playwright's locators pierce it, document.querySelector does not.
+PLAYED = "els => els.some(a => a.src && (!a.paused || a.currentTime > 0 || a.ended))"
+
+
+def wait_played(page, elem_id: str = "audio", timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not page.locator(f"#{elem_id} audio").evaluate_all(PLAYED):
+        assert time.monotonic() < deadline, "the audio player never started"
+        page.wait_for_timeout(200)
+
+
+def generate(page, text: str, tokens: int = 24, min_tokens: int = 0) -> None:
+    page.fill("#text textarea", text)
+    open_accordion(page, "Sampling")
+    set_number(page, "max-new-token", tokens)
+    set_number(page, "min-new-token", min_tokens)  # random weights stop at random; this holds them to it
+    page.click("#generate")
+
+
+def wait_result(page, timeout: int = LONG) -> str:
+    page.locator("#metrics").filter(has_text="Latency").wait_for(timeout=timeout)
+    return page.locator("#metrics").inner_text()
+
+
+def test_synthesize_and_play_with_the_synthetic_banner(page):
+    generate(page, "四川美食确实以辣闻名，但也有不辣的选择。Hello [uv_break] world!", tokens=32)
+    metrics = wait_result(page)
+    for label in ("Latency", "RTF", "×real-time", "GPT steps/s", "peak RSS", "GPT decode", "vocoder (Vocos)"):
+        assert label in metrics
+    assert "timings are real, the audio is noise" in page.locator("#banner").inner_text()
+    href = audio_href(page)
+    assert href and href.endswith(".wav")
+    wav, sr = sf.read(io.BytesIO(page.request.get(href).body()))
+    assert sr == 24_000 and len(wav) > 0
+    # Autoplay: the player starts on its own.
+    wait_played(page)
+    open_accordion(page, "Sampling")  # closed again for a tidy screenshot
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "synthesis.png"), full_page=True)
+
+
+def test_stream_shows_time_to_first_audio(page):
+    page.check("#stream input[type=checkbox]")
+    page.locator("#stream-audio").wait_for(state="visible")
+    generate(page, "Streaming plays while the model is still generating.", tokens=120, min_tokens=120)
+    metrics = wait_result(page)
+    assert re.search(r"time to first audio \d+\.\d+ s", metrics)
+    assert audio_href(page)
+
+
+def test_interrupt_keeps_the_audio_made_so_far(page):
+    generate(page, "A long one that I will stop half way through, because I changed my mind.", tokens=2048,
+             min_tokens=2048)
+    page.wait_for_timeout(5000)  # let it generate for a while
+    page.click("#interrupt")
+    metrics = wait_result(page)
+    assert "interrupted" in metrics
+    tokens = int(re.search(r"from (\d+) tokens", metrics).group(1))
+    assert 0 < tokens < 2048
+    assert audio_href(page)
+
+
+def test_voice_card_exports_and_reimports(page, tmp_path):
+    pick_option(page, "preset", "Cleo")
+    page.wait_for_function("() => document.querySelector('#voice-seed input').value === '2222'")
+    open_accordion(page, "Sampling")
+    set_number(page, "temperature", 0.42)
+    open_accordion(page, "Voice card: export / import")
+    page.fill("#card-name input, #card-name textarea", "test-voice")
+    page.click("#export-card")
+    link = page.locator("#card-out a[href*='.json']")
+    link.first.wait_for(timeout=LONG)
+    card = json.loads(page.request.get(link.first.get_attribute("href")).body())
+    assert card["name"] == "test-voice" and card["seed"] == 2222
+    assert card["sampling"]["temperature"] == pytest.approx(0.42)
+    assert len(card["speaker"]) > 100  # the embedding travels with the card
+    card_file = tmp_path / "test-voice.voice.json"
+    card_file.write_text(json.dumps(card))
+
+    page.reload()  # a fresh session: nothing of the old voice is left
+    page.wait_for_selector("#generate", timeout=LONG)
+    open_accordion(page, "Voice card: export / import")
+    page.locator("#card-in input[type=file]").set_input_files(str(card_file))
+    wait_toast(page, "Imported voice 'test-voice'")
+    assert page.locator("#speaker textarea").input_value() == card["speaker"]
+    assert page.locator("#voice-mode input[value='Speaker string']").is_checked()
+    generate(page, "Same voice on another machine.", tokens=16)
+    wait_result(page)
+
+
+def test_bad_input_gets_a_clear_message_then_the_next_request_works(page, tmp_path):
+    page.fill("#text textarea", "   ")
+    page.click("#generate")
+    wait_toast(page, "text is empty")
+    close_toasts(page)
+
+    page.fill("#text textarea", "Hello with a broken voice.")
+    page.check("#voice-mode input[value='Speaker string']")
+    page.fill("#speaker textarea", "this is not a speaker embedding")
+    page.click("#generate")
+    wait_toast(page, "speaker string is malformed")
+    close_toasts(page)
+
+    bad = tmp_path / "corrupt.json"
+    bad.write_bytes(b'{"format": "chattts-lab-voice", "version": 1, "seed": "x"')
+    open_accordion(page, "Voice card: export / import")
+    page.locator("#card-in input[type=file]").set_input_files(str(bad))
+    wait_toast(page, "Could not import that voice card: voice card is not valid JSON")
+    close_toasts(page)
+
+    page.check("#voice-mode input[value='Seed / preset']")
+    generate(page, "And now it works.", tokens=16)
+    wait_result(page)

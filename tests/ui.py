@@ -1,0 +1,57 @@
+"""Small helpers for driving the Gradio 6 DOM the way a person would."""
+
+from __future__ import annotations
+
+import re
+
+LONG = 300_000  # ms: generous, the two cores are shared with other heavy work
+
+
+def open_accordion(page, label: str) -> None:
+    page.get_by_text(label, exact=True).first.click()
+
+
+def set_number(page, elem_id: str, value) -> None:
+    """Type into a Number or a Slider's number box and commit it."""
+    box = page.locator(f"#{elem_id} input[type=number]").first
+    box.fill(str(value))
+    box.press("Tab")
+
+
+def wait_toast(page, pattern: str, timeout: int = LONG):
+    toast = page.locator(".toast-body").filter(has_text=re.compile(pattern))
+    toast.first.wait_for(timeout=timeout)
+    return toast.first.inner_text()
+
+
+def close_toasts(page) -> None:
+    for btn in page.locator(".toast-close").all():
+        try:
+            btn.click(timeout=2000)
+        except Exception:  # a toast may vanish by itself meanwhile
+            pass
+
+
+def audio_href(page, elem_id: str = "audio") -> str | None:
+    links = page.locator(f"#{elem_id} a[href*='.wav']")
+    return links.first.get_attribute("href") if links.count() else None
+
+
+def pick_option(page, elem_id: str, pattern: str) -> None:
+    """Open a Dropdown and choose the option whose text matches."""
+    page.locator(f"#{elem_id} input").first.click()
+    page.get_by_role("option", name=re.compile(pattern)).first.click()
+    page.keyboard.press("Escape")
+
+
+def row_count(page, elem_id: str) -> int:
+    """Rows of a Gradio 6 table (it renders only visible rows; aria-rowcount counts them all, header included)."""
+    grid = page.locator(f"#{elem_id} [aria-rowcount]").first
+    if not grid.count():
+        return page.locator(f"#{elem_id} tbody tr").count()
+    return int(grid.get_attribute("aria-rowcount")) - 1
+
+
+def open_tab(page, *names: str) -> None:
+    for name in names:
+        page.get_by_role("tab", name=name, exact=True).click()

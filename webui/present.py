@@ -1,0 +1,68 @@
+"""Turning library results into what a person reads: the metrics line, stage table and banners."""
+
+from __future__ import annotations
+
+import html
+
+from chattts_lab import SYNTHETIC_WARNING
+
+STAGE_LABELS = {
+    "refine_s": "refine text",
+    "prefill_s": "GPT prefill",
+    "decode_s": "GPT decode",
+    "decoder_s": "decoder (DVAE)",
+    "vocoder_s": "vocoder (Vocos)",
+    "other_s": "other (normalise, tokenise, glue)",
+}
+
+
+def _fmt(value, spec: str, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{unit}"
+
+
+def metrics_markdown(m: dict) -> str:
+    """One summary line and a stage breakdown table for a measurements dict (SynthesisOutput.measurements.as_dict())."""
+    if not m:
+        return ""
+    eff = m.get("effective", {})
+    lines = [
+        f"**Latency** {_fmt(m.get('wall_s'), '.2f', ' s')} · **RTF** {_fmt(m.get('rtf'), '.2f')} · "
+        f"**×real-time** {_fmt(m.get('x_realtime'), '.2f')} · **GPT steps/s** {_fmt(m.get('gpt_steps_per_s'), '.1f')} · "
+        f"**peak RSS** {_fmt(m.get('peak_rss_mb'), ',.0f', ' MB')}"
+        + (f" · **peak GPU** {m['peak_device_mb']:,.0f} MB" if m.get("peak_device_mb") else "")
+        + (f" · **time to first audio** {m['ttfa_s']:.2f} s" if m.get("ttfa_s") is not None else "")
+        + (" · **interrupted**" if m.get("interrupted") else ""),
+        "",
+        f"audio {sum(m.get('audio_s') or [0]):.2f} s from {sum(m.get('tokens') or [0])} tokens · "
+        f"ran on {eff.get('device', '?')}, GPT {eff.get('dtype_gpt', '?')}, {eff.get('threads', '?')} threads, "
+        f"{eff.get('engine', '?')} engine",
+        "",
+        "| stage | seconds | share |",
+        "|---|---:|---:|",
+    ]
+    wall = m.get("wall_s") or 0
+    for key, label in STAGE_LABELS.items():
+        secs = (m.get("stages") or {}).get(key, 0.0)
+        share = 100 * secs / wall if wall else 0
+        lines.append(f"| {label} | {secs:.3f} | {share:.0f} % |")
+    return "\n".join(lines)
+
+
+def banner_html(synthetic: bool, note: str = "") -> str:
+    """The warning shown wherever audio plays when the weights are random."""
+    if not synthetic:
+        return ""
+    extra = f"<br><small>{html.escape(note)}</small>" if note else ""
+    return f'<div class="synthetic-banner" role="alert">⚠️ {html.escape(SYNTHETIC_WARNING)}{extra}</div>'
+
+
+def error_html(message: str) -> str:
+    return f'<div class="error-banner" role="alert">❌ {html.escape(message)}</div>'
+
+
+CSS = """
+.synthetic-banner { background: #fff4d6; border: 1px solid #e0b100; color: #5c4500; padding: 8px 12px;
+  border-radius: 8px; font-weight: 600; }
+.error-banner { background: #fde8e8; border: 1px solid #d33; color: #7a1010; padding: 8px 12px; border-radius: 8px; }
+.dark .synthetic-banner { background: #4a3b00; color: #ffe9a3; }
+"""
