@@ -24,7 +24,7 @@ from chattts_lab import (
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.synthesis import SYNTHETIC_WARNING, encode_sample_audio, speaker_from_seed
 
-from conftest import TINY
+from tests.conftest import TINY
 
 
 def fixed(text, n, **kwargs):
