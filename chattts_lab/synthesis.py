@@ -147,9 +147,13 @@ def interrupt(model: LoadedModel) -> None:
     model.chat.interrupt()
 
 
+WARM_UP_TEXTS = ("Warm up, please!", "预热一下！", "Mixed 中英 text [uv_break] here!")
+
+
 def warm_up(model: LoadedModel) -> None:
-    """Pay one-time costs (numba JIT in the normaliser, first kernels) outside any measurement."""
-    synthesize(model, SynthesisRequest.of("Warm up.", max_new_token=4, min_new_token=4))
+    """Pay one-time costs outside any measurement: the normaliser's numba JIT for English, for Chinese
+    and for its invalid-character path (several seconds each on first use), and the first kernels."""
+    synthesize(model, SynthesisRequest.of(WARM_UP_TEXTS, max_new_token=4, min_new_token=4))
 
 
 @contextmanager

@@ -61,9 +61,6 @@ def get_model(ctx: AppContext, settings: RuntimeSettings, progress=None) -> Load
         if progress is not None:
             progress(0.2, desc="Warming up (one-time compilation)…")
         warm_up(model)
-        # The Chinese normaliser initialises lazily on the first Chinese text (seconds): pay it here too,
-        # so it never lands in a person's first measured result.
-        synthesize(model, SynthesisRequest.of("预热。", max_new_token=4, min_new_token=4))
         model.webui_warmed = True
     return model
 
