@@ -142,28 +142,34 @@ def test_interrupt_stops_lab_generation(lab_fp32):
     assert final.measurements.tokens[0] < 100
 
 
-def _rss_mb():
-    import psutil
-
-    return psutil.Process().memory_info().rss / 2**20
+CONVERSION_PROBE = """
+import json, sys, torch
+from chattts_lab.lab import install_lab_engine
+from chattts_lab.lab.model import release_freed_memory
+from chattts_lab.measure import PeakMemory
+from chattts_lab.models import LoadConfig, load_model
+import psutil
+rss = lambda: psutil.Process().memory_info().rss / 2**20
+model = load_model(LoadConfig(model=sys.argv[1], precision="fp32", engine="stock", threads=1))  # GPT mmapped
+layer_mb = sum(p.numel() * 4 for p in model.chat.gpt.gpt.layers[0].parameters()) / 2**20
+release_freed_memory()
+before = rss()
+with PeakMemory(torch.device("cpu")) as mem:
+    install_lab_engine(model.chat, device=torch.device("cpu"), precision="int8", compile=False)
+print(json.dumps({"overshoot": mem.peaks.rss_mb - max(before, rss()), "layer_mb": layer_mb}))
+"""
 
 
 def _conversion_overshoot(model_name: str) -> tuple[float, float]:
-    """Peak RSS while installing lab int8 above both the RSS before and after it; and one fp32 layer (MB)."""
-    from chattts_lab.lab import install_lab_engine
-    from chattts_lab.lab.model import release_freed_memory
-    from chattts_lab.measure import PeakMemory
+    """In a fresh process (no allocator history): peak RSS while installing lab int8 above both the RSS
+    before and after it, and the size of one fp32 layer, in MB."""
+    import json
+    import subprocess
+    import sys
 
-    unload_all()
-    model = load_model(LoadConfig(model=model_name, precision="fp32", engine="stock", threads=1))  # mmapped, untouched
-    layer_mb = sum(p.numel() * 4 for p in model.chat.gpt.gpt.layers[0].parameters()) / 2**20
-    release_freed_memory()
-    before = _rss_mb()
-    with PeakMemory(CPU) as mem:
-        install_lab_engine(model.chat, device=CPU, precision="int8", compile=False)
-    after = _rss_mb()
-    unload_all()
-    return mem.peaks.rss_mb - max(before, after), layer_mb
+    out = subprocess.run([sys.executable, "-c", CONVERSION_PROBE, model_name], capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return result["overshoot"], result["layer_mb"]
 
 
 def test_int8_conversion_holds_about_one_layer_at_a_time():
