@@ -13,7 +13,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 
-from webui import openai_api, present  # noqa: E402
+from webui import openai_api, present, security  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab  # noqa: E402
 from webui.context import AppContext  # noqa: E402
 from webui.synthesis_tab import apply_settings, build_synthesis_tab  # noqa: E402
@@ -62,6 +62,7 @@ def main(argv=None) -> None:
         server_name=args.host, server_port=args.port, auth=auth, share=args.share,
         enable_monitoring=args.enable_monitoring, prevent_thread_lock=True,
         allowed_paths=[str(ctx.outputs_dir)], css=present.CSS, footer_links=["api"],
+        max_file_size=security.MAX_UPLOAD,  # reliability: uploads over it get HTTP 413 before any handler runs
     )
     openai_api.install(app, openai_api.speech_router(ctx))
     demo.block_thread()
