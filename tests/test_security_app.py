@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT, start_app, stop_app
+from tests.reliability_helpers import server_pid
 
 USER, PASSWORD = "alice", "correct horse"
 SYNTH = dict(temperature=0.3, top_p=0.7, top_k=20, audio_seed=1, speed=5, max_new_token=8, split=False)
@@ -29,14 +30,6 @@ def http(url: str, path: str, method: str = "GET", body: bytes | None = None, he
         return r.status, dict(r.getheaders()), r.read()
     finally:
         conn.close()
-
-
-def server_pid(url: str) -> int:
-    port = urllib.parse.urlsplit(url).port
-    for conn in psutil.net_connections(kind="tcp"):
-        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
-            return conn.pid
-    raise AssertionError(f"no process listens on port {port}")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -51,7 +50,7 @@ class Running:
 RUNNING = Running()
 
 
-_warmed: "weakref.WeakSet[LoadedModel]" = weakref.WeakSet()
+_warmed: set[int] = set()  # reliability fix: id() of warmed models (LoadedModel is an unhashable dataclass)
 
 
 def get_model(ctx: AppContext, settings: RuntimeSettings, progress=None) -> LoadedModel:
@@ -60,11 +59,11 @@ def get_model(ctx: AppContext, settings: RuntimeSettings, progress=None) -> Load
     if progress is not None:
         progress(0.05, desc=f"Loading model ({ctx.model}, {settings.device}, {settings.precision})…")
     model = load_model(settings.load_config(ctx.model))
-    if model not in _warmed:
+    if id(model) not in _warmed:
         if progress is not None:
             progress(0.2, desc="Warming up (one-time compilation)…")
         warm_up(model)
-        _warmed.add(model)
+        _warmed.add(id(model))
     return model
 
 
