@@ -23,16 +23,18 @@ LABELS = {
 CONFIG_KEYS = ["engine", "device", "precision", "threads", "tokens", "compile", "stream"]
 
 
-def _ok(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+def _ok(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The ok rows, and a note naming how many cells of each other status are not plotted."""
     ok = df[df["status"] == "ok"].copy() if len(df) else df.copy()
-    return ok, len(df) - len(ok)
+    others = df.loc[df["status"] != "ok", "status"].value_counts() if len(df) else pd.Series(dtype=int)
+    return ok, ", ".join(f"{n} {status}" for status, n in others.items())
 
 
-def _title(text: str, not_ok: int) -> str:
-    return f"{text}<br><sup>{not_ok} cell(s) not ok: see the table for status and reason</sup>" if not_ok else text
+def _title(text: str, not_ok: str) -> str:
+    return f"{text}<br><sup>not plotted: {not_ok} (see the table for reasons)</sup>" if not_ok else text
 
 
-def _empty(title: str, not_ok: int) -> go.Figure:
+def _empty(title: str, not_ok: str) -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(text="no successful cells to plot", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     fig.update_layout(title=_title(title, not_ok), xaxis_visible=False, yaxis_visible=False)

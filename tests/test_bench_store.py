@@ -105,6 +105,9 @@ def test_bundle_round_trip_between_two_machines(tmp_path):
     assert import_bundle(db_b, bundle) == ([], [json.loads(bundle.read_text())["sweeps"][0]["uuid"]])
     side_by_side = compare_frame(db_b, [1, new[0]])
     assert len(side_by_side) == 2 and side_by_side.shape[1] == 8 + 2  # config keys + one column per sweep
+    from chattts_lab.plots import compare_machines
+
+    assert len(compare_machines(cells_frame(db_b)).data) == 2  # one bar series per sweep
 
 
 @pytest.mark.parametrize("content, message", [
@@ -146,7 +149,7 @@ def test_plots_are_pure_functions_of_rows_and_show_failures():
     for make in plots.REPORT_FIGURES:
         fig = make(df)
         assert len(fig.data) >= 1
-        assert "1 cell(s) not ok" in fig.layout.title.text
+        assert "not plotted: 1 oom" in fig.layout.title.text
     failed_only = results_frame([_result(status="error", reason="boom")])
     fig = plots.latency_vs_batch(failed_only)
     assert fig.layout.annotations[0].text == "no successful cells to plot"

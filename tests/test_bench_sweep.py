@@ -123,3 +123,29 @@ def test_stopping_kills_the_running_worker_and_cancels_the_cell(tmp_path):
                     should_stop=lambda: calls.append(1) or len(calls) > 3)
     assert out.status == "cancelled" and out.elapsed_s < 10
 
+
+
+def test_run_sweep_events_and_stop_keep_finished_rows(tmp_path):
+    """The app's path: iterate events, press Stop while a cell runs; finished rows stay, the sweep is resumable."""
+    from chattts_lab.store import Store
+    from chattts_lab.sweep import CellFinished, CellStarted, SweepFinished, SweepStarted, resumable_sweep, run_sweep
+
+    db = tmp_path / "lab.sqlite"
+    spec = SweepSpec(model="synthetic-tiny", engines=("lab", "stock"), tokens=(8,), fidelity=False)
+    stop = []
+    events = []
+    for event in run_sweep(spec, db, should_stop=lambda: bool(stop)):
+        events.append(event)
+        if isinstance(event, CellStarted) and event.config.engine == "stock":
+            stop.append(True)  # Stop pressed while the real cell's worker is starting
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == ["SweepStarted", "CellStarted", "CellFinished", "CellStarted", "CellFinished", "SweepFinished"]
+    assert isinstance(events[0], SweepStarted) and events[0].total == 2 and events[0].environment["cpu"]
+    assert isinstance(events[2], CellFinished) and events[2].result.status == "unsupported"
+    assert events[4].result.status == "cancelled"
+    final = events[-1]
+    assert isinstance(final, SweepFinished) and final.status == "cancelled"
+    assert [r.status for r in final.results] == ["unsupported", "cancelled"]
+    with Store(db) as store:
+        assert store.sweep(final.sweep_id)["status"] == "cancelled"
+    assert resumable_sweep(db) == final.sweep_id
