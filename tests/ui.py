@@ -35,3 +35,23 @@ def close_toasts(page) -> None:
 def audio_href(page, elem_id: str = "audio") -> str | None:
     links = page.locator(f"#{elem_id} a[href*='.wav']")
     return links.first.get_attribute("href") if links.count() else None
+
+
+def pick_option(page, elem_id: str, pattern: str) -> None:
+    """Open a Dropdown and choose the option whose text matches."""
+    page.locator(f"#{elem_id} input").first.click()
+    page.get_by_role("option", name=re.compile(pattern)).first.click()
+    page.keyboard.press("Escape")
+
+
+def row_count(page, elem_id: str) -> int:
+    """Rows of a Gradio 6 table (it renders only visible rows; aria-rowcount counts them all, header included)."""
+    grid = page.locator(f"#{elem_id} [aria-rowcount]").first
+    if not grid.count():
+        return page.locator(f"#{elem_id} tbody tr").count()
+    return int(grid.get_attribute("aria-rowcount")) - 1
+
+
+def open_tab(page, *names: str) -> None:
+    for name in names:
+        page.get_by_role("tab", name=name, exact=True).click()

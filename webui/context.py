@@ -7,6 +7,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chattts_lab.store import DEFAULT_DB
+
 # Every event that runs the model joins this Gradio concurrency group (limit 1), so a user's Generate
 # waits in the queue instead of disturbing a running sweep's timings. The OpenAI-compatible route is
 # outside Gradio's queue, so it takes `model_work` as well; the UI handlers take it too.
@@ -17,7 +19,7 @@ MODEL_QUEUE = "model"
 class AppContext:
     model: str = "auto"
     outputs_dir: Path = Path("outputs")
-    history_db: Path = Path("results") / "history.sqlite"
+    history_db: Path = DEFAULT_DB  # the same SQLite history `python -m bench` writes
     api_key: str | None = None  # "user:pass" when the app runs with --auth
     model_work: threading.Lock = field(default_factory=threading.Lock, compare=False)
 
@@ -36,7 +38,7 @@ class AppContext:
     @staticmethod
     def from_env(model: str, api_key: str | None = None) -> "AppContext":
         outputs = Path(os.environ.get("CHATTTS_LAB_OUTPUTS", "outputs")).resolve()
-        db = Path(os.environ.get("CHATTTS_LAB_HISTORY", outputs.parent / "results" / "history.sqlite")).resolve()
+        db = Path(os.environ.get("CHATTTS_LAB_HISTORY", DEFAULT_DB)).resolve()
         ctx = AppContext(model=model, outputs_dir=outputs, history_db=db, api_key=api_key)
         for folder in (ctx.audio_dir, ctx.voices_dir, ctx.files_dir):
             folder.mkdir(parents=True, exist_ok=True)
