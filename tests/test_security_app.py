@@ -5,7 +5,7 @@ memory is a message, not a dead server. Every test talks HTTP to a real `python 
 
 from __future__ import annotations
 
-import http.client
+import http.client as httpclient
 import json
 import urllib.parse
 from pathlib import Path
@@ -23,7 +23,7 @@ SYNTH = dict(temperature=0.3, top_p=0.7, top_k=20, audio_seed=1, speed=5, max_ne
 def http(url: str, path: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None):
     """A raw request: the path goes on the wire exactly as written (no client-side ../ normalisation)."""
     parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+    conn = httpclient.HTTPConnection(parts.hostname, parts.port, timeout=120)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         r = conn.getresponse()

@@ -94,3 +94,16 @@ def out_of_memory_explained():
         detail = text if "out of memory on" in text else f"out of memory ({type(exc).__name__}: {text[:200]})"
         raise OutOfMemoryError(f"{detail}. The server is still up: try a shorter text, fewer sentences at once "
                                "(turn off splitting) or fewer audio tokens.") from exc
+
+
+def refuse_huge_grid(spec):
+    """A sweep too large to finish is refused before it starts, with the estimate (the `bench` limits)."""
+    from bench.cli import MAX_CELLS, MAX_HOURS, describe, estimate_cell_s
+    from chattts_lab.sweep import SpecError
+
+    cells = spec.expand()
+    seconds = sum(estimate_cell_s(c) for c in cells)
+    if len(cells) > MAX_CELLS or seconds > MAX_HOURS * 3600:
+        raise SpecError(f"a grid of {len(cells)} cells would take about {describe(seconds)} here (limits: "
+                        f"{MAX_CELLS} cells, {MAX_HOURS:g} h); narrow the lists, or run it with `python -m bench --yes`")
+    return spec
