@@ -46,7 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1, or $GRADIO_SERVER_NAME); 0.0.0.0 for a LAN")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
-    p.add_argument("--auth", default=None, metavar="USER:PASS", help="require a login (and this Bearer key on /v1)")
+    p.add_argument("--auth", default=os.environ.get("CHATTTS_LAB_AUTH"), metavar="USER:PASS",  # reliability: env keeps it out of ps
+                   help="require a login (and this Bearer key on /v1); or set $CHATTTS_LAB_AUTH")
     p.add_argument("--share", action="store_true", help="also open a temporary public gradio.live link")
     p.add_argument("--model", default=os.environ.get("CHATTTS_LAB_MODEL", "auto"),
                    help="auto (default), hf, synthetic, synthetic-tiny or a local folder")

@@ -23,5 +23,5 @@ def rss_mb(pid: int) -> float:
 def ascii_curve(values: list[float], width: int = 50) -> str:
     """A small text plot of a curve, one line per point, for test output and reports."""
     lo, hi = min(values), max(values)
-    span = (hi - lo) or 1.0
+    span = max(hi - lo, 16.0)  # at least 16 MB full scale: a flat curve draws flat
     return "\n".join(f"{i:4d} {v:8.1f} MB |{'#' * (1 + int((v - lo) / span * (width - 1)))}" for i, v in enumerate(values))

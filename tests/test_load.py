@@ -82,7 +82,7 @@ def _rss_curve(app_url: str, requests: int, every: int) -> list[float]:
 
     pid = server_pid(app_url)
     client = Client(app_url, verbose=False)
-    for _ in range(10):  # allocator pools, caches and lazily mapped weights settle first
+    for _ in range(5):  # allocator pools, caches and lazily mapped weights settle first
         client.predict("Leak check.", "Aria", *{**SYNTH, "max_new_token": 4}.values(), api_name="/synthesize")
     curve = [rss_mb(pid)]
     for i in range(requests):

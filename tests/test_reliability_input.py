@@ -32,7 +32,7 @@ BAD = [
     ("?!... ,,, ;;; ---", "Aria", "nothing to speak"),
     ("😀🎉🔥 👍", "Aria", "nothing to speak"),
     ("[laugh] [uv_break] [foo]", "Aria", "nothing to speak"),
-    ("\x00\x01\x02\x1b[31m", "Aria", "nothing to speak"),
+    ("\x00\x01\x02\x1b\x7f\x0b", "Aria", "text is empty"),  # control characters only
     ("Hello", "{not json at all", "not valid JSON"),
     ("Hello", card(colour="red"), "unknown voice card fields: colour"),
     ("Hello", card(seed="seven"), "field 'seed' must be an integer"),

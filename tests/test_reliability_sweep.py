@@ -193,3 +193,23 @@ def test_an_older_schema_is_upgraded_in_place_keeping_every_row(tmp_path):
         store.add_cell(sweep["id"], 1, CellResult(cfg, "oom", "over budget"))
         assert [r.status for r in store.results(sweep["id"])] == ["ok", "oom"]
     assert resumable_sweep(db) == sweep["id"]  # the old interrupted sweep can still be resumed
+
+
+@pytest.mark.slow
+def test_two_real_sweeps_write_one_database_at_once(tmp_path):
+    """The full version of the concurrent-writers test: two `bench` processes, real workers, one file."""
+    db = tmp_path / "lab.sqlite"
+    args = ["--model", "synthetic-tiny", "--tokens", "8", "--threads", "1", "--repeats", "2", "--min-time", "0",
+            "--warmup", "0", "--db", str(db), "--format", "json"]
+    procs = [subprocess.Popen([sys.executable, "-m", "bench", *args, "--precision", p, "--out", str(tmp_path / p)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for p in ("fp32", "bf16")]
+    for p in procs:
+        out, err = p.communicate(timeout=900)
+        assert p.returncode == 0, err[-3000:]
+    with Store(db) as store:
+        sweeps = store.sweeps_list()
+        assert len(sweeps) == 2 and {s["status"] for s in sweeps} == {"finished"}
+        for s in sweeps:
+            (cell,) = store.results(s["id"])
+            assert cell.status == "ok" and cell.latency.count == 2
