@@ -21,6 +21,7 @@ from chattts_lab.sweep import (
     CellFinished,
     CellStarted,
     FidelityFinished,
+    FidelityStarted,
     RunConfig,
     SpecError,
     SweepFinished,
@@ -252,9 +253,11 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
                 bar.update(1)
             if r.status != "ok":
                 bar.write(f"{r.config.label}: {r.status}: {r.reason}")
-        elif isinstance(event, FidelityFinished):
+        elif isinstance(event, FidelityStarted):
+            bar.set_description(f"fidelity of {event.engine} {event.precision} vs fp32 stock")
+        elif isinstance(event, FidelityFinished) and event.record.get("status") != "ok":
             rec = event.record
-            bar.set_description(f"fidelity {rec['engine']} {rec['precision']}")
+            bar.write(f"fidelity {rec['engine']} {rec['precision']}: {rec['status']}: {rec.get('reason')}")
         elif isinstance(event, SweepFinished):
             final = event
     if bar is not None:

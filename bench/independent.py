@@ -16,7 +16,7 @@ import sys
 import time
 
 
-def measure(model: str, threads: int, tokens: int, repeats: int, precision: str = "fp32") -> dict:
+def measure(model: str, threads: int, tokens: int, repeats: int, precision: str = "fp32", warmup: int = 1) -> dict:
     import torch
 
     from chattts_lab.models import LoadConfig, load_model
@@ -31,12 +31,13 @@ def measure(model: str, threads: int, tokens: int, repeats: int, precision: str 
                                   show_tqdm=False)
     text = ["The quick brown fox jumps over the lazy dog, and then it takes a short rest."]
     walls, steps = [], []
-    for i in range(repeats + 2):  # two uncounted calls: the cold one and a warm-up
+    uncounted = 1 + warmup  # the cold call and the warm-up calls
+    for i in range(repeats + uncounted):
         stamps.clear()
         t0 = time.perf_counter()
         chat.infer(text, skip_refine_text=True, split_text=False, params_infer_code=params)
         wall = time.perf_counter() - t0
-        if i >= 2:
+        if i >= uncounted:
             walls.append(wall)
             gaps = [b - a for a, b in zip(stamps[1:], stamps[2:])]  # decode steps only (stamps[0] ends prefill)
             steps.append(statistics.median(gaps) * 1000)
@@ -54,8 +55,9 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--precision", default="fp32")
+    p.add_argument("--warmup", type=int, default=1)
     a = p.parse_args(argv)
-    print(json.dumps(measure(a.model, a.threads, a.tokens, a.repeats, a.precision)))
+    print(json.dumps(measure(a.model, a.threads, a.tokens, a.repeats, a.precision, a.warmup)))
     return 0
 
 

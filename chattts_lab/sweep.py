@@ -518,13 +518,20 @@ class CellFinished(SweepEvent):
 
 
 @dataclass(frozen=True)
+class FidelityStarted(SweepEvent):
+    device: str
+    engine: str
+    precision: str
+
+
+@dataclass(frozen=True)
 class FidelityFinished(SweepEvent):
     record: dict  # device, engine, precision, status, hidden_rel_err, token_match, ...
 
 
 @dataclass(frozen=True)
 class SweepFinished(SweepEvent):
-    status: str  # finished / cancelled / interrupted
+    status: str  # finished / cancelled (an exception or closing the generator leaves it `interrupted`)
     results: tuple[CellResult, ...]
     fidelity: tuple[dict, ...]
 
@@ -623,6 +630,7 @@ def _run_fidelity(spec: SweepSpec, sweep_id: int, store, stop, python) -> Iterat
             record = {**base, "status": "ok", "reason": "the fp32 stock reference itself",
                       "hidden_rel_err": 0.0, "token_match": 1.0, "first_divergence": None}
         else:
+            yield FidelityStarted(sweep_id, device, engine, precision)
             task = {"kind": "fidelity", "config": cfg.to_dict()}
             outcome = run_child(task, spec.timeout_s, threads, stop, python)
             record = {**base, **outcome.payload.get("fidelity", {}), "status": outcome.status,
