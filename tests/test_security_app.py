@@ -167,6 +167,10 @@ def test_out_of_memory_is_a_clear_message_and_the_server_keeps_serving(auth_app,
             logged_in.predict(text, "Aria", *{**SYNTH, "max_new_token": 2048, "split": True}.values(),
                               api_name="/synthesize")
         assert "server is still up" in str(err.value)
+        status, _, body = http(url, "/v1/audio/speech", "POST",  # the OpenAI-compatible route says so too
+                               json.dumps({"input": text, "response_format": "wav", "max_new_token": 2048}).encode(),
+                               {"Content-Type": "application/json", "Authorization": f"Bearer {USER}:{PASSWORD}"})
+        assert status == 503 and "out of memory" in json.loads(body)["error"]["message"], body[:300]
     finally:
         app.rlimit(psutil.RLIMIT_AS, unlimited)
     path, m = logged_in.predict("Still here.", "Aria", *SYNTH.values(), api_name="/synthesize")
