@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import re
 import signal
 import sys
@@ -221,6 +222,10 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"refusing a grid of {len(cells)} cells / about {describe(estimate)} (limits: {MAX_CELLS} cells, "
               f"{MAX_HOURS:g} h); narrow the lists or pass --yes", file=sys.stderr)
         return 2
+    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if busy > 0.5 * usable_cores():
+        print(f"warning: the machine is busy (load average {busy:.1f} on {usable_cores()} cores); timings will be "
+              "noisy and multi-threaded cells suffer most", file=sys.stderr)
     if args.dry_run:
         for c in cells:
             rule = cell_rule(c)

@@ -59,6 +59,10 @@ def _torch_oom_type():
     return getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
 
 
+def _load_avg() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
 def _rss_mb() -> float:
     import psutil
 
@@ -105,7 +109,9 @@ def measure_cell(cfg, samples: list, info: dict) -> dict:
     run("cold")
     for _ in range(cfg.warmup):
         run("warmup")
+    extra["load_avg_before"] = _load_avg()  # other work on the machine: the first thing to check in noisy numbers
     repeat_until(lambda: run("timed"), cfg.repeats, cfg.min_time_s, cfg.max_repeats)
+    extra["load_avg_after"] = _load_avg()
     timed = [s for s in samples if s["phase"] == "timed"]
     info["effective"]["threads"] = timed[-1]["threads"]  # what torch used during the timed calls
     notes = []
