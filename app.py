@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from functools import partial
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -16,7 +15,7 @@ import gradio as gr  # noqa: E402
 
 from webui import openai_api, present, security  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
-from webui.context import AppContext  # noqa: E402
+from webui.context import AppContext, bind  # noqa: E402
 from webui.synthesis_tab import apply_settings, build_synthesis_tab  # noqa: E402
 
 HEADER = """# ChatTTS Lab
@@ -35,7 +34,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         # The benchmark's recommendation flows into the synthesis tab's runtime controls.
         targets = [synth.device, synth.engine, synth.precision, synth.threads, synth.runtime]
         for button in (synth.apply_best, bench.apply_best):
-            button.click(partial(recommended_or_latest, ctx), bench.recommended, bench.recommended,
+            button.click(bind(recommended_or_latest, ctx), bench.recommended, bench.recommended,
                          api_visibility="private").success(apply_settings, bench.recommended, targets,
                                                           api_visibility="private")
         demo.load(bench.on_load, None, bench.load_outputs, api_visibility="private")

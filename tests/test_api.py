@@ -101,3 +101,23 @@ def test_openai_voices_include_presets(app_url):
     with urllib.request.urlopen(app_url + "v1/audio/voices", timeout=30) as r:
         body = json.loads(r.read())
     assert "Aria" in body["voices"] and "wav" in body["formats"]
+
+
+def test_monitoring_is_off_unless_asked_for(app_url):
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(app_url + "monitoring", timeout=30)
+
+
+def test_openai_route_requires_the_auth_key_when_the_app_has_one(tmp_path):
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from webui.context import AppContext
+    from webui.openai_api import install, speech_router
+
+    app = FastAPI()
+    install(app, speech_router(AppContext(model="synthetic-tiny", outputs_dir=tmp_path, api_key="ann:s3cret")))
+    client = TestClient(app)
+    assert client.get("/v1/audio/voices").status_code == 401
+    assert client.get("/v1/audio/voices", headers={"Authorization": "Bearer ann:wrong"}).status_code == 401
+    assert client.get("/v1/audio/voices", headers={"Authorization": "Bearer ann:s3cret"}).status_code == 200

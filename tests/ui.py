@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-LONG = 180_000  # ms: generous, the two cores are shared with other heavy work
+LONG = 300_000  # ms: generous, the two cores are shared with other heavy work
 
 
 def open_accordion(page, label: str) -> None:

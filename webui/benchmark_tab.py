@@ -11,7 +11,6 @@ import json
 import threading
 import uuid
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import gradio as gr
@@ -24,9 +23,9 @@ from chattts_lab.precision import PRECISIONS
 from chattts_lab.recommend import recommend
 from chattts_lab.report import TABLE_COLUMNS, results_frame, write_reports
 from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
-from chattts_lab.sweep import CellFinished, CellStarted, SpecError, SweepFinished, SweepSpec, SweepStarted, run_sweep, usable_cores
+from chattts_lab.sweep import CellFinished, CellStarted, FidelityStarted, SpecError, SweepFinished, SweepSpec, SweepStarted, run_sweep, usable_cores
 from webui import figures
-from webui.context import MODEL_QUEUE, AppContext
+from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import devices, precisions_for
 from webui.security import refuse_huge_grid  # reliability
 
@@ -128,7 +127,7 @@ def _outputs(df: pd.DataFrame, progress: str, status: str, sweep_id):
     return (progress, display_frame(df), df, *figures.all_figures(df), status, sweep_id)
 
 
-def sweep_handler(ctx: AppContext, *values, request: gr.Request = None):
+def sweep_handler(ctx: AppContext, request: gr.Request, *values):
     """Run a sweep; yields (progress, table, results state, 4 figures, status, sweep id) after every cell."""
     spec = spec_from_form(ctx, SweepForm(*values))
     session = request.session_hash if request else uuid.uuid4().hex
@@ -150,6 +149,9 @@ def sweep_handler(ctx: AppContext, *values, request: gr.Request = None):
                     df = results_frame(results)
                     yield _outputs(df, progress_html(len(results), total, f"{event.result.config.label}: "
                                                      f"{event.result.status}"), gr.skip(), sweep_id)
+                elif isinstance(event, FidelityStarted):
+                    yield (progress_html(len(results), total, f"fidelity check: {event.precision} on {event.device} "
+                                         f"vs fp32"), *[gr.skip()] * 7, gr.skip())
                 elif isinstance(event, SweepFinished):
                     df = results_frame(event.results)
                     note = {"finished": "finished", "cancelled": "stopped: every finished row is kept",
@@ -182,7 +184,7 @@ def api_run_sweep(ctx: AppContext, devices_csv: str, precisions_csv: str, batche
                      [p.strip() for p in precisions_csv.split(",") if p.strip()], batches, threads, tokens,
                      repeats, ["on"] if stream else ["off"], 0, 0.0, False)
     df = pd.DataFrame()
-    for out in sweep_handler(ctx, *form.__dict__.values()):
+    for out in sweep_handler(ctx, None, *form.__dict__.values()):
         if not isinstance(out[2], type(gr.skip())):
             df = out[2]
     return display_frame(df)
@@ -233,7 +235,8 @@ def import_bundle_handler(ctx: AppContext, file):
     try:
         new, skipped = import_bundle(ctx.history_db, file)
     except BundleError as exc:
-        raise gr.Error(f"Could not import that bundle: {exc}", duration=None) from exc
+        gr.Warning(f"Could not import that bundle: {exc}", duration=None)
+        return None
     gr.Info(f"Imported sweep(s) {', '.join(map(str, new)) or 'none'}; {len(skipped)} already present.")
     return None
 
@@ -363,26 +366,26 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
             sweep_warmup, sweep_min_time, sweep_fidelity]
     figs = [fig_latency, fig_rtf, fig_pareto, fig_memory]
     for control in form:
-        control.change(partial(estimate, ctx), form, estimate_md, queue=False, api_visibility="private")
+        control.change(bind(estimate, ctx), form, estimate_md, queue=False, api_visibility="private")
     quick_btn.click(quick_preset, None, form, queue=False, api_visibility="private")
-    run_btn.click(partial(sweep_handler, ctx), form, [progress, table, results_state, *figs, status, sweep_id],
+    run_btn.click(bind(sweep_handler, ctx), form, [progress, table, results_state, *figs, status, sweep_id],
                   concurrency_id=MODEL_QUEUE, concurrency_limit=1, show_progress="minimal", api_visibility="private")
     stop_btn.click(stop_handler, None, None, queue=False, api_visibility="private")
     for f in (f_devices, f_precisions, f_status):
         f.change(filter_table, [results_state, f_devices, f_precisions, f_status], table, queue=False,
                  api_visibility="private")
-    reports_btn.click(partial(download_reports, ctx), [results_state, sweep_id], reports, api_visibility="private")
+    reports_btn.click(bind(download_reports, ctx), [results_state, sweep_id], reports, api_visibility="private")
     recommend_btn.click(recommend_handler, [results_state, budget], [recommendation, recommended], api_visibility="private")
     history_outputs = [history, pick, cmp_a, cmp_b]
-    refresh_btn.click(partial(refresh_history, ctx), None, history_outputs, api_visibility="private")
-    load_btn.click(partial(load_sweeps, ctx), pick, [table, results_state, *figs, status], api_visibility="private")
-    export_btn.click(partial(export_bundle_handler, ctx), pick, bundle_out, api_visibility="private")
-    bundle_in.upload(partial(import_bundle_handler, ctx), bundle_in, bundle_in, api_visibility="private").then(
-        partial(refresh_history, ctx), None, history_outputs, api_visibility="private")
-    cmp_btn.click(partial(compare_sweeps, ctx), [cmp_a, cmp_b, cmp_metric], [cmp_table, cmp_fig, cmp_envs],
+    refresh_btn.click(bind(refresh_history, ctx), None, history_outputs, api_visibility="private")
+    load_btn.click(bind(load_sweeps, ctx), pick, [table, results_state, *figs, status], api_visibility="private")
+    export_btn.click(bind(export_bundle_handler, ctx), pick, bundle_out, api_visibility="private")
+    bundle_in.upload(bind(import_bundle_handler, ctx), bundle_in, bundle_in, api_visibility="private").then(
+        bind(refresh_history, ctx), None, history_outputs, api_visibility="private")
+    cmp_btn.click(bind(compare_sweeps, ctx), [cmp_a, cmp_b, cmp_metric], [cmp_table, cmp_fig, cmp_envs],
                   api_visibility="private")
     _build_api(ctx)
-    return BenchmarkTab(recommended, apply_best, partial(page_load, ctx), [hw_md, hw_json, *history_outputs])
+    return BenchmarkTab(recommended, apply_best, bind(page_load, ctx), [hw_md, hw_json, *history_outputs])
 
 
 def _build_api(ctx: AppContext) -> None:
@@ -394,7 +397,7 @@ def _build_api(ctx: AppContext) -> None:
                   gr.Checkbox(False, label="stream")]
         out = gr.DataFrame(label="results")
         trigger = gr.Button("run_sweep")
-    trigger.click(partial(api_run_sweep, ctx), inputs, out, api_name="run_sweep", concurrency_id=MODEL_QUEUE,
+    trigger.click(bind(api_run_sweep, ctx), inputs, out, api_name="run_sweep", concurrency_id=MODEL_QUEUE,
                   concurrency_limit=1)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import threading
 from dataclasses import dataclass, field
@@ -43,3 +45,22 @@ class AppContext:
         for folder in (ctx.audio_dir, ctx.voices_dir, ctx.files_dir):
             folder.mkdir(parents=True, exist_ok=True)
         return ctx
+
+
+def bind(fn, ctx: AppContext):
+    """`fn` with its first argument (the app context) bound, for use as a Gradio handler.
+
+    Unlike functools.partial, the result keeps `fn`'s annotations, which Gradio reads to inject
+    gr.Request and gr.Progress (a partial hides them, and the request silently arrives as None).
+    """
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def bound(*args, **kwargs):
+            yield from fn(ctx, *args, **kwargs)
+    else:
+        @functools.wraps(fn)
+        def bound(*args, **kwargs):
+            return fn(ctx, *args, **kwargs)
+    sig = inspect.signature(fn)
+    bound.__signature__ = sig.replace(parameters=list(sig.parameters.values())[1:])
+    return bound

@@ -6,7 +6,6 @@ import json
 import random
 import shutil
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 import gradio as gr
@@ -17,7 +16,7 @@ from chattts_lab import audio as audio_io
 from chattts_lab.synthesis import SAMPLE_RATE, StreamChunk
 from chattts_lab.voices import PRESET_VOICES, VoiceCard, parse_card, resolve_voice, save_card, split_sentences
 from webui import present, speech
-from webui.context import MODEL_QUEUE, AppContext
+from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import RuntimeSettings, default_settings, devices, engines_for, max_threads, precisions_for, settings_from
 
 VOICE_MODES = ("Seed / preset", "Speaker string", "Sample audio")
@@ -53,6 +52,7 @@ class Form:
     brk: int
     speed: int
     max_new_token: int
+    min_new_token: int
 
 
 def _seed(value) -> int | None:
@@ -82,6 +82,7 @@ def build_request(ctx: AppContext, settings: RuntimeSettings, form: Form, import
         refine=Refine(bool(form.refine), int(form.oral), int(form.laugh), int(form.brk)),
         speed=int(form.speed),
         max_new_token=int(form.max_new_token),
+        min_new_token=min(int(form.min_new_token or 0), int(form.max_new_token)),
     )
 
 
@@ -94,9 +95,11 @@ def _result(ctx: AppContext, out: SynthesisOutput, model, extra: dict | None = N
     return str(path), m
 
 
-def generate(ctx: AppContext, settings: RuntimeSettings, imported_code, *values, request: gr.Request = None,
-             progress=gr.Progress()):
-    """Generate button: yields (stream chunk, audio file, measurements, metrics text, banner)."""
+def generate(ctx: AppContext, settings: RuntimeSettings, imported_code, request: gr.Request,
+             progress=gr.Progress(), *values):
+    """Generate button: yields (stream chunk, audio file, measurements, metrics text, banner).
+
+    (Gradio injects `request` and `progress` only into parameters before `*values`.)"""
     form = Form(*values)
     session = request.session_hash if request else None
     try:
@@ -107,7 +110,7 @@ def generate(ctx: AppContext, settings: RuntimeSettings, imported_code, *values,
             banner = present.banner_html(out.synthetic, model.source.note)
             yield None, gr.update(value=path, autoplay=True), m, present.metrics_markdown(m), banner
             return
-        yield from _generate_stream(ctx, settings, req, session, live=live_playback())
+        yield from _generate_stream(ctx, settings, req, session, live_playback(), progress)
     except USER_ERRORS as exc:
         raise gr.Error(str(exc), duration=None) from exc
 
@@ -117,11 +120,12 @@ def live_playback() -> bool:
     return shutil.which("ffmpeg") is not None
 
 
-def _generate_stream(ctx: AppContext, settings: RuntimeSettings, req: SynthesisRequest, session, live: bool):
+def _generate_stream(ctx: AppContext, settings: RuntimeSettings, req: SynthesisRequest, session, live: bool,
+                     progress=None):
     # Sentences stream one after another, so playback follows the text's order.
     parts, measurements, ttfa = [], [], None
     for text in req.texts:
-        for model, item in speech.run_stream(ctx, settings, replace(req, texts=(text,)), session):
+        for model, item in speech.run_stream(ctx, settings, replace(req, texts=(text,)), session, progress):
             banner = present.banner_html(model.synthetic, model.source.note)
             if isinstance(item, StreamChunk):
                 if ttfa is None:
@@ -209,7 +213,9 @@ def import_card(file):
     try:
         card = parse_card(Path(file).read_bytes()[: 2 * 1024 * 1024])
     except USER_ERRORS as exc:
-        raise gr.Error(f"Could not import that voice card: {exc}", duration=None) from exc
+        # A warning, not an error: an error would cover every voice control with an error overlay.
+        gr.Warning(f"Could not import that voice card: {exc}", duration=None)
+        return [gr.skip()] * 16 + [None]
     mode = VOICE_MODES[1] if card.speaker else VOICE_MODES[2] if card.sample_audio_code else VOICE_MODES[0]
     s, r = card.sampling, card.refine
     gr.Info(f"Imported voice '{card.name}'.")
@@ -326,8 +332,11 @@ def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:
                     oral = gr.Slider(0, 9, value=2, step=1, label="Oral")
                     laugh = gr.Slider(0, 2, value=0, step=1, label="Laugh")
                     brk = gr.Slider(0, 7, value=6, step=1, label="Break")
-                max_new_token = gr.Slider(1, 2048, value=2048, step=1, label="Max audio tokens (46.9 per second)",
-                                          elem_id="max-new-token")
+                with gr.Row():
+                    max_new_token = gr.Slider(1, 2048, value=2048, step=1, label="Max audio tokens (46.9 per second)",
+                                              elem_id="max-new-token")
+                    min_new_token = gr.Slider(0, 2048, value=0, step=1, label="Min audio tokens",
+                                              elem_id="min-new-token")
             with gr.Accordion("Runtime", open=False):
                 with gr.Row():
                     device = gr.Dropdown(devices(), value="cpu", label="Device", elem_id="device")
@@ -345,21 +354,21 @@ def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:
                 measurements = gr.JSON(label="Measurements", elem_id="measurements")
 
     form = [text, split, stream, voice_mode, voice_seed, speaker, sample_audio, sample_text, temperature, top_p, top_k,
-            audio_seed, text_seed, refine, oral, laugh, brk, speed, max_new_token]
-    generate_btn.click(partial(generate, ctx), [runtime, imported_code] + form, [stream_audio, audio, measurements, metrics, banner],
+            audio_seed, text_seed, refine, oral, laugh, brk, speed, max_new_token, min_new_token]
+    generate_btn.click(bind(generate, ctx), [runtime, imported_code] + form, [stream_audio, audio, measurements, metrics, banner],
                              concurrency_id=MODEL_QUEUE, concurrency_limit=1, api_visibility="private")
-    text.submit(partial(generate, ctx), [runtime, imported_code] + form, [stream_audio, audio, measurements, metrics, banner],
+    text.submit(bind(generate, ctx), [runtime, imported_code] + form, [stream_audio, audio, measurements, metrics, banner],
                 concurrency_id=MODEL_QUEUE, concurrency_limit=1, api_visibility="private")
     interrupt_btn.click(interrupt, None, None, queue=False, api_visibility="private")
     stream.change(lambda s: gr.update(visible=s), stream, stream_audio, queue=False, api_visibility="private")
     dice.click(roll_dice, None, [voice_seed, voice_mode, preset], queue=False, api_visibility="private")
     preset.change(pick_preset, preset, [voice_seed, voice_mode], queue=False, api_visibility="private")
-    show_spk.click(partial(show_speaker, ctx), [runtime, voice_seed], [speaker, voice_mode], concurrency_id=MODEL_QUEUE,
+    show_spk.click(bind(show_speaker, ctx), [runtime, voice_seed], [speaker, voice_mode], concurrency_id=MODEL_QUEUE,
                    api_visibility="private")
     sample_audio.upload(lambda: (VOICE_MODES[2], None), None, [voice_mode, imported_code], queue=False, api_visibility="private")
-    export_btn.click(partial(export_card, ctx), [runtime, imported_code, card_name] + form, [card_out, speaker],
+    export_btn.click(bind(export_card, ctx), [runtime, imported_code, card_name] + form, [card_out, speaker],
                      concurrency_id=MODEL_QUEUE, api_visibility="private")
-    save_btn.click(partial(save_to_library, ctx), [runtime, imported_code, card_name] + form, None, concurrency_id=MODEL_QUEUE,
+    save_btn.click(bind(save_to_library, ctx), [runtime, imported_code, card_name] + form, None, concurrency_id=MODEL_QUEUE,
                    api_visibility="private")
     card_in.upload(import_card, card_in, [voice_mode, voice_seed, speaker, sample_text, temperature, top_p, top_k,
                                           audio_seed, text_seed, refine, oral, laugh, brk, speed, card_name,
@@ -382,5 +391,5 @@ def _build_api(ctx: AppContext, form) -> None:
         trigger = gr.Button("synthesize")
     text, temperature, top_p, top_k, audio_seed, speed, max_new_token = (form[0], form[8], form[9], form[10], form[11],
                                                                           form[17], form[18])
-    trigger.click(partial(api_synthesize, ctx), [text, voice, temperature, top_p, top_k, audio_seed, speed, max_new_token, split],
+    trigger.click(bind(api_synthesize, ctx), [text, voice, temperature, top_p, top_k, audio_seed, speed, max_new_token, split],
                   [out_audio, out_json], api_name="synthesize", concurrency_id=MODEL_QUEUE, concurrency_limit=1)
