@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--max-repeats", type=int, default=100, help="timed calls per cell, at most")
     m.add_argument("--warmup", type=int, default=1, help="uncounted calls after the cold (first) call")
     m.add_argument("--timeout", type=float, default=1800.0, help="seconds per cell before it is killed")
+    m.add_argument("--memory-budget-mb", type=float, default=None,  # reliability: enforced with RLIMIT_AS
+                   help="memory each cell's worker may add beyond its runtime (address space); over it the cell is oom")
     m.add_argument("--fidelity", type=bool_list, default=(True,), help="measure drift from fp32 once per precision")
     m.add_argument("--fidelity-tokens", type=int, default=32)
     o = p.add_argument_group("results")
@@ -137,7 +139,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         threads=args.threads or (usable_cores(),), tokens=args.tokens, engines=args.engine, compiles=args.compile,
         streams=args.stream, warmup=args.warmup, repeats=args.repeats, min_time_s=args.min_time,
         max_repeats=max(args.max_repeats, args.repeats), timeout_s=args.timeout, fidelity=all(args.fidelity),
-        fidelity_tokens=args.fidelity_tokens,
+        fidelity_tokens=args.fidelity_tokens, memory_budget_mb=args.memory_budget_mb,
     )
     return spec.validate()
 
@@ -206,6 +208,8 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             sweep = store.sweep(resume_id)
         if sweep is None:
             parser.error(f"no sweep {resume_id} in {args.db}")
+        if sweep["origin"] != "local":  # reliability: never re-measure another machine's sweep here
+            parser.error(f"sweep {resume_id} was imported from another machine; it cannot be resumed here")
         spec = SweepSpec.from_dict(sweep["spec"])
     else:
         spec = spec_from_args(args)

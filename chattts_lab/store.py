@@ -27,7 +27,9 @@ from chattts_lab.sweep import CANONICAL_COLUMNS, STATUSES, CellResult
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+# Schema history (reliability): 1 = first release; 2 = cells.memory_budget_mb. Upgrades add the canonical
+# columns an older file lacks (see Store._migrate); a newer file than this build knows is refused.
+SCHEMA_VERSION = 2
 SWEEP_STATUSES = ("running", "finished", "interrupted", "cancelled")
 BUNDLE_FORMAT = "chattts-lab-bundle"
 BUNDLE_VERSION = 1
@@ -139,14 +141,36 @@ class Store:
         self.close()
 
     def _migrate(self) -> None:
-        with self._lock, self.conn:
-            self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            version = int(row[0]) if row else None
-            if version is not None and version > SCHEMA_VERSION:
-                raise StoreError(f"{self.path} has schema version {version}; this build knows up to {SCHEMA_VERSION}")
-            self.conn.executescript(_schema())
-            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        with self._lock:
+            # BEGIN IMMEDIATE takes the write lock first, so two processes opening an old file at once
+            # upgrade it one after the other (the second finds it done) instead of racing.
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                row = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                version = int(row[0]) if row else None
+                if version is not None and version > SCHEMA_VERSION:
+                    raise StoreError(f"{self.path} has schema version {version}; this build knows up to {SCHEMA_VERSION}")
+                for statement in _schema().split(";"):  # executescript would commit mid-transaction
+                    if statement.strip():
+                        self.conn.execute(statement)
+                self._add_missing_columns(version)
+                self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                self.conn.commit()
+            except BaseException:
+                self.conn.rollback()
+                raise
+
+    def _add_missing_columns(self, version: int | None) -> None:
+        """Upgrade an older file in place: every canonical column it lacks is added (NULL in old rows)."""
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(cells)")}
+        missing = [c for c in CANONICAL_COLUMNS if c not in have and c != "status"]
+        for c in missing:
+            self.conn.execute(f'ALTER TABLE cells ADD COLUMN "{c}" {_column_type(c)}')
+        if version is not None and version < SCHEMA_VERSION:
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('upgraded_from', ?)", (str(version),))
+            log.warning("%s: schema upgraded from version %d to %d (added %s)", self.path, version, SCHEMA_VERSION,
+                        ", ".join(missing) or "nothing")
 
     def mark_dead_sweeps(self) -> list[int]:
         """Sweeps left `running` by a process of this host that is gone become `interrupted`."""
@@ -388,6 +412,7 @@ def read_bundle(path: str | Path) -> dict:
         for key, kind in (("uuid", str), ("spec", dict), ("environment", dict), ("cells", list), ("fidelity", list)):
             if not isinstance(s.get(key), kind):
                 raise BundleError(f"{where}: {key!r} is missing or not a {kind.__name__}")
+        _check_environment(s["environment"], where)  # reliability: a crafted environment must not crash reports
         for m, cell in enumerate(s["cells"]):
             try:
                 result = CellResult.from_dict(cell)
@@ -399,6 +424,18 @@ def read_bundle(path: str | Path) -> dict:
             if not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("device", "engine", "precision")):
                 raise BundleError(f"{where}: a fidelity record is malformed")
     return data
+
+
+def _check_environment(env: dict, where: str) -> None:
+    """The environment is shown in tables and reports: it must render (any text is fine, it is escaped)."""
+    from chattts_lab.env import summary
+    from chattts_lab.report import environment_lines
+
+    try:
+        summary(env)
+        environment_lines(env)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise BundleError(f"{where}: 'environment' is malformed ({type(exc).__name__}: {exc})") from exc
 
 
 def import_bundle(db_path: str | Path, bundle_path: str | Path) -> tuple[list[int], list[str]]:

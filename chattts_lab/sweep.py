@@ -34,8 +34,9 @@ from chattts_lab.stats import Latency, median
 
 log = logging.getLogger(__name__)
 
-STATUSES = ("ok", "skipped", "unsupported", "oom", "error", "crashed", "cancelled")
-DONE_STATUSES = ("ok", "skipped", "unsupported", "oom", "error", "crashed")  # `cancelled` cells re-run on resume
+# reliability: `timeout` (killed past --timeout) is its own status, apart from `crashed` (died by itself).
+STATUSES = ("ok", "skipped", "unsupported", "oom", "error", "crashed", "timeout", "cancelled")
+DONE_STATUSES = ("ok", "skipped", "unsupported", "oom", "error", "crashed", "timeout")  # `cancelled` cells re-run on resume
 DEVICE_PATTERN = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 BENCH_TEXT = "The quick brown fox jumps over the lazy dog, and then it takes a short rest."
 VOICE_SEED = 2
@@ -70,6 +71,7 @@ class RunConfig:
     max_repeats: int = 100
     timeout_s: float = 1800.0
     text: str = BENCH_TEXT
+    memory_budget_mb: float | None = None  # reliability: address space the worker may add (RLIMIT_AS), None = no limit
 
     @property
     def key(self) -> str:
@@ -115,6 +117,7 @@ class SweepSpec:
     fidelity: bool = True
     fidelity_tokens: int = 32
     text: str = BENCH_TEXT
+    memory_budget_mb: float | None = None  # reliability: per-cell memory budget (see chattts_lab.limits)
 
     def errors(self) -> list[str]:
         """Everything wrong with the spec (empty when it can run). No side effects."""
@@ -146,6 +149,7 @@ class SweepSpec:
             errs.append(f"fidelity_tokens must be in 2..{MAX_NEW_TOKEN}, got {self.fidelity_tokens}")
         if not self.text.strip():
             errs.append("the benchmark text is empty")
+        errs += _budget_errors(self.memory_budget_mb)  # reliability
         return errs
 
     def validate(self) -> "SweepSpec":
@@ -166,7 +170,7 @@ class SweepSpec:
                 model=self.model, device=device, precision=precision, batch_size=int(batch), threads=int(threads),
                 tokens=int(tokens), engine=engine, compile=bool(compile_), stream=bool(stream), warmup=self.warmup,
                 repeats=self.repeats, min_time_s=float(self.min_time_s), max_repeats=self.max_repeats,
-                timeout_s=float(self.timeout_s), text=self.text,
+                timeout_s=float(self.timeout_s), text=self.text, memory_budget_mb=self.memory_budget_mb,
             ))
         return cells
 
@@ -185,6 +189,13 @@ class SweepSpec:
             if k in names:
                 kwargs[k] = tuple(v) if isinstance(v, list) else v
         return SweepSpec(**kwargs)
+
+
+def _budget_errors(budget) -> list[str]:
+    from chattts_lab.limits import memory_budget_error
+
+    message = memory_budget_error(budget)
+    return [message] if message else []
 
 
 def _int_in(value, lo: int, hi: int) -> bool:
@@ -303,7 +314,7 @@ class CellResult:
             "audio_s": self.audio_s, "model": c.model,
             "device_effective": eff.get("device"), "dtype_gpt": eff.get("dtype_gpt"),
             "threads_effective": eff.get("threads"), "compile_effective": eff.get("compile"),
-            "elapsed_s": self.elapsed_s,
+            "elapsed_s": self.elapsed_s, "memory_budget_mb": c.memory_budget_mb,
         }
 
     def to_dict(self) -> dict:
@@ -412,7 +423,7 @@ def run_child(task: dict, timeout_s: float, threads: int | None = None,
                     break
                 if time.monotonic() - t0 > timeout_s:
                     _kill(proc)
-                    outcome = ("crashed", f"killed after exceeding the per-cell timeout of {timeout_s:g} s")
+                    outcome = ("timeout", f"killed after exceeding the per-cell timeout of {timeout_s:g} s")
                     break
                 time.sleep(poll_s)
         except BaseException:  # KeyboardInterrupt or the generator closed: never leave a worker behind
@@ -465,6 +476,10 @@ def run_cell(cfg: RunConfig, should_stop: Callable[[], bool] | None = None, pyth
     if ruled:
         return CellResult(cfg, ruled[0], ruled[1])
     outcome = run_child({"kind": "cell", "config": cfg.to_dict()}, cfg.timeout_s, cfg.threads, should_stop, python)
+    if cfg.memory_budget_mb and outcome.status == "crashed":  # reliability: a worker that dies under a budget
+        from chattts_lab.limits import crash_under_budget
+
+        outcome = crash_under_budget(outcome, cfg.memory_budget_mb)
     return summarize(cfg, outcome.status, outcome.reason, outcome.payload, outcome.elapsed_s)
 
 
@@ -536,6 +551,8 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
         sweep = store.sweep(resume)
         if sweep is None:
             raise SpecError(f"no sweep {resume} in {db_path}")
+        if sweep["origin"] != "local":  # reliability: an imported sweep was measured on another machine
+            raise SpecError(f"sweep {resume} was imported from another machine; it cannot be resumed here")
         spec = SweepSpec.from_dict(sweep["spec"])
         sweep_id, environment = resume, sweep["environment"]
         store.set_status(sweep_id, "running")
@@ -629,7 +646,7 @@ def resumable_sweep(db_path: str | Path) -> int | None:
     store = Store(db_path)
     try:
         for sweep in store.sweeps_list():
-            if sweep["status"] in ("interrupted", "cancelled"):
+            if sweep["status"] in ("interrupted", "cancelled") and sweep["origin"] == "local":  # reliability
                 return sweep["id"]
     finally:
         store.close()

@@ -84,6 +84,7 @@ def measure_cell(cfg, samples: list, info: dict) -> dict:
     import ChatTTS  # noqa: F401  (imported apart: a one-time cost of the process, not of the model)
 
     extra["import_s"] = time.perf_counter() - t0
+    _apply_budget(cfg, extra)  # reliability: from here on, the model load and the calls share the budget
     t0 = time.perf_counter()
     model = load_model(LoadConfig(model=cfg.model, device=cfg.device, precision=cfg.precision, threads=cfg.threads,
                                   engine=cfg.engine, compile=cfg.compile))
@@ -124,6 +125,14 @@ def measure_cell(cfg, samples: list, info: dict) -> dict:
     return {"status": "ok", "reason": "; ".join(notes)}
 
 
+def _apply_budget(cfg, extra: dict) -> None:
+    from chattts_lab.limits import apply_memory_budget
+
+    limit = apply_memory_budget(getattr(cfg, "memory_budget_mb", None))
+    if limit:
+        extra["memory_limit_mb"] = limit / 2**20
+
+
 def _one_call(model, request, stream: bool, phase: str) -> dict:
     from chattts_lab.synthesis import SynthesisOutput, synthesize, synthesize_stream
 
@@ -159,6 +168,8 @@ def run_task(task: dict) -> dict:
     except Exception as exc:  # every failure becomes a row: status and reason, samples kept
         log.debug("cell failed:\n%s", traceback.format_exc())
         status, reason = classify(exc)
+        if status == "oom" and cfg.memory_budget_mb:  # reliability: say which limit was hit
+            reason = f"{reason} (per-cell memory budget {cfg.memory_budget_mb:g} MB)"[:900]
         outcome = {"status": status, "reason": reason}
     return {**outcome, "samples": samples, **info}
 

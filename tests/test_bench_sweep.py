@@ -114,7 +114,7 @@ def test_a_worker_killed_by_a_signal_becomes_a_crashed_row(tmp_path):
 
 def test_a_hung_worker_is_killed_at_the_timeout(tmp_path):
     out = run_child({"kind": "cell"}, timeout_s=1.0, python=_fake_python(tmp_path, "sleep 60"))
-    assert out.status == "crashed" and "timeout" in out.reason and out.elapsed_s < 10
+    assert out.status == "timeout" and "timeout" in out.reason and out.elapsed_s < 10  # reliability: own status
 
 
 def test_stopping_kills_the_running_worker_and_cancels_the_cell(tmp_path):

@@ -27,8 +27,9 @@ from chattts_lab.sweep import CellFinished, CellStarted, FidelityStarted, SpecEr
 from webui import figures
 from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import devices, precisions_for
+from webui.security import refuse_huge_grid  # reliability
 
-STATUS_CHOICES = ["ok", "skipped", "unsupported", "oom", "error", "crashed", "cancelled"]
+STATUS_CHOICES = ["ok", "skipped", "unsupported", "oom", "error", "crashed", "timeout", "cancelled"]  # reliability: +timeout
 COMPARE_METRICS = ["latency_p50_s", "rtf", "audio_s_per_s", "step_ms", "peak_rss_mb", "ttfa_s"]
 
 
@@ -62,7 +63,7 @@ def spec_from_form(ctx: AppContext, form: SweepForm) -> SweepSpec:
             warmup=int(form.warmup), repeats=int(form.repeats), max_repeats=max(100, int(form.repeats)),
             min_time_s=float(form.min_time_s), fidelity=bool(form.fidelity),
         )
-        return spec.validate()
+        return refuse_huge_grid(spec.validate())  # reliability: too large to finish -> refused with the estimate
     except (argparse.ArgumentTypeError, SpecError, TypeError, ValueError) as exc:
         raise gr.Error(f"Sweep settings: {exc}") from exc
 

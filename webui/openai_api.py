@@ -26,6 +26,7 @@ from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, s
 from webui import speech
 from webui.context import AppContext
 from webui.runtime import default_settings
+from webui.security import OutOfMemoryError
 
 MAX_INPUT_CHARS = 4096  # OpenAI's own limit for this endpoint
 STREAM_FORMATS = ("pcm", "wav")
@@ -104,6 +105,8 @@ def speech_router(ctx: AppContext) -> APIRouter:
             if streaming:
                 return StreamingResponse(_stream(ctx, req, fmt), media_type=audio_io.media_type(fmt))
             out, _ = speech.run(ctx, default_settings(), req)
+        except OutOfMemoryError as exc:  # reliability: the server is fine, the request was too big for memory
+            return _error(503, str(exc), code="server_error")
         except (InvalidRequest, ValueError) as exc:
             return _error(400, str(exc), "input" if "text" in str(exc) else "voice")
         except ModelUnavailable as exc:

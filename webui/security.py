@@ -1,0 +1,109 @@
+"""What the app accepts from people it is shared with: upload size, type and duration limits.
+
+Gradio enforces the size limit on every upload (`launch(max_file_size=...)`, HTTP 413 above it);
+the handlers check type and duration here before anything is decoded in full, so a file that is not
+audio, is corrupt or lasts hours gets a clear message and costs the server nothing. Uploaded voice
+cards and result bundles are parsed strictly as JSON data elsewhere (chattts_lab.voices, .store):
+nothing a user sends is ever unpickled or passed to torch.load.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+from chattts_lab.requests import InvalidRequest
+
+MAX_UPLOAD = "10mb"  # Gradio's launch(max_file_size=...): a 60 s WAV clip at 48 kHz stereo is 11 MB; mp3/flac far less
+MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+MAX_SAMPLE_SECONDS = 60.0  # a voice sample needs a few seconds; ChatTTS encodes the whole clip at once
+MIN_SAMPLE_SECONDS = 0.25
+
+
+class InvalidUpload(InvalidRequest):
+    """An uploaded file that cannot be used; the message says why."""
+
+
+def check_audio_upload(path: str | Path, max_seconds: float = MAX_SAMPLE_SECONDS) -> float:
+    """Check an uploaded voice clip without decoding it in full; returns its duration in seconds."""
+    import soundfile as sf
+
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InvalidUpload("the uploaded clip is missing (upload it again)") from exc
+    if size > MAX_UPLOAD_BYTES:
+        raise InvalidUpload(f"the clip is {size / 2**20:.1f} MB; at most {MAX_UPLOAD_BYTES // 2**20} MB")
+    if size == 0:
+        raise InvalidUpload("the uploaded clip is an empty file")
+    try:
+        info = sf.info(str(path))
+    except Exception as exc:  # libsndfile raises its own error type for anything it cannot parse
+        raise InvalidUpload(f"{path.name!r} is not an audio file this app can read (WAV, FLAC, OGG or MP3)") from exc
+    if info.samplerate <= 0 or info.frames <= 0:
+        raise InvalidUpload(f"{path.name!r} holds no audio (corrupt or empty)")
+    seconds = info.frames / info.samplerate
+    if seconds > max_seconds:
+        raise InvalidUpload(f"the clip lasts {_duration(seconds)}; a voice sample may last at most {max_seconds:g} s "
+                            "(trim it to a few seconds of clear speech)")
+    if seconds < MIN_SAMPLE_SECONDS:
+        raise InvalidUpload("the sample clip is shorter than a quarter of a second")
+    return seconds
+
+
+def read_audio_upload(path: str | Path):
+    """Check, then decode: (samples float32, sample_rate); a corrupt body is an InvalidUpload too."""
+    import soundfile as sf
+
+    check_audio_upload(path)
+    try:
+        return sf.read(str(path), dtype="float32", always_2d=False)
+    except Exception as exc:
+        raise InvalidUpload(f"{Path(path).name!r} is corrupt: its audio data cannot be decoded") from exc
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+class OutOfMemoryError(ValueError):
+    """Synthesis ran out of memory; the server and the loaded model keep working (a ValueError, so every
+    handler shows its message to the user instead of a generic error)."""
+
+
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+@contextmanager
+def out_of_memory_explained():
+    """Turn an allocator failure during a request into one clear, recoverable error for the user."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        text = str(exc)
+        if not (isinstance(exc, MemoryError) or any(m in text.lower() for m in OOM_MARKERS)):
+            raise
+        import gc
+
+        gc.collect()
+        detail = text if "out of memory on" in text else f"out of memory ({type(exc).__name__}: {text[:200]})"
+        raise OutOfMemoryError(f"{detail}. The server is still up: try a shorter text, fewer sentences at once "
+                               "(turn off splitting) or fewer audio tokens.") from exc
+
+
+def refuse_huge_grid(spec):
+    """A sweep too large to finish is refused before it starts, with the estimate (the `bench` limits)."""
+    from bench.cli import MAX_CELLS, MAX_HOURS, describe, estimate_cell_s
+    from chattts_lab.sweep import SpecError
+
+    cells = spec.expand()
+    seconds = sum(estimate_cell_s(c) for c in cells)
+    if len(cells) > MAX_CELLS or seconds > MAX_HOURS * 3600:
+        raise SpecError(f"a grid of {len(cells)} cells would take about {describe(seconds)} here (limits: "
+                        f"{MAX_CELLS} cells, {MAX_HOURS:g} h); narrow the lists, or run it with `python -m bench --yes`")
+    return spec
