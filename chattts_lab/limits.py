@@ -15,8 +15,19 @@ import resource
 
 log = logging.getLogger(__name__)
 
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "failed to allocate")
 MIN_BUDGET_MB = 1
 MAX_BUDGET_MB = 16 * 2**20  # 16 TB: anything above is a typo
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for any allocator failure: MemoryError, torch's (CUDA) OutOfMemoryError, or the RuntimeError
+    torch's CPU allocator raises ("can't allocate memory"), which has no type of its own."""
+    import torch
+
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MARKERS)
 
 
 def memory_budget_error(budget) -> str | None:

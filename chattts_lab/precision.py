@@ -25,10 +25,12 @@ class UnsupportedPrecision(ValueError):
 
 def unsupported_reason(engine: str, device: torch.device, precision: str) -> str | None:
     """None if the combination can run, else a sentence saying why not."""
-    if precision not in PRECISIONS + extra_precisions(engine):
-        return f"unknown precision {precision!r}: choose from {', '.join(PRECISIONS + extra_precisions(engine))}"
     if engine not in ENGINES:
         return f"unknown engine {engine!r}: choose from {', '.join(ENGINES)}"
+    if engine == "stock" and precision in extra_precisions("lab"):
+        return f"{precision} is a lab-engine precision; stock ChatTTS has no {precision} path"
+    if precision not in PRECISIONS + extra_precisions(engine):
+        return f"unknown precision {precision!r}: choose from {', '.join(PRECISIONS + extra_precisions(engine))}"
     if engine == "lab":
         from chattts_lab.lab import lab_unsupported_reason
 

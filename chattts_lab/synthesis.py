@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from chattts_lab import metrics
+from chattts_lab.limits import is_out_of_memory
 from chattts_lab.measure import PeakMemory, Stopwatch
 from chattts_lab.models import LoadedModel, set_threads
 from chattts_lab.requests import InvalidRequest, SynthesisRequest, validate_request
@@ -171,14 +172,6 @@ def _memory_errors_explained(model: LoadedModel, request: SynthesisRequest):
             f"out of memory on {model.device} synthesizing {len(request.texts)} text(s) of up to "
             f"{request.max_new_token} tokens: use a smaller batch, fewer tokens or a lower precision"
         ) from exc
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """CUDA raises OutOfMemoryError; the CPU allocator raises a RuntimeError that says so."""
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    text = str(exc)
-    return "can't allocate memory" in text or "out of memory" in text.lower()
 
 
 def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None) -> _Call:

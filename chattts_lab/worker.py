@@ -24,7 +24,6 @@ import traceback
 from typing import Callable
 
 log = logging.getLogger("chattts_lab.worker")
-OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "failed to allocate")
 
 
 def repeat_until(fn: Callable[[], object], min_count: int, min_time_s: float, max_count: int,
@@ -42,21 +41,16 @@ def classify(exc: BaseException) -> tuple[str, str]:
     from chattts_lab.devices import DeviceUnavailable
     from chattts_lab.precision import UnsupportedPrecision
 
+    from chattts_lab.limits import is_out_of_memory
+
     text = f"{type(exc).__name__}: {exc}".strip()
-    oom_types = tuple(t for t in (MemoryError, _torch_oom_type()) if t is not None)
-    if isinstance(exc, oom_types) or any(m in str(exc).lower() for m in OOM_MARKERS):
+    if is_out_of_memory(exc):
         return "oom", f"out of memory: {text}"[:800]
     if isinstance(exc, UnsupportedPrecision):
         return "unsupported", str(exc)
     if isinstance(exc, DeviceUnavailable):
         return "skipped", str(exc)
     return "error", text[:800]
-
-
-def _torch_oom_type():
-    import torch
-
-    return getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
 
 
 def _load_avg() -> float | None:

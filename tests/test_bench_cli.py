@@ -53,7 +53,7 @@ def test_an_absurd_grid_is_refused_unless_confirmed(capsys, tmp_path):
 
 def test_sweep_end_to_end_writes_every_format_and_keeps_impossible_cells(tmp_path):
     db, out = tmp_path / "lab.sqlite", tmp_path / "out"
-    run = bench(*FAST, "--engine", "stock,lab", "--device", "cpu,cuda:7", "--compile", "off,on",
+    run = bench(*FAST, "--precision", "fp32,int4", "--device", "cpu,cuda:7", "--compile", "off,on",
                 "--fidelity", "off", "--db", str(db), "--out", str(out), "--format", "md,csv,json,html")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "| stock | cpu | fp32 | 1 | 1 | 8 | off | off | ok |" in run.stdout  # the markdown table at the end
@@ -65,7 +65,7 @@ def test_sweep_end_to_end_writes_every_format_and_keeps_impossible_cells(tmp_pat
     for c in cells:
         by_status.setdefault(c["status"], []).append(c)
     assert len(by_status["ok"]) == 1, cells
-    assert {c["engine"] for c in by_status["unsupported"]} == {"lab"}
+    assert {c["precision"] for c in by_status["unsupported"]} == {"int4"}  # lab-only, asked of stock
     ok = by_status["ok"][0]
     assert ok["repeats"] == 2 and 0 < ok["latency_p50_s"] and ok["latency_std_s"] >= 0
     assert ok["rtf"] == pytest.approx(ok["latency_p50_s"] / ok["audio_s"])

@@ -61,8 +61,8 @@ def _cfg(**kw):
 
 def test_rule_table_turns_impossible_cells_into_rows_with_reasons():
     assert cell_rule(_cfg()) is None
-    status, reason = cell_rule(_cfg(engine="lab"))
-    assert status == "unsupported" and "lab" in reason
+    status, reason = cell_rule(_cfg(precision="int4"))  # a lab-only precision asked of the stock engine
+    assert status == "unsupported" and "int4" in reason and "stock" in reason
     status, reason = cell_rule(_cfg(compile=True))
     assert status == "skipped" and "ignores compile" in reason
     status, reason = cell_rule(_cfg(threads=usable_cores() + 1))
@@ -131,12 +131,12 @@ def test_run_sweep_events_and_stop_keep_finished_rows(tmp_path):
     from chattts_lab.sweep import CellFinished, CellStarted, SweepFinished, SweepStarted, resumable_sweep, run_sweep
 
     db = tmp_path / "lab.sqlite"
-    spec = SweepSpec(model="synthetic-tiny", engines=("lab", "stock"), tokens=(8,), fidelity=False)
+    spec = SweepSpec(model="synthetic-tiny", precisions=("int4", "fp32"), tokens=(8,), fidelity=False)
     stop = []
     events = []
     for event in run_sweep(spec, db, should_stop=lambda: bool(stop)):
         events.append(event)
-        if isinstance(event, CellStarted) and event.config.engine == "stock":
+        if isinstance(event, CellStarted) and event.config.precision == "fp32":
             stop.append(True)  # Stop pressed while the real cell's worker is starting
     kinds = [type(e).__name__ for e in events]
     assert kinds == ["SweepStarted", "CellStarted", "CellFinished", "CellStarted", "CellFinished", "SweepFinished"]

@@ -76,7 +76,6 @@ class OutOfMemoryError(ValueError):
     handler shows its message to the user instead of a generic error)."""
 
 
-OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
 @contextmanager
@@ -85,8 +84,10 @@ def out_of_memory_explained():
     try:
         yield
     except (MemoryError, RuntimeError) as exc:
+        from chattts_lab.limits import is_out_of_memory
+
         text = str(exc)
-        if not (isinstance(exc, MemoryError) or any(m in text.lower() for m in OOM_MARKERS)):
+        if not is_out_of_memory(exc):
             raise
         import gc
 
