@@ -2,7 +2,7 @@
 
 Peak RSS must be read *during* the work: right after loading, weights are mmapped lazily and RSS
 understates the footprint. On Linux the kernel's own high-water mark (VmHWM) is reset before the
-region and read after it; elsewhere a sampling thread approximates it.
+region and read after it (no thread runs beside the work); elsewhere a sampling thread approximates it.
 """
 
 from __future__ import annotations
@@ -69,8 +69,11 @@ class PeakMemory:
     def __enter__(self) -> "PeakMemory":
         self._kernel = _reset_kernel_peak()
         self._sampled = psutil.Process().memory_info().rss
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
+        if not self._kernel:
+            # Only where the kernel keeps no resettable peak: a sampling thread wakes every few ms and
+            # takes the GIL, which slows the decode loop it measures on a machine with few cores.
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
         if self.device is not None and self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         return self
@@ -82,7 +85,8 @@ class PeakMemory:
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         sampled_mb = self._sampled / MB
         kernel_mb = _kernel_peak_mb() if self._kernel else None
         self.peaks.rss_mb = max(sampled_mb, kernel_mb or 0.0)

@@ -121,3 +121,12 @@ def test_openai_route_requires_the_auth_key_when_the_app_has_one(tmp_path):
     assert client.get("/v1/audio/voices").status_code == 401
     assert client.get("/v1/audio/voices", headers={"Authorization": "Bearer ann:wrong"}).status_code == 401
     assert client.get("/v1/audio/voices", headers={"Authorization": "Bearer ann:s3cret"}).status_code == 200
+
+
+def test_run_sweep_returns_the_results_table_with_impossible_cells_kept(client):
+    """`/run_sweep` as a script calls it: one real cell on tiny weights, plus one the rules refuse."""
+    table = client.predict("cpu", "fp32,int4", "1", "1", "8", 1, False, api_name="/run_sweep")
+    rows = [dict(zip(table["headers"], row)) for row in table["data"]]
+    assert {r["precision"]: r["status"] for r in rows} == {"fp32": "ok", "int4": "unsupported"}
+    ok = next(r for r in rows if r["status"] == "ok")
+    assert float(ok["rtf"]) > 0 and int(ok["tokens"]) == 8
