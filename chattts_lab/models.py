@@ -263,4 +263,6 @@ def _effective(chat, config: LoadConfig, threads: int, compiled: bool) -> dict:
         "threads": threads,
         "compile": bool(getattr(lab_state, "compiled", compiled)),
         "compile_requested": config.compile,
+        # the lab's decode glue: fused C++ kernels where they built here, else torch ops (same maths)
+        "lab_kernels": ("fused" if lab_state.gpt_module.fused is not None else "torch") if lab_state else None,
     }

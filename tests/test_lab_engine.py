@@ -84,6 +84,34 @@ def test_lab_fp32_batch_stops_each_item_at_its_own_eos_like_stock(stock_runs, la
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+def test_fused_cpu_kernels_compute_what_the_torch_ops_compute(stock_runs, lab_fp32):
+    """The lab's fused decode kernels (C++, built here on first use) against its torch-op path, padding included."""
+    from chattts_lab.lab import kernels
+
+    model = lab_fp32.chat.lab_engine.gpt_module
+    if kernels.load() is None:
+        pytest.skip("no C++ toolchain here: the lab runs its torch-op path (tested by the stock comparisons)")
+    assert lab_fp32.effective["lab_kernels"] == "fused" and model.fused is not None
+    seed = stock_runs["batch"][2]
+    fused_ids, fused_hid = code_tokens(lab_fp32, TEXTS, 40, seed=seed)
+    model.fused = None
+    try:
+        torch_ids, torch_hid = code_tokens(lab_fp32, TEXTS, 40, seed=seed)
+    finally:
+        model.fused = kernels.load()
+    for a, b in zip(fused_ids, torch_ids):
+        assert torch.equal(a, b)
+    for a, b in zip(fused_hid, torch_hid):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_kernels_can_be_switched_off(monkeypatch):
+    from chattts_lab.lab import kernels
+
+    monkeypatch.setenv("CHATTTS_LAB_KERNELS", "off")
+    assert "CHATTTS_LAB_KERNELS=off" in kernels.disabled_reason()
+
+
 def test_lab_engine_reports_what_took_effect(lab_fp32):
     eff = lab_fp32.effective
     assert eff["engine"] == "lab" and eff["dtype_gpt"] == "float32" and eff["compile"] is False

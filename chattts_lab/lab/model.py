@@ -5,8 +5,11 @@ because at batch 1 a step is ~12 kernels x 20 layers and each launch costs micro
 - q/k/v and gate/up are fused into one projection each;
 - q and k rows are permuted once so each rotary pair is adjacent, which turns rotary into one complex
   multiply by a precomputed table (q.k is unchanged by a permutation applied to both);
-- `F.rms_norm` is one fused kernel; the KV cache is preallocated and written in place.
+- the KV cache is preallocated and written in place.
 Built one layer at a time from the loaded `LlamaModel`, freeing each fp32 layer once converted.
+
+Decode steps in fp32 on CPU go through fused C++ kernels (`kernels.py`) where they build: one call
+for each RMSNorm and one for rotary + cache write + attention, instead of ~30 small ops per layer.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from chattts_lab.lab import kernels
 from chattts_lab.lab.linear import make_linear
 
 log = logging.getLogger(__name__)
@@ -116,8 +120,20 @@ class Block(nn.Module):
             attn_mask=mask, is_causal=causal and mask is None,
         )
         x = x + self.o(y.transpose(1, 2).reshape(B, S, dim))
-        g, u = self.gate_up(F.rms_norm(x, (dim,), self.norm2, self.shape.eps)).chunk(2, -1)
+        return self.mlp(x, F.rms_norm(x, (dim,), self.norm2, self.shape.eps))
+
+    def mlp(self, x, normed):
+        g, u = self.gate_up(normed).chunk(2, -1)
         return x + self.down(F.silu(g) * u)
+
+    def decode_fused(self, fused, x, rot, k_cache, v_cache, slot: int, end: int, valid):
+        """One new token per item with the fused kernels. x: [B, 1, dim] fp32; rot: [B, D/2, 2] (cos, sin)."""
+        B, _, dim = x.shape
+        eps = self.shape.eps
+        qkv = self.qkv(fused.rms_norm(x, self.norm1, eps))
+        y = fused.decode_attention(qkv.view(B, -1), rot, k_cache, v_cache, slot, end, valid)
+        x = x + self.o(y.view(B, 1, dim))
+        return self.mlp(x, fused.rms_norm(x, self.norm2, eps))
 
 
 class LeanLlama(nn.Module):
@@ -141,6 +157,7 @@ class LeanLlama(nn.Module):
         release_freed_memory()
         self.caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.rot_table: torch.Tensor | None = None
+        self.fused = kernels.load() if device.type == "cpu" and dtype == torch.float32 else None
 
     @property
     def effective_dtype(self) -> str:
@@ -169,8 +186,17 @@ class LeanLlama(nn.Module):
         """
         x = emb.to(self.dtype)
         end = start + x.shape[1]
+        if self.fused is not None and x.shape[1] == 1:
+            return self._decode_fused(x, positions, start, end, mask)
         rot = self.rot_table[positions][:, :, None, None]
         causal = x.shape[1] > 1
         for layer, (k, v) in zip(self.layers, self.caches):
             x = layer(x, rot, k, v, start, end, mask, causal)
         return F.rms_norm(x[:, -1], (self.shape.dim,), self.norm, self.shape.eps).float()
+
+    def _decode_fused(self, x, positions, start: int, end: int, mask) -> torch.Tensor:
+        rot = torch.view_as_real(self.rot_table[positions[:, 0]]).contiguous()  # [B, D/2, 2]
+        valid = mask.view(mask.shape[0], -1) if mask is not None else torch.empty(0, dtype=torch.bool)
+        for layer, (k, v) in zip(self.layers, self.caches):
+            x = layer.decode_fused(self.fused, x, rot, k, v, start, end, valid)
+        return self.fused.rms_norm(x[:, -1], self.norm, self.shape.eps)

@@ -1,0 +1,69 @@
+"""The lab engine's fused CPU decode kernels (`kernels.cpp`), built on first use with the local C++ compiler.
+
+Optional by design: where there is no compiler (or ninja), where the build fails, or with
+CHATTTS_LAB_KERNELS=off, `load()` returns None and the lab engine runs the same maths as torch ops.
+The build is cached by torch under ~/.cache/torch_extensions (its name carries a hash of the source,
+the torch version and the CPU's flags, because it is compiled for this CPU).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("kernels.cpp")
+FUNCTIONS = ["rms_norm", "decode_attention"]
+# -march=native: the build is for this machine only (its cache name carries the CPU flags)
+CFLAGS = ["-O3", "-march=native", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP
+
+
+def _build_name(source: str) -> str:
+    cpu = _cpu_flags()
+    key = hashlib.sha1(f"{source}{torch.__version__}{cpu}{CFLAGS}".encode()).hexdigest()[:12]
+    return f"chattts_lab_kernels_{key}"
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def disabled_reason() -> str | None:
+    if os.environ.get("CHATTTS_LAB_KERNELS", "on").lower() in ("off", "0", "false", "no"):
+        return "fused kernels switched off (CHATTTS_LAB_KERNELS=off)"
+    return None
+
+
+@functools.cache
+def load():
+    """The compiled kernels module, or None (with the reason logged) where they cannot be built here."""
+    reason = disabled_reason()
+    if reason:
+        log.info(reason)
+        return None
+    try:
+        from torch.utils.cpp_extension import load_inline
+
+        source = SOURCE.read_text()
+        # torch warns about a missing CUDA toolkit even for a CPU-only build: not news for this build
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+        log.info("building the lab's fused CPU kernels (first use on this machine: about a minute)")
+        return load_inline(name=_build_name(source), cpp_sources=[source], functions=FUNCTIONS,
+                           extra_cflags=CFLAGS, verbose=False)
+    except Exception as exc:  # no compiler, no ninja, a failed build: the torch path computes the same
+        log.warning("lab fused CPU kernels unavailable, using torch ops: %s: %s", type(exc).__name__,
+                    str(exc).strip().splitlines()[-1] if str(exc).strip() else "")
+        return None
