@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from chattts_lab.lab import kernels
 from chattts_lab.lab.engine import COMPUTE_DTYPE, Heads, LabEngine, lab_generate
 from chattts_lab.lab.linear import int4_available
 from chattts_lab.lab.model import LeanLlama, release_freed_memory
@@ -59,6 +60,8 @@ def install_lab_engine(chat, device, precision: str, compile: bool = False) -> L
     reason = lab_unsupported_reason(device, precision)
     if reason:
         raise ValueError(f"lab engine, {precision} on {device}: {reason}")
+    if device.type == "cpu":
+        kernels.load()  # build or load the fused kernels before converting, not between two layers
     t0 = time.perf_counter()
     gpt = chat.gpt
     gpt_device = torch.device(chat.device_gpt)

@@ -55,11 +55,11 @@ def load():
         log.info(reason)
         return None
     try:
+        # torch warns at import about a missing CUDA toolkit, even for a CPU-only build: not news here
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
         from torch.utils.cpp_extension import load_inline
 
         source = SOURCE.read_text()
-        # torch warns about a missing CUDA toolkit even for a CPU-only build: not news for this build
-        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
         log.info("building the lab's fused CPU kernels (first use on this machine: about a minute)")
         return load_inline(name=_build_name(source), cpp_sources=[source], functions=FUNCTIONS,
                            extra_cflags=CFLAGS, verbose=False)
