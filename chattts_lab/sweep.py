@@ -133,7 +133,7 @@ class SweepSpec:
                  for p in self.precisions if p not in known_precisions]
         errs += [f"unknown engine {e!r}: choose from {', '.join(ENGINES)}" for e in self.engines if e not in ENGINES]
         errs += [f"batch size must be in 1..{MAX_BATCH}, got {b}" for b in self.batches if not _int_in(b, 1, MAX_BATCH)]
-        errs += [f"threads must be at least 1, got {t}" for t in self.threads if not _int_in(t, 1, 4096)]
+        errs += [f"threads must be in 1..4096, got {t}" for t in self.threads if not _int_in(t, 1, 4096)]
         errs += [f"tokens must be in 2..{MAX_NEW_TOKEN}, got {n}" for n in self.tokens if not _int_in(n, 2, MAX_NEW_TOKEN)]
         if not _int_in(self.repeats, 1, 10_000):
             errs.append(f"repeats must be at least 1, got {self.repeats}")
