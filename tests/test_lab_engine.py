@@ -110,6 +110,7 @@ def test_fused_kernels_can_be_switched_off(monkeypatch):
 
     monkeypatch.setenv("CHATTTS_LAB_KERNELS", "off")
     assert "CHATTTS_LAB_KERNELS=off" in kernels.disabled_reason()
+    assert kernels.load.__wrapped__() is None  # uncached: what a fresh process with the switch off gets
 
 
 def test_lab_engine_reports_what_took_effect(lab_fp32):
