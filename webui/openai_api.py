@@ -4,32 +4,46 @@ Tools that speak OpenAI's audio API can point their base URL at a LAN-shared Cha
 resolves to a preset name, `seed:N`, or a voice card saved from the Synthesis tab. `model` is
 accepted and ignored (the server runs the one model it was started with). `speed` (0.25-4.0)
 maps to ChatTTS's [speed_0..9]. With --auth user:pass, send `Authorization: Bearer user:pass`.
+
+Like OpenAI's own route, audio is sent as it is generated (chunked transfer) for pcm, wav and mp3;
+flac, and any request with the extension `"stream": false`, gets one whole file. Every refusal,
+FastAPI's request validation included, is an OpenAI-shaped error whose message OpenAI's clients show.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
-import struct
+import logging
+import math
+import threading
+import time
+import uuid
+from contextlib import closing, contextmanager
+from dataclasses import replace
 from typing import Literal
 
-import numpy as np
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Depends, Header
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 
-from chattts_lab import InvalidRequest, ModelUnavailable, Sampling, SynthesisRequest
+from chattts_lab import InvalidRequest, ModelUnavailable, SynthesisRequest
 from chattts_lab import audio as audio_io
-from chattts_lab.metrics import SAMPLE_RATE
-from chattts_lab.requests import validate_request
-from chattts_lab.synthesis import SynthesisOutput
+from chattts_lab.requests import MAX_NEW_TOKEN, validate_request
+from chattts_lab.synthesis import StreamChunk
 from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, split_sentences
 from webui import speech
 from webui.context import AppContext
 from webui.runtime import default_settings
 from webui.security import OutOfMemoryError
 
+log = logging.getLogger(__name__)
+
 MAX_INPUT_CHARS = 4096  # OpenAI's own limit for this endpoint
-STREAM_FORMATS = ("pcm", "wav")
+ROUTES = {"/v1/audio/speech": "POST", "/v1/audio/voices": "GET"}
 
 
 class SpeechBody(BaseModel):
@@ -38,104 +52,252 @@ class SpeechBody(BaseModel):
     voice: str = "Aria"
     response_format: str = "mp3"
     speed: float = Field(1.0, ge=0.25, le=4.0)
-    stream_format: Literal["audio"] | None = None  # OpenAI's name for a chunked audio body
-    stream: bool = False  # the same, as a plain flag
-    max_new_token: int = Field(2048, ge=1, le=2048)  # extension: cap audio tokens (46.9 per second)
+    stream_format: Literal["audio"] = "audio"  # OpenAI's other choice, "sse" (JSON events), is not offered
+    stream: bool = True  # extension: false waits for the whole clip and sends one file with its lengths set
+    max_new_token: int = Field(MAX_NEW_TOKEN, ge=1, le=MAX_NEW_TOKEN)  # extension: at most this many audio tokens
+    min_new_token: int = Field(0, ge=0, le=MAX_NEW_TOKEN)  # extension: at least this many (fixed-length clips)
     seed: int | None = None  # extension: fix the sampling seed for reproducible audio
 
 
+class OpenAIError(Exception):
+    """A refusal answered in OpenAI's error shape, so OpenAI's clients show its message."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.param, self.code, self.kind = status, param, code, kind
+
+    def response(self) -> JSONResponse:
+        error = {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}
+        return JSONResponse({"error": error}, status_code=self.status)
+
+
+def invalid_body(exc: RequestValidationError) -> OpenAIError:
+    """FastAPI's validation failure (a bare 422 list) as one OpenAI-shaped 400 naming the first bad field."""
+    error = exc.errors()[0]
+    param = ".".join(str(part) for part in error["loc"][1:]) or None  # loc starts with "body"
+    if error["type"] == "json_invalid":
+        return OpenAIError(400, f"the request body is not valid JSON ({error['ctx']['error']})", code="invalid_json")
+    if error["type"] == "missing":
+        message = f"'{param}' is required" if param else "the request needs a JSON body"
+        return OpenAIError(400, message, param, "missing_required_parameter")
+    if param is None:
+        return OpenAIError(400, f"the request body must be a JSON object: {error['msg']}", code="invalid_type")
+    return OpenAIError(400, f"invalid '{param}': {error['msg']} (got {error['input']!r})", param, "invalid_value")
+
+
+class OpenAIErrorsRoute(APIRoute):
+    """A route whose refusals, FastAPI's own validation errors included, are all OpenAI-shaped."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def answer(request):
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                return invalid_body(exc).response()
+            except OpenAIError as exc:
+                return exc.response()
+
+        return answer
+
+
 def chattts_speed(speed: float) -> int:
-    """OpenAI speed (1.0 normal, 0.25-4.0) -> ChatTTS [speed_N] (5 normal, 0-9)."""
-    return int(min(9, max(0, round(5 * speed))))
-
-
-def _error(status: int, message: str, param: str | None = None, code: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": code, "param": param, "code": None}}, status_code=status)
-
-
-def _authorized(ctx: AppContext, authorization: str | None) -> bool:
-    if not ctx.api_key:
-        return True
-    token = (authorization or "").removeprefix("Bearer ").strip()
-    return hmac.compare_digest(token.encode(), ctx.api_key.encode())
-
-
-def _request(ctx: AppContext, body: SpeechBody) -> SynthesisRequest:
-    card = resolve_voice(body.voice, ctx.voices_dir)
-    sampling = card.sampling if body.seed is None else Sampling(**{**card.sampling.__dict__, "audio_seed": body.seed})
-    texts = split_sentences(body.input) or [body.input]
-    return SynthesisRequest.of(texts, voice=card.voice, sampling=sampling, refine=card.refine,
-                               speed=chattts_speed(body.speed), max_new_token=body.max_new_token)
-
-
-def wav_stream_header(sample_rate: int = SAMPLE_RATE) -> bytes:
-    """A 16-bit mono WAV header with unknown length (0xFFFFFFFF), as streaming servers send it."""
-    return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate,
-            sample_rate * 2, 2, 16) + b"data" + struct.pack("<I", 0xFFFFFFFF))
-
-
-def _pcm16(chunk: np.ndarray) -> bytes:
-    return (np.clip(chunk, -1, 1) * 32767).astype("<i2").tobytes()
+    """OpenAI speed (0.25-4.0, 1.0 normal) -> ChatTTS [speed_N] (0-9, 5 normal), in even steps of log2(speed),
+    since speed is a ratio: 0.25 -> 0, 0.5 -> 3, 1.0 -> 5, 2.0 -> 7, 4.0 -> 9."""
+    octaves = math.log2(min(4.0, max(0.25, speed)))  # -2 .. 2
+    level = 5 + octaves * (2.5 if octaves < 0 else 2.0)
+    return int(math.floor(level + 0.5))
 
 
 def speech_router(ctx: AppContext) -> APIRouter:
-    router = APIRouter()
+    def require_key(authorization: str | None = Header(None)) -> None:
+        # A dependency, so a wrong key is refused before the body is even looked at.
+        if not ctx.api_key:
+            return
+        token = (authorization or "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(token.encode(), ctx.api_key.encode()):
+            raise OpenAIError(401, "missing or wrong API key: send the server's --auth user:pass as a Bearer token",
+                              code="invalid_api_key")
+
+    router = APIRouter(route_class=OpenAIErrorsRoute, dependencies=[Depends(require_key)])
 
     @router.get("/v1/audio/voices")
-    def list_voices(authorization: str | None = Header(None)):
-        if not _authorized(ctx, authorization):
-            return _error(401, "missing or wrong API key (use the --auth user:pass as a Bearer token)", code="authentication_error")
+    def list_voices():
         return {"voices": list(PRESET_VOICES) + saved_card_names(ctx.voices_dir), "formats": audio_io.available_formats()}
 
     @router.post("/v1/audio/speech")
-    def create_speech(body: SpeechBody, authorization: str | None = Header(None)):
-        if not _authorized(ctx, authorization):
-            return _error(401, "missing or wrong API key (use the --auth user:pass as a Bearer token)", code="authentication_error")
-        fmt = body.response_format.lower()
-        if fmt not in audio_io.available_formats():
-            return _error(400, f"response_format {fmt!r} is not available here; use one of "
-                               f"{', '.join(audio_io.available_formats())}", "response_format")
-        if len(body.input) > MAX_INPUT_CHARS:
-            return _error(400, f"input is {len(body.input):,} characters; at most {MAX_INPUT_CHARS}", "input")
-        streaming = body.stream or body.stream_format == "audio"
-        if streaming and fmt not in STREAM_FORMATS:
-            return _error(400, f"streaming sends {' or '.join(STREAM_FORMATS)}; {fmt!r} needs the whole audio", "response_format")
-        try:
-            req = validate_request(_request(ctx, body))
-            if streaming:
-                return StreamingResponse(_stream(ctx, req, fmt), media_type=audio_io.media_type(fmt))
-            out, _ = speech.run(ctx, default_settings(), req)
-        except OutOfMemoryError as exc:  # reliability: the server is fine, the request was too big for memory
-            return _error(503, str(exc), code="server_error")
-        except (InvalidRequest, ValueError) as exc:
-            return _error(400, str(exc), "input" if "text" in str(exc) else "voice")
-        except ModelUnavailable as exc:
-            return _error(503, str(exc), code="server_error")
-        data = audio_io.encode(audio_io.join(out.audio), fmt)
-        return Response(data, media_type=audio_io.media_type(fmt), headers=_timing_headers(out))
+    async def create_speech(body: SpeechBody):
+        started = time.perf_counter()
+        fmt = _response_format(body)
+        if body.stream and fmt in audio_io.STREAM_FORMATS:
+            return await _streamed(ctx, _sentence_request(ctx, body), fmt, started)
+        return await run_in_threadpool(_whole, ctx, _batch_request(ctx, body), fmt, started)
+
+    @router.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+    def unknown_route(path: str):
+        offered = "; ".join(f"{method} {route}" for route, method in ROUTES.items())
+        if f"/v1/{path}" in ROUTES:
+            raise OpenAIError(405, f"/v1/{path} takes {ROUTES[f'/v1/{path}']} only; this server offers {offered}")
+        raise OpenAIError(404, f"no route /v1/{path}; this server offers {offered}", code="unknown_url")
 
     return router
 
 
-def _timing_headers(out: SynthesisOutput) -> dict:
+def _response_format(body: SpeechBody) -> str:
+    fmt = body.response_format.lower()
+    if fmt not in audio_io.available_formats():
+        raise OpenAIError(400, f"response_format {fmt!r} is not available here; use one of "
+                               f"{', '.join(audio_io.available_formats())}", "response_format")
+    if len(body.input) > MAX_INPUT_CHARS:
+        raise OpenAIError(400, f"input is {len(body.input):,} characters; at most {MAX_INPUT_CHARS:,}", "input")
+    return fmt
+
+
+def _synthesis_request(ctx: AppContext, body: SpeechBody) -> SynthesisRequest:
+    """The input split into sentences (unchecked), with the voice resolved and the extensions applied."""
+    try:
+        card = resolve_voice(body.voice, ctx.voices_dir)
+    except InvalidRequest as exc:
+        raise OpenAIError(400, str(exc), "voice") from None
+    sampling = card.sampling if body.seed is None else replace(card.sampling, audio_seed=body.seed)
+    return SynthesisRequest.of(split_sentences(body.input) or [body.input], voice=card.voice, sampling=sampling,
+                               refine=card.refine, speed=chattts_speed(body.speed),
+                               max_new_token=body.max_new_token, min_new_token=body.min_new_token)
+
+
+def _batch_request(ctx: AppContext, body: SpeechBody) -> SynthesisRequest:
+    """All sentences in one batch: a whole file is made fastest in one pass."""
+    with _refusals():
+        return validate_request(_synthesis_request(ctx, body))
+
+
+def _sentence_request(ctx: AppContext, body: SpeechBody) -> SynthesisRequest:
+    """Sentences to stream one after another (so no batch limit); each is checked now, so that a bad one is
+    a 400 rather than a stream cut short."""
+    req = _synthesis_request(ctx, body)
+    with _refusals():
+        return replace(req, texts=tuple(validate_request(replace(req, texts=(t,))).texts[0] for t in req.texts))
+
+
+def _whole(ctx: AppContext, req: SynthesisRequest, fmt: str, started: float) -> Response:
+    with _refusals():
+        out, _ = speech.run(ctx, default_settings(), req)
+    data = audio_io.encode(audio_io.join(out.audio), fmt)
     m = out.measurements
-    headers = {"X-ChatTTS-Wall-S": f"{m.wall_s:.3f}", "X-ChatTTS-Synthetic": str(out.synthetic).lower()}
+    headers = _made_headers(out.synthetic, time.perf_counter() - started) | {"X-ChatTTS-Wall-S": f"{m.wall_s:.3f}"}
     if m.rtf is not None:
         headers["X-ChatTTS-RTF"] = f"{m.rtf:.3f}"
-    return headers
+    return Response(data, media_type=audio_io.media_type(fmt), headers=headers)
 
 
-def _stream(ctx: AppContext, req: SynthesisRequest, fmt: str):
-    from dataclasses import replace
+def _made_headers(synthetic: bool, first_audio_s: float) -> dict:
+    return {"X-ChatTTS-First-Audio-S": f"{first_audio_s:.3f}", "X-ChatTTS-Synthetic": str(synthetic).lower()}
 
-    from chattts_lab.synthesis import StreamChunk
 
-    if fmt == "wav":
-        yield wav_stream_header()
-    for text in req.texts:  # sentences one after another, so the audio follows the text
-        for _, item in speech.run_stream(ctx, default_settings(), replace(req, texts=(text,))):
-            if isinstance(item, StreamChunk):
-                yield _pcm16(item.audio[0])
+@contextmanager
+def _refusals():
+    """The library's errors for a request it cannot serve, as OpenAI-shaped errors."""
+    try:
+        yield
+    except OutOfMemoryError as exc:  # the server and its model are fine; this request was too big for memory
+        raise OpenAIError(503, str(exc), kind="server_error", code="out_of_memory") from None
+    except ModelUnavailable as exc:
+        raise OpenAIError(503, str(exc), kind="server_error", code="model_unavailable") from None
+    except InvalidRequest as exc:
+        raise OpenAIError(400, str(exc)) from None
+
+
+async def _streamed(ctx: AppContext, req: SynthesisRequest, fmt: str, started: float) -> StreamingResponse:
+    """Start the response only once the first audio exists: a failure before it is still an HTTP error,
+    and the headers can say how long the first audio took."""
+    live = LiveSynthesis(ctx, req)
+    first = await live.next_audio()
+    if first is None:
+        raise OpenAIError(500, "the synthesis produced no audio", kind="server_error")
+    headers = _made_headers(live.synthetic, time.perf_counter() - started)
+    return LiveResponse(live, _encoded(live, first, fmt), media_type=audio_io.media_type(fmt), headers=headers)
+
+
+async def _encoded(live: "LiveSynthesis", first, fmt: str):
+    encoder = audio_io.StreamEncoder(fmt)
+    yield encoder.header + encoder.encode(first)
+    while (chunk := await live.next_audio()) is not None:
+        yield encoder.encode(chunk)
+    yield encoder.flush()
+
+
+class LiveResponse(StreamingResponse):
+    """A streamed response that stops its synthesis however it ends: a client that hangs up frees the model
+    for the next request instead of leaving it generating audio nobody will hear."""
+
+    def __init__(self, live: "LiveSynthesis", *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.live = live
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.live.stop()
+
+
+class LiveSynthesis:
+    """One request's sentences synthesized one after another in a worker thread, each audio chunk handed
+    to the response as soon as it exists."""
+
+    def __init__(self, ctx: AppContext, req: SynthesisRequest):
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._session = f"v1-{uuid.uuid4().hex}"  # so stop() interrupts this request's synthesis, no other
+        self._stopped = threading.Event()
+        self._done = False
+        self.synthetic = True
+        threading.Thread(target=self._run, args=(ctx, req), name="v1-speech", daemon=True).start()
+
+    async def next_audio(self):
+        """The next chunk of samples, or None at the end; a synthesis error is raised here (as an OpenAIError
+        when it is a refusal)."""
+        item = await self._queue.get()
+        if item is None or isinstance(item, Exception):
+            self._done = True
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def stop(self) -> None:
+        if not self._done:
+            self._stopped.set()
+            speech.RUNNING.interrupt(self._session)
+
+    def _put(self, item) -> None:
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
+    def _run(self, ctx: AppContext, req: SynthesisRequest) -> None:
+        try:
+            with _refusals():
+                for i, text in enumerate(req.texts):
+                    if self._stopped.is_set():
+                        break
+                    if i:
+                        self._put(audio_io.silence(audio_io.SENTENCE_GAP_S))
+                    self._sentence(ctx, replace(req, texts=(text,)))
+        except Exception as exc:  # handed to the response, which answers or aborts with it
+            self._put(exc)
+        finally:
+            self._put(None)
+
+    def _sentence(self, ctx: AppContext, req: SynthesisRequest) -> None:
+        stream = speech.run_stream(ctx, default_settings(), req, self._session)
+        with closing(stream):  # leaving early releases the model at once
+            for model, item in stream:
+                self.synthetic = model.synthetic
+                if isinstance(item, StreamChunk):
+                    self._put(item.audio[0])
+                elif self._stopped.is_set():
+                    log.warning("speech stream: the client hung up; synthesis stopped after %d audio tokens",
+                                sum(item.measurements.tokens))
 
 
 def install(app, router: APIRouter) -> None:

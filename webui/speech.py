@@ -70,7 +70,7 @@ def speaker_for_seed(ctx: AppContext, settings: RuntimeSettings, seed: int) -> s
 
 
 def sample_audio_code(ctx: AppContext, settings: RuntimeSettings, path: str) -> str:
-    wav, sr = read_audio_upload(path)  # reliability: type, size and duration checked before decoding
+    wav, sr = read_audio_upload(path)  # refuses a wrong type, an oversize file or a long clip before decoding
     with ctx.model_work:
         return encode_sample_audio(get_model(ctx, settings), wav, sr)
 
@@ -85,7 +85,8 @@ def card_with_embedding(ctx: AppContext, settings: RuntimeSettings, card: VoiceC
 
 
 def run(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None, progress=None):
-    with ctx.model_work, out_of_memory_explained():  # reliability: OOM -> a clear message, server alive
+    # One model job at a time (timings stay clean); running out of memory is a message, not a dead server.
+    with ctx.model_work, out_of_memory_explained():
         model = get_model(ctx, settings, progress)
         if progress is not None:
             progress(0.3, desc="Synthesizing…")
@@ -96,7 +97,7 @@ def run(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, s
 def run_stream(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None,
                progress=None):
     """Yields (model, item) for each StreamChunk and the final SynthesisOutput."""
-    with ctx.model_work, out_of_memory_explained():  # reliability: OOM -> a clear message, server alive
+    with ctx.model_work, out_of_memory_explained():  # as in run()
         model = get_model(ctx, settings, progress)
         with RUNNING.mark(session, model):
             for item in synthesize_stream(model, request):
