@@ -1,6 +1,5 @@
-"""Scripts and tools talk to the real app: gradio_client on /synthesize, HTTP on /v1/audio/speech."""
+"""Scripts talk to the real app through gradio_client (the /v1 route: tests/test_openai_api.py)."""
 
-import io
 import json
 import urllib.error
 import urllib.request
@@ -55,72 +54,9 @@ def test_bad_input_gets_a_clear_message_and_the_next_request_works(client, text,
     assert sf.info(path).samplerate == 24_000
 
 
-def post(url, body, headers=None):
-    req = urllib.request.Request(url + "v1/audio/speech", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=300) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
-
-
-@pytest.mark.parametrize("fmt, media", [("wav", "audio/wav"), ("mp3", "audio/mpeg")])
-def test_openai_speech_endpoint_speaks_like_openai(app_url, fmt, media):
-    status, headers, data = post(app_url, {"model": "tts-1", "input": "Hello from an OpenAI client.", "voice": "Bo",
-                                           "response_format": fmt, "max_new_token": 16})
-    assert status == 200, data[:300]
-    assert headers["content-type"] == media and headers["x-chattts-synthetic"] == "true"
-    wav, sr = sf.read(io.BytesIO(data))
-    assert sr == 24_000 and len(wav) > 0
-
-
-def test_openai_speech_endpoint_streams_pcm(app_url):
-    status, _, data = post(app_url, {"input": "Streaming. Two sentences.", "response_format": "pcm", "stream": True,
-                                     "max_new_token": 40})
-    assert status == 200
-    assert len(data) > 0 and len(data) % 2 == 0  # 16-bit samples
-
-
-@pytest.mark.parametrize("body, status, message", [
-    ({"input": "", "voice": "Aria"}, 400, "text is empty"),
-    ({"input": "hi", "voice": "Nobody"}, 400, "unknown voice"),
-    ({"input": "hi", "response_format": "opus"}, 400, "not available here"),
-    ({"input": "hi", "response_format": "mp3", "stream": True}, 400, "streaming sends"),
-    ({"input": "hi", "speed": 10}, 422, "less than or equal"),
-])
-def test_openai_speech_endpoint_errors_are_openai_shaped(app_url, body, status, message):
-    code, _, data = post(app_url, body)
-    assert code == status
-    assert message in data.decode()
-    if status == 400:
-        assert json.loads(data)["error"]["type"] == "invalid_request_error"
-
-
-def test_openai_voices_include_presets(app_url):
-    with urllib.request.urlopen(app_url + "v1/audio/voices", timeout=30) as r:
-        body = json.loads(r.read())
-    assert "Aria" in body["voices"] and "wav" in body["formats"]
-
-
 def test_monitoring_is_off_unless_asked_for(app_url):
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(app_url + "monitoring", timeout=30)
-
-
-def test_openai_route_requires_the_auth_key_when_the_app_has_one(tmp_path):
-    from fastapi import FastAPI
-    from fastapi.testclient import TestClient
-
-    from webui.context import AppContext
-    from webui.openai_api import install, speech_router
-
-    app = FastAPI()
-    install(app, speech_router(AppContext(model="synthetic-tiny", outputs_dir=tmp_path, api_key="ann:s3cret")))
-    client = TestClient(app)
-    assert client.get("/v1/audio/voices").status_code == 401
-    assert client.get("/v1/audio/voices", headers={"Authorization": "Bearer ann:wrong"}).status_code == 401
-    assert client.get("/v1/audio/voices", headers={"Authorization": "Bearer ann:s3cret"}).status_code == 200
 
 
 def test_run_sweep_returns_the_results_table_with_impossible_cells_kept(client):

@@ -71,8 +71,9 @@ def test_without_login_the_ui_api_files_and_v1_route_are_refused(auth_app, logge
         assert status in (401, 403), f"{name}: {status} {body[:200]!r}"
         assert b"RIFF" not in body[:4]
     from gradio_client import Client
+    from gradio_client.exceptions import AuthenticationError
 
-    with pytest.raises(Exception):
+    with pytest.raises(AuthenticationError, match="credentials were not provided"):
         Client(url, verbose=False)  # a script without the login gets nothing either
     status, _, body = http(url, "/login", "POST", urllib.parse.urlencode({"username": USER, "password": "nope"}).encode(),
                            {"Content-Type": "application/x-www-form-urlencoded"})
@@ -167,11 +168,36 @@ def test_out_of_memory_is_a_clear_message_and_the_server_keeps_serving(auth_app,
             logged_in.predict(text, "Aria", *{**SYNTH, "max_new_token": 2048, "split": True}.values(),
                               api_name="/synthesize")
         assert "server is still up" in str(err.value)
-        status, _, body = http(url, "/v1/audio/speech", "POST",  # the OpenAI-compatible route says so too
-                               json.dumps({"input": text, "response_format": "wav", "max_new_token": 2048}).encode(),
+        # The OpenAI-compatible route says so too; "stream": false makes it one batch of 64, like the UI's.
+        body = {"input": text, "response_format": "wav", "max_new_token": 2048, "stream": False}
+        status, _, body = http(url, "/v1/audio/speech", "POST", json.dumps(body).encode(),
                                {"Content-Type": "application/json", "Authorization": f"Bearer {USER}:{PASSWORD}"})
         assert status == 503 and "out of memory" in json.loads(body)["error"]["message"], body[:300]
     finally:
         app.rlimit(psutil.RLIMIT_AS, unlimited)
     path, m = logged_in.predict("Still here.", "Aria", *SYNTH.values(), api_name="/synthesize")
     assert app.is_running() and m["tokens"][0] > 0 and Path(path).stat().st_size > 44
+
+
+def test_chattts_lab_auth_in_the_environment_guards_like_the_auth_flag(tmp_path, monkeypatch):
+    """`CHATTTS_LAB_AUTH=user:pass python app.py` (no --auth, so the password stays out of `ps`)."""
+    import openai
+    from gradio_client import Client
+    from gradio_client.exceptions import AuthenticationError
+
+    monkeypatch.setenv("CHATTTS_LAB_AUTH", f"{USER}:{PASSWORD}")
+    url, proc = start_app(tmp_path)
+    try:
+        assert f"{USER}:{PASSWORD}" not in " ".join(proc.args)
+        for key in ("no-key", f"{USER}:wrong"):
+            stranger = openai.OpenAI(base_url=url + "v1", api_key=key, max_retries=0)
+            with pytest.raises(openai.AuthenticationError, match="missing or wrong API key"):
+                stranger.audio.speech.create(model="tts-1", voice="Aria", input="Let me in.")
+        with pytest.raises(AuthenticationError, match="credentials were not provided"):
+            Client(url, verbose=False)
+        friend = openai.OpenAI(base_url=url + "v1", api_key=f"{USER}:{PASSWORD}", max_retries=0, timeout=600)
+        audio = friend.audio.speech.create(model="tts-1", voice="Aria", input="Let me in.", response_format="wav",
+                                           extra_body={"max_new_token": 8})
+        assert audio.content[:4] == b"RIFF"
+    finally:
+        stop_app(proc)

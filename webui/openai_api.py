@@ -131,6 +131,7 @@ def speech_router(ctx: AppContext) -> APIRouter:
     async def create_speech(body: SpeechBody):
         started = time.perf_counter()
         fmt = _response_format(body)
+        _check_length(body)
         if body.stream and fmt in audio_io.STREAM_FORMATS:
             return await _streamed(ctx, _sentence_request(ctx, body), fmt, started)
         return await run_in_threadpool(_whole, ctx, _batch_request(ctx, body), fmt, started)
@@ -150,9 +151,12 @@ def _response_format(body: SpeechBody) -> str:
     if fmt not in audio_io.available_formats():
         raise OpenAIError(400, f"response_format {fmt!r} is not available here; use one of "
                                f"{', '.join(audio_io.available_formats())}", "response_format")
+    return fmt
+
+
+def _check_length(body: SpeechBody) -> None:
     if len(body.input) > MAX_INPUT_CHARS:
         raise OpenAIError(400, f"input is {len(body.input):,} characters; at most {MAX_INPUT_CHARS:,}", "input")
-    return fmt
 
 
 def _synthesis_request(ctx: AppContext, body: SpeechBody) -> SynthesisRequest:
@@ -253,7 +257,7 @@ class LiveSynthesis:
         self._session = f"v1-{uuid.uuid4().hex}"  # so stop() interrupts this request's synthesis, no other
         self._stopped = threading.Event()
         self._done = False
-        self.synthetic = True
+        self.synthetic: bool | None = None  # known once the model is loaded
         threading.Thread(target=self._run, args=(ctx, req), name="v1-speech", daemon=True).start()
 
     async def next_audio(self):
