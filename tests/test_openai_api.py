@@ -95,6 +95,15 @@ def test_streamed_formats_decode_to_the_clip_and_agree(client):
     assert len(pcm) < len(decode(mp3, "mp3")) <= len(pcm) + MP3_EXTRA_AT_MOST
 
 
+def test_sentences_stream_one_after_another_with_the_whole_files_gap(client):
+    two = ("This first sentence is long enough that it will not be merged with the one after it, "
+           "whatever happens. And here is the second sentence, which follows it after a short pause.")
+    both = 2 * SAMPLES + int(0.15 * 24_000)  # two clips and the silence between them
+    assert len(decode(speak(client, input=two, response_format="flac", **FIXED)[1], "flac")) == both
+    streamed = decode(speak(client, input=two, response_format="pcm", **FIXED)[1], "pcm")
+    assert both - 2 * STREAM_DROPS_AT_MOST <= len(streamed) <= both
+
+
 @pytest.mark.parametrize("fmt, extra", [("flac", {}), ("wav", {"stream": False}), ("mp3", {"stream": False}),
                                         ("pcm", {"stream": False})])
 def test_whole_files_hold_exactly_the_clip_and_say_how_it_was_made(client, fmt, extra):
