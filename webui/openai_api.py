@@ -19,7 +19,7 @@ import math
 import threading
 import time
 import uuid
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Literal
 
@@ -293,15 +293,14 @@ class LiveSynthesis:
             self._put(None)
 
     def _sentence(self, ctx: AppContext, req: SynthesisRequest) -> None:
-        stream = speech.run_stream(ctx, default_settings(), req, self._session)
-        with closing(stream):  # leaving early releases the model at once
-            for model, item in stream:
-                self.synthetic = model.synthetic
-                if isinstance(item, StreamChunk):
-                    self._put(item.audio[0])
-                elif self._stopped.is_set():
-                    log.warning("speech stream: the client hung up; synthesis stopped after %d audio tokens",
-                                sum(item.measurements.tokens))
+        # stop() interrupts the model, so after a hang-up this loop ends within one step.
+        for model, item in speech.run_stream(ctx, default_settings(), req, self._session):
+            self.synthetic = model.synthetic
+            if isinstance(item, StreamChunk):
+                self._put(item.audio[0])
+            elif self._stopped.is_set():
+                log.warning("speech stream: the client hung up; synthesis stopped after %d audio tokens",
+                            sum(item.measurements.tokens))
 
 
 def install(app, router: APIRouter) -> None:
