@@ -25,7 +25,9 @@ import psutil
 import pytest
 
 from chattts_lab.store import SCHEMA_VERSION, Store
-from chattts_lab.sweep import CellFinished, RunConfig, SweepFinished, SweepSpec, resumable_sweep, run_cell, run_sweep
+from chattts_lab.results import CellResult, RunConfig
+from chattts_lab.spec import SweepSpec
+from chattts_lab.sweep import CellFinished, SweepFinished, resumable_sweep, run_cell, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -116,7 +118,8 @@ WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from chattts_lab.store import Store
-    from chattts_lab.sweep import CellResult, RunConfig, SweepSpec
+    from chattts_lab.results import CellResult, RunConfig
+    from chattts_lab.spec import SweepSpec
     db, name, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     while not go.exists():
         time.sleep(0.01)
@@ -188,8 +191,6 @@ def test_an_older_schema_is_upgraded_in_place_keeping_every_row(tmp_path):
         (old,) = store.results(sweep["id"])
         assert old.status == "ok" and old.latency.count == 3 and old.config.memory_budget_mb is None
         cfg = RunConfig("synthetic-tiny", "cpu", "bf16", 1, 1, 16, memory_budget_mb=512)
-        from chattts_lab.sweep import CellResult
-
         store.add_cell(sweep["id"], 1, CellResult(cfg, "oom", "over budget"))
         assert [r.status for r in store.results(sweep["id"])] == ["ok", "oom"]
     assert resumable_sweep(db) == sweep["id"]  # the old interrupted sweep can still be resumed

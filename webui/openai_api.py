@@ -17,7 +17,7 @@ from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from chattts_lab import InvalidRequest, ModelUnavailable, Sampling, SynthesisRequest
+from chattts_lab import InvalidRequest, ModelUnavailable, OutOfMemory, Sampling, SynthesisRequest
 from chattts_lab import audio as audio_io
 from chattts_lab.metrics import SAMPLE_RATE
 from chattts_lab.requests import validate_request
@@ -26,7 +26,6 @@ from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, s
 from webui import speech
 from webui.context import AppContext
 from webui.runtime import default_settings
-from webui.security import OutOfMemoryError
 
 MAX_INPUT_CHARS = 4096  # OpenAI's own limit for this endpoint
 STREAM_FORMATS = ("pcm", "wav")
@@ -105,7 +104,7 @@ def speech_router(ctx: AppContext) -> APIRouter:
             if streaming:
                 return StreamingResponse(_stream(ctx, req, fmt), media_type=audio_io.media_type(fmt))
             out, _ = speech.run(ctx, default_settings(), req)
-        except OutOfMemoryError as exc:  # reliability: the server is fine, the request was too big for memory
+        except OutOfMemory as exc:  # the server is fine; this request was too big for its memory
             return _error(503, str(exc), code="server_error")
         except (InvalidRequest, ValueError) as exc:
             return _error(400, str(exc), "input" if "text" in str(exc) else "voice")
