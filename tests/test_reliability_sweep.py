@@ -91,7 +91,7 @@ def test_a_hung_worker_is_killed_at_the_time_limit_and_kept_as_a_timeout_row(tmp
     assert not thread.is_alive() and "error" not in box, box.get("error")
     result = box["value"]
     assert result.status == "timeout" and "15 s" in result.reason
-    assert 15 <= result.elapsed_s < 60
+    assert result.elapsed_s >= 15  # not before the limit (a stopped worker never ends by itself: the join proves the kill)
     assert not psutil.pid_exists(worker.pid) or worker.status() == psutil.STATUS_ZOMBIE  # killed, not left behind
 
 

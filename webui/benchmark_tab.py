@@ -19,6 +19,7 @@ from chattts_lab import env as lab_env
 from chattts_lab import plots
 from chattts_lab.env import usable_cores
 from chattts_lab.grid import bool_list, describe, estimate_grid, int_list, refuse_huge_grid
+from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.precision import PRECISIONS
 from chattts_lab.recommend import recommend
 from chattts_lab.report import TABLE_COLUMNS, results_frame, write_reports
@@ -301,7 +302,7 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
             with gr.Row():
                 sweep_batches = gr.Textbox("1,4", label="Batch sizes", info="1,4,8 or 1-8*2", elem_id="sw-batches")
                 sweep_threads = gr.Textbox(str(usable_cores()), label="Threads", info="1,2 or 1-4", elem_id="sw-threads")
-                sweep_tokens = gr.Textbox("128", label="Audio tokens", info="46.9 per second of audio", elem_id="sw-tokens")
+                sweep_tokens = gr.Textbox("128", label="Audio tokens", info=f"{STEPS_PER_AUDIO_SECOND:.3g} per second of audio", elem_id="sw-tokens")
             with gr.Row():
                 sweep_repeats = gr.Number(3, precision=0, minimum=1, label="Repeats", elem_id="sw-repeats")
                 sweep_warmup = gr.Number(1, precision=0, minimum=0, label="Warm-up calls", elem_id="sw-warmup")

@@ -39,7 +39,7 @@ class SpeechBody(BaseModel):
     speed: float = Field(1.0, ge=0.25, le=4.0)
     stream_format: Literal["audio"] | None = None  # OpenAI's name for a chunked audio body
     stream: bool = False  # the same, as a plain flag
-    max_new_token: int = Field(2048, ge=1, le=2048)  # extension: cap audio tokens (46.9 per second)
+    max_new_token: int = Field(2048, ge=1, le=2048)  # extension: cap audio tokens (metrics.STEPS_PER_AUDIO_SECOND per s)
     seed: int | None = None  # extension: fix the sampling seed for reproducible audio
 
 
