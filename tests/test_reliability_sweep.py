@@ -110,6 +110,8 @@ def test_an_exhausted_memory_budget_is_an_oom_row_from_the_command_line(tmp_path
         (cell,) = store.results(sweep["id"])
         assert sweep["status"] == "finished" and cell.status == "oom"
         assert cell.extra["memory_limit_mb"] > 20  # the runtime's own address space plus the budget
+        # the allocator's failure became the one typed error at the library's boundary, and was classified by type
+        assert "chattts_lab.limits.OutOfMemory: out of memory on cpu" in cell.traceback
     row = sqlite3.connect(db).execute("SELECT status, memory_budget_mb FROM cells").fetchone()
     assert row == ("oom", 20.0)
 
