@@ -10,76 +10,48 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
-import math
 import os
-import re
 import signal
 import sys
 from pathlib import Path
 
+import pandas as pd
+
+from chattts_lab import grid
+from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
+from chattts_lab.env import usable_cores
+from chattts_lab.report import FIDELITY_COLUMNS, FORMATS, markdown_table, results_frame, write_reports
+from chattts_lab.spec import SpecError, SweepSpec, cell_rule
+from chattts_lab.store import BundleError, Store, compare_frame, export_bundle, import_bundle, sweeps_frame
 from chattts_lab.sweep import (
     CellFinished,
     CellStarted,
     FidelityFinished,
     FidelityStarted,
-    RunConfig,
-    SpecError,
     SweepFinished,
-    SweepSpec,
     SweepStarted,
-    cell_rule,
     resumable_sweep,
     run_sweep,
-    usable_cores,
 )
 
 log = logging.getLogger("bench")
-RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
-MAX_CELLS = 200  # above this (or MAX_HOURS), ask for --yes
-MAX_HOURS = 6.0
-ON_OFF = {"on": True, "off": False, "1": True, "0": False, "true": True, "false": False, "yes": True, "no": False}
 
 
-def int_list(text: str) -> tuple[int, ...]:
-    """'1,4,8', ranges '1-8' (step 1), '1-8+2' (step 2), '1-16*2' (doubling), as in llama-bench."""
-    out: list[int] = []
-    for item in _items(text):
-        m = RANGE.match(item)
-        if m:
-            lo, hi, op, step = int(m[1]), int(m[2]), m[3], int(m[4] or 1)
-            if hi < lo or (op == "*" and (step < 2 or lo < 1)) or step < 1:
-                raise argparse.ArgumentTypeError(f"bad range {item!r}: use lo-hi, lo-hi+step or lo-hi*factor")
-            v = lo
-            while v <= hi:
-                out.append(v)
-                v = v * step if op == "*" else v + step
-            continue
+def _argument(parse):
+    """A library list parser as an argparse type: its SpecError becomes argparse's own usage error."""
+    @functools.wraps(parse)
+    def typed(text: str):
         try:
-            out.append(int(item))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{item!r} is not a whole number") from None
-    return tuple(out)
+            return parse(text)
+        except SpecError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return typed
 
 
-def str_list(text: str) -> tuple[str, ...]:
-    return tuple(i.lower() for i in _items(text))
-
-
-def bool_list(text: str) -> tuple[bool, ...]:
-    out = []
-    for item in _items(text):
-        if item.lower() not in ON_OFF:
-            raise argparse.ArgumentTypeError(f"{item!r} is not on or off")
-        out.append(ON_OFF[item.lower()])
-    return tuple(out)
-
-
-def _items(text: str) -> list[str]:
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError("empty list")
-    return items
+int_list, str_list, bool_list = _argument(grid.int_list), _argument(grid.str_list), _argument(grid.bool_list)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--precision", type=str_list, default=("fp32",), help="fp32, fp16, bf16, int8")
     g.add_argument("--batch", type=int_list, default=(1,), help="texts per call")
     g.add_argument("--threads", type=int_list, default=None, help="torch CPU threads (default: usable cores)")
-    g.add_argument("--tokens", type=int_list, default=(128,), help="audio tokens per text (exactly; 46.875 per second)")
+    g.add_argument("--tokens", type=int_list, default=(128,), help=f"audio tokens per text (exactly; {STEPS_PER_AUDIO_SECOND:g} per second)")
     g.add_argument("--engine", type=str_list, default=("stock",), help="stock (ChatTTS's Chat.infer) or lab")
     g.add_argument("--compile", type=bool_list, default=(False,), help="torch.compile off,on")
     g.add_argument("--stream", type=bool_list, nargs="?", const=(True,), default=(False,),
@@ -105,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--max-repeats", type=int, default=100, help="timed calls per cell, at most")
     m.add_argument("--warmup", type=int, default=1, help="uncounted calls after the cold (first) call")
     m.add_argument("--timeout", type=float, default=1800.0, help="seconds per cell before it is killed")
-    m.add_argument("--memory-budget-mb", type=float, default=None,  # reliability: enforced with RLIMIT_AS
+    m.add_argument("--memory-budget-mb", type=float, default=None,
                    help="memory each cell's worker may add beyond its runtime (address space); over it the cell is oom")
     m.add_argument("--fidelity", type=bool_list, default=(True,), help="measure drift from fp32 once per precision")
     m.add_argument("--fidelity-tokens", type=int, default=32)
@@ -129,8 +101,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
-    from chattts_lab.report import FORMATS
-
     bad = [f for f in args.format if f not in FORMATS]
     if bad:
         raise SpecError(f"unknown format {', '.join(bad)}: choose from {', '.join(FORMATS)}")
@@ -142,26 +112,6 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         fidelity_tokens=args.fidelity_tokens, memory_budget_mb=args.memory_budget_mb,
     )
     return spec.validate()
-
-
-# Rough ms per GPT step at batch 1, 2 threads, full-size weights (FACTS.md baseline); only to size a grid.
-_STEP_MS = {"fp32": 52.0, "bf16": 23.0, "fp16": 17.0, "int8": 13.0}
-
-
-def estimate_cell_s(cfg: RunConfig) -> float:
-    """A coarse guess of one cell's wall time (process start, load, cold, warm-up and timed calls)."""
-    if cell_rule(cfg):
-        return 0.0
-    step = _STEP_MS.get(cfg.precision, 30.0) * (1 + 0.15 * (cfg.batch_size - 1)) * (2 / max(1, min(cfg.threads, 2))) ** 0.1
-    if "tiny" in cfg.model:
-        step *= 0.15
-    call = cfg.tokens * step / 1000 + 0.3
-    calls = 1 + cfg.warmup + max(cfg.repeats, math.ceil(cfg.min_time_s / call))
-    return 15.0 + 2.0 + calls * call
-
-
-def describe(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,8 +140,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from chattts_lab.store import Store
-
     resume_id = None
     if args.resume is not None:
         if args.resume == "latest":
@@ -208,26 +156,24 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             sweep = store.sweep(resume_id)
         if sweep is None:
             parser.error(f"no sweep {resume_id} in {args.db}")
-        if sweep["origin"] != "local":  # reliability: never re-measure another machine's sweep here
+        if sweep["origin"] != "local":  # measuring here would mix this machine's numbers into another's sweep
             parser.error(f"sweep {resume_id} was imported from another machine; it cannot be resumed here")
         spec = SweepSpec.from_dict(sweep["spec"])
     else:
         spec = spec_from_args(args)
-    cells = spec.expand()
-    estimate = sum(estimate_cell_s(c) for c in cells)
-    ruled = sum(1 for c in cells if cell_rule(c))
-    print(f"{len(cells)} cells ({ruled} will be skipped or unsupported by rule), roughly {describe(estimate)}"
-          f"{' before resuming' if resume_id else ''}", file=sys.stderr)
-    if resume_id is None and (len(cells) > MAX_CELLS or estimate > MAX_HOURS * 3600) and not args.yes:
-        print(f"refusing a grid of {len(cells)} cells / about {describe(estimate)} (limits: {MAX_CELLS} cells, "
-              f"{MAX_HOURS:g} h); narrow the lists or pass --yes", file=sys.stderr)
+    try:
+        confirmed = resume_id is not None or args.yes
+        estimate = grid.estimate_grid(spec, args.db) if confirmed else grid.refuse_huge_grid(spec, args.db)
+    except SpecError as exc:  # not a mistake in the arguments: the estimate and how to confirm, no usage text
+        print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(estimate.summary() + (" before resuming" if resume_id else ""), file=sys.stderr)
     busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if busy > 0.5 * usable_cores():
         print(f"warning: the machine is busy (load average {busy:.1f} on {usable_cores()} cores); timings will be "
               "noisy and multi-threaded cells suffer most", file=sys.stderr)
     if args.dry_run:
-        for c in cells:
+        for c in spec.expand():
             rule = cell_rule(c)
             print(f"{c.label}{'  -> ' + rule[0] + ': ' + rule[1] if rule else ''}")
         return 0
@@ -235,7 +181,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> int:
-    from tqdm import tqdm
+    from tqdm import tqdm  # only a run draws a progress bar
 
     def on_term(signum, frame):  # SIGTERM ends the sweep like Ctrl-C: kept, marked interrupted
         raise KeyboardInterrupt
@@ -251,7 +197,7 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
                        dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}{postfix}]")
         elif isinstance(event, CellStarted):
             bar.set_description(event.config.label)
-            bar.set_postfix_str(f"left ~{describe(event.eta_s)}" if event.eta_s is not None else "left ?")
+            bar.set_postfix_str(f"left ~{grid.describe(event.eta_s)}" if event.eta_s is not None else "left ?")
         elif isinstance(event, CellFinished):
             r = event.result
             if r.status != "cancelled":
@@ -274,9 +220,6 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
 
 
 def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool = True) -> int:
-    from chattts_lab.report import markdown_table, results_frame, write_reports
-    from chattts_lab.store import Store
-
     with Store(db) as store:
         sweep = store.sweep(sweep_id)
         if sweep is None:
@@ -290,9 +233,6 @@ def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool =
     if print_table:
         print(markdown_table(df))
         if fidelity:
-            from chattts_lab.report import FIDELITY_COLUMNS
-            import pandas as pd
-
             print("\nFidelity (drift from fp32 stock):\n" + markdown_table(pd.DataFrame(fidelity), FIDELITY_COLUMNS))
     for fmt, path in paths.items():
         print(f"wrote {path}", file=sys.stderr)
@@ -300,16 +240,11 @@ def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool =
 
 
 def _list(db: str) -> int:
-    from chattts_lab.report import markdown_table
-    from chattts_lab.store import sweeps_frame
-
     print(markdown_table(sweeps_frame(db), ("id", "created_at", "status", "origin", "machine", "model", "n_cells", "n_ok")))
     return 0
 
 
 def _export(db: str, path: str, sweeps) -> int:
-    from chattts_lab.store import BundleError, export_bundle
-
     try:
         out = export_bundle(db, path, list(sweeps) if sweeps else None)
     except BundleError as exc:
@@ -320,8 +255,6 @@ def _export(db: str, path: str, sweeps) -> int:
 
 
 def _import(db: str, path: str) -> int:
-    from chattts_lab.store import BundleError, import_bundle
-
     try:
         new, skipped = import_bundle(db, path)
     except BundleError as exc:
@@ -332,9 +265,6 @@ def _import(db: str, path: str) -> int:
 
 
 def _compare(db: str, ids: list[int]) -> int:
-    from chattts_lab.report import markdown_table
-    from chattts_lab.store import compare_frame
-
     df = compare_frame(db, ids)
     print(markdown_table(df, list(df.columns)))
     return 0

@@ -29,6 +29,14 @@ PACKAGES = ("torch", "torchaudio", "chattts", "transformers", "numpy", "vocos", 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def usable_cores() -> int:
+    """Cores this process may run on: the affinity mask (containers, taskset), not the machine's total."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity mask
+        return os.cpu_count() or 1
+
+
 def cpu_info() -> dict:
     model, flags = platform.processor() or platform.machine(), set()
     try:
@@ -40,16 +48,12 @@ def cpu_info() -> dict:
     except OSError:
         if sys.platform == "darwin":
             model = _run(["sysctl", "-n", "machdep.cpu.brand_string"]) or model
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:
-        affinity = psutil.cpu_count(logical=True)
     return {
         "model": model,
         "arch": platform.machine(),
         "logical_cores": psutil.cpu_count(logical=True),
         "physical_cores": psutil.cpu_count(logical=False),
-        "usable_cores": affinity,  # what this process may run on (containers, taskset)
+        "usable_cores": usable_cores(),
         "flags": [f for f in FLAGS_THAT_MATTER if f in flags],
     }
 

@@ -1,4 +1,9 @@
-"""Resource limits for untrusted or long-running work: a per-cell memory budget for sweep workers.
+"""Resource limits: the one out-of-memory error, and a per-cell memory budget for sweep workers.
+
+Out of memory: `out_of_memory_boundary()` is the one place where an allocator failure (Python's
+MemoryError, torch's OutOfMemoryError, or the plain RuntimeError torch's CPU allocator raises) is
+recognised and re-raised as `OutOfMemory`; loading a model, synthesis and the sweep worker run inside
+it, and everything above catches `OutOfMemory` by type.
 
 A budget is enforced by the kernel, not by polling: the worker caps its own address space
 (RLIMIT_AS) at what it has already mapped (Python, torch, ChatTTS imported) plus the budget. Any
@@ -10,24 +15,55 @@ load and the calls may add, not on resident memory.
 
 from __future__ import annotations
 
+import gc
 import logging
 import resource
+import sys
+from contextlib import contextmanager
+from dataclasses import replace
+
+import psutil
 
 log = logging.getLogger(__name__)
 
+# torch's CPU allocator raises a bare RuntimeError ("DefaultCPUAllocator: can't allocate memory"): no type to catch.
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "failed to allocate")
 MIN_BUDGET_MB = 1
 MAX_BUDGET_MB = 16 * 2**20  # 16 TB: anything above is a typo
 
 
+class OutOfMemory(ValueError):
+    """The work asked for more memory than the device has. The process and a loaded model stay usable.
+
+    A ValueError because, like bad input, the caller fixes it by asking for less (servers show its
+    message to the person who asked)."""
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """True for any allocator failure: MemoryError, torch's (CUDA) OutOfMemoryError, or the RuntimeError
-    torch's CPU allocator raises ("can't allocate memory"), which has no type of its own."""
-    import torch
-
-    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+    torch's CPU allocator raises, which has no type of its own."""
+    torch = sys.modules.get("torch")  # only a loaded torch can have raised its own error type
+    if isinstance(exc, MemoryError) or (torch is not None and isinstance(exc, torch.OutOfMemoryError)):
         return True
     return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MARKERS)
+
+
+@contextmanager
+def out_of_memory_boundary(doing: str, advice: str = ""):
+    """Re-raise an allocator failure inside the block as OutOfMemory: "out of memory <doing>; <advice> (<error>)"."""
+    try:
+        yield
+    except OutOfMemory:
+        raise
+    except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        if not is_out_of_memory(exc):
+            raise
+        gc.collect()  # free what the failed work left behind before anyone retries
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        detail = f"{type(exc).__name__}: {exc}".strip()[:300]
+        raise OutOfMemory(f"out of memory {doing}{'; ' + advice if advice else ''} ({detail})") from exc
 
 
 def memory_budget_error(budget) -> str | None:
@@ -41,17 +77,11 @@ def memory_budget_error(budget) -> str | None:
     return None
 
 
-def current_address_space_bytes() -> int:
-    import psutil
-
-    return psutil.Process().memory_info().vms
-
-
 def apply_memory_budget(budget_mb: float | None) -> int | None:
     """Cap this process's address space at its current size plus budget_mb; returns the limit in bytes."""
     if not budget_mb:
         return None
-    limit = current_address_space_bytes() + int(budget_mb * 2**20)
+    limit = psutil.Process().memory_info().vms + int(budget_mb * 2**20)
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
@@ -63,7 +93,5 @@ def apply_memory_budget(budget_mb: float | None) -> int | None:
 def crash_under_budget(outcome, budget_mb: float):
     """A worker that died (rather than raising) while capped most likely hit the cap in native code
     (a failed allocation that C++ turns into abort): record it as `oom`, keeping the original reason."""
-    from dataclasses import replace
-
     return replace(outcome, status="oom",
                    reason=f"out of memory: the worker died under its {budget_mb:g} MB memory budget ({outcome.reason})")

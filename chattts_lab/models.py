@@ -20,6 +20,7 @@ import torch
 
 from chattts_lab import synthetic
 from chattts_lab.devices import parse_device
+from chattts_lab.limits import out_of_memory_boundary
 from chattts_lab.precision import UnsupportedPrecision, apply_stock_precision, module_dtype, unsupported_reason
 
 log = logging.getLogger(__name__)
@@ -196,7 +197,9 @@ def load_model(config: LoadConfig) -> LoadedModel:
             return _cache[key]
         while len(_cache) >= MAX_CACHED:
             _evict(next(iter(_cache)))
-        model = _load_uncached(config, device)
+        with out_of_memory_boundary(f"on {device} loading {config.model} ({config.engine}, {config.precision})",
+                                    "free memory or choose a lower precision"):
+            model = _load_uncached(config, device)
         _cache[key] = model
         return model
 

@@ -11,7 +11,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from chattts_lab.sweep import CANONICAL_COLUMNS, CellResult
+from chattts_lab.results import CANONICAL_COLUMNS, CellResult
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def _json_value(v):
 
 def html_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None) -> str:
     """One self-contained page (plotly.js inlined once): environment, table, fidelity, figures."""
-    from chattts_lab.plots import REPORT_FIGURES
+    from chattts_lab.plots import REPORT_FIGURES  # imports plotly (seconds): only when a page is written
 
     figures = []
     for i, make in enumerate(REPORT_FIGURES):

@@ -23,19 +23,21 @@ from pathlib import Path
 
 import psutil
 
-from chattts_lab.sweep import CANONICAL_COLUMNS, STATUSES, CellResult
+from chattts_lab.env import summary
+from chattts_lab.results import CANONICAL_COLUMNS, STATUSES, CellResult
 
 log = logging.getLogger(__name__)
 
-# Schema history (reliability): 1 = first release; 2 = cells.memory_budget_mb. Upgrades add the canonical
-# columns an older file lacks (see Store._migrate); a newer file than this build knows is refused.
-SCHEMA_VERSION = 2
+# Schema history: 1 = first release; 2 = cells.memory_budget_mb; 3 = cells.traceback. Files are kept across
+# releases, so upgrades add the canonical columns an older file lacks (see Store._migrate); a newer file than
+# this build knows is refused rather than misread.
+SCHEMA_VERSION = 3
 SWEEP_STATUSES = ("running", "finished", "interrupted", "cancelled")
 BUNDLE_FORMAT = "chattts-lab-bundle"
 BUNDLE_VERSION = 1
 DEFAULT_DB = Path("results") / "lab.sqlite"
-_TYPES = {bool: "INTEGER", int: "INTEGER", float: "REAL", str: "TEXT"}
-_TEXT_COLUMNS = {"device", "precision", "engine", "status", "reason", "model", "device_effective", "dtype_gpt"}
+_TEXT_COLUMNS = {"device", "precision", "engine", "status", "reason", "model", "device_effective", "dtype_gpt",
+                 "traceback"}
 _INT_COLUMNS = {"batch_size", "threads", "tokens", "compile", "stream", "repeats", "threads_effective",
                 "compile_effective"}
 
@@ -195,8 +197,6 @@ class Store:
 
     def create_sweep(self, spec: dict, environment: dict, status: str = "running", origin: str = "local",
                      uuid: str | None = None, created_at: str | None = None) -> int:
-        from chattts_lab.env import summary
-
         pid = os.getpid()
         with self._lock, self.conn:
             cur = self.conn.execute(
@@ -250,10 +250,6 @@ class Store:
                 (sweep_id, record["device"], record["engine"], record["precision"], record.get("status", "ok"),
                  json.dumps(record)))
 
-    def delete_sweep(self, sweep_id: int) -> None:
-        with self._lock, self.conn:
-            self.conn.execute("DELETE FROM sweeps WHERE id = ?", (sweep_id,))
-
     # -- reading ---------------------------------------------------------------------------------
 
     def sweep(self, sweep_id: int) -> dict | None:
@@ -288,6 +284,17 @@ class Store:
             rows = self.conn.execute("SELECT record_json FROM fidelity WHERE sweep_id = ? ORDER BY id",
                                      (sweep_id,)).fetchall()
         return [json.loads(r[0]) for r in rows]
+
+    def measured_here(self) -> list[dict]:
+        """Every `ok` cell of this machine's own sweeps (imported ones ran elsewhere), with `calls_s`: the
+        seconds its calls took (cold, warm-up and timed), so the rest of its wall time is process overhead."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT c.model, c.device, c.engine, c.precision, c.batch_size, c.threads, c.tokens, c.step_ms,"
+                " c.elapsed_s, (SELECT COALESCE(SUM(wall_s), 0) FROM samples WHERE cell_id = c.id) AS calls_s"
+                " FROM cells c JOIN sweeps s ON s.id = c.sweep_id"
+                " WHERE s.origin = 'local' AND c.status = 'ok' AND c.step_ms > 0 AND c.elapsed_s > 0").fetchall()
+        return [dict(r) for r in rows]
 
     def count_cells(self, sweep_id: int, status: str | None = None) -> int:
         query, args = "SELECT COUNT(*) FROM cells WHERE sweep_id = ?", [sweep_id]
@@ -412,7 +419,7 @@ def read_bundle(path: str | Path) -> dict:
         for key, kind in (("uuid", str), ("spec", dict), ("environment", dict), ("cells", list), ("fidelity", list)):
             if not isinstance(s.get(key), kind):
                 raise BundleError(f"{where}: {key!r} is missing or not a {kind.__name__}")
-        _check_environment(s["environment"], where)  # reliability: a crafted environment must not crash reports
+        _check_environment(s["environment"], where)
         for m, cell in enumerate(s["cells"]):
             try:
                 result = CellResult.from_dict(cell)
@@ -426,16 +433,21 @@ def read_bundle(path: str | Path) -> dict:
     return data
 
 
-def _check_environment(env: dict, where: str) -> None:
-    """The environment is shown in tables and reports: it must render (any text is fine, it is escaped)."""
-    from chattts_lab.env import summary
-    from chattts_lab.report import environment_lines
+# The parts of an environment that tables and reports read, and the type each must have: a bundle is
+# someone else's file, and a crafted one must be refused here rather than crash a report later.
+_ENVIRONMENT_SHAPE = {"cpu": dict, "versions": dict, "blas": dict, "git": dict, "gpus": list}
 
-    try:
-        summary(env)
-        environment_lines(env)
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise BundleError(f"{where}: 'environment' is malformed ({type(exc).__name__}: {exc})") from exc
+
+def _check_environment(env: dict, where: str) -> None:
+    """Refuse an environment whose parts are not the types reports read (any text in them is fine: it is escaped)."""
+    for key, kind in _ENVIRONMENT_SHAPE.items():
+        if env.get(key) is not None and not isinstance(env[key], kind):
+            raise BundleError(f"{where}: 'environment' is malformed ({key!r} must be a {kind.__name__})")
+    if not all(isinstance(g, dict) and "name" in g for g in env.get("gpus") or []):
+        raise BundleError(f"{where}: 'environment' is malformed (each of 'gpus' must be an object with a 'name')")
+    flags = (env.get("cpu") or {}).get("flags")
+    if flags is not None and not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
+        raise BundleError(f"{where}: 'environment' is malformed ('cpu.flags' must be a list of names)")
 
 
 def import_bundle(db_path: str | Path, bundle_path: str | Path) -> tuple[list[int], list[str]]:

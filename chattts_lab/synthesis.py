@@ -6,17 +6,15 @@ so text normalisation, prompts, speaker handling, the decoder and the vocoder ar
 
 from __future__ import annotations
 
-import gc
 import logging
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 import torch
 
 from chattts_lab import metrics
-from chattts_lab.limits import is_out_of_memory
+from chattts_lab.limits import out_of_memory_boundary
 from chattts_lab.measure import PeakMemory, Stopwatch
 from chattts_lab.models import LoadedModel, set_threads
 from chattts_lab.requests import InvalidRequest, SynthesisRequest, validate_request
@@ -75,7 +73,6 @@ class SynthesisOutput:
     synthetic: bool
     sample_rate: int = SAMPLE_RATE
     texts: tuple[str, ...] = ()
-    refined_texts: list[str] | None = None
 
     @property
     def warning(self) -> str | None:
@@ -99,11 +96,6 @@ class _Call:
     memory: PeakMemory
     t0: float = 0.0
     ttfa_s: float | None = None
-    refined_texts: list[str] | None = field(default=None)
-
-
-class OutOfMemory(RuntimeError):
-    """The device ran out of memory during synthesis; the model stays loaded and usable."""
 
 
 def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | None = None) -> SynthesisOutput:
@@ -157,21 +149,12 @@ def warm_up(model: LoadedModel) -> None:
     synthesize(model, SynthesisRequest.of(WARM_UP_TEXTS, max_new_token=4, min_new_token=4))
 
 
-@contextmanager
 def _memory_errors_explained(model: LoadedModel, request: SynthesisRequest):
-    """Turn an out-of-memory failure into one clear, recoverable error (the server must not die)."""
-    try:
-        yield
-    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
-        if not is_out_of_memory(exc):
-            raise
-        gc.collect()
-        if model.device.type == "cuda":
-            torch.cuda.empty_cache()
-        raise OutOfMemory(
-            f"out of memory on {model.device} synthesizing {len(request.texts)} text(s) of up to "
-            f"{request.max_new_token} tokens: use a smaller batch, fewer tokens or a lower precision"
-        ) from exc
+    """Out of memory becomes OutOfMemory naming the request's size (the model and a server stay usable)."""
+    return out_of_memory_boundary(
+        f"on {model.device} synthesizing {len(request.texts)} text(s) of up to {request.max_new_token} tokens",
+        "the model stays loaded and the server is still up: use a smaller batch, fewer or shorter texts, "
+        "fewer audio tokens or a lower precision")
 
 
 def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None) -> _Call:

@@ -1,7 +1,7 @@
 """One benchmark cell in a fresh process: `python -m chattts_lab.worker` < task.json.
 
 The parent (`chattts_lab.sweep.run_child`) writes one JSON task on stdin and reads one line on stdout
-that starts with RESULT_MARKER. Running each cell in its own process keeps peak memory, thread pools
+that starts with RESULT_MARKER; a failure comes back as a status, a reason and the full traceback. Running each cell in its own process keeps peak memory, thread pools
 and one-time costs (numba JIT, lazy mmaps) from leaking from one cell into the next. The worker
 returns raw samples only; the parent derives the statistics.
 
@@ -23,6 +23,11 @@ import time
 import traceback
 from typing import Callable
 
+import psutil
+
+from chattts_lab.limits import OutOfMemory, apply_memory_budget, out_of_memory_boundary
+from chattts_lab.results import AUDIO_SEED, RESULT_MARKER, VOICE_SEED, RunConfig
+
 log = logging.getLogger("chattts_lab.worker")
 
 
@@ -38,14 +43,12 @@ def repeat_until(fn: Callable[[], object], min_count: int, min_time_s: float, ma
 
 def classify(exc: BaseException) -> tuple[str, str]:
     """(status, reason) for an exception raised while measuring a cell."""
-    from chattts_lab.devices import DeviceUnavailable
+    from chattts_lab.devices import DeviceUnavailable  # both import torch: not before the task needs it
     from chattts_lab.precision import UnsupportedPrecision
 
-    from chattts_lab.limits import is_out_of_memory
-
+    if isinstance(exc, OutOfMemory):
+        return "oom", str(exc)[:800]
     text = f"{type(exc).__name__}: {exc}".strip()
-    if is_out_of_memory(exc):
-        return "oom", f"out of memory: {text}"[:800]
     if isinstance(exc, UnsupportedPrecision):
         return "unsupported", str(exc)
     if isinstance(exc, DeviceUnavailable):
@@ -58,19 +61,18 @@ def _load_avg() -> float | None:
 
 
 def _rss_mb() -> float:
-    import psutil
-
     return psutil.Process().memory_info().rss / 2**20
 
 
 def measure_cell(cfg, samples: list, info: dict) -> dict:
     """Load, warm up and time one cell; samples and info are filled in as it goes (kept on failure)."""
+    # torch, ChatTTS and the model code are imported here, in this order, so that the baseline RSS and
+    # ChatTTS's import time are measured apart from the model's load.
     import torch
 
     from chattts_lab.measure import process_peak_rss_mb
     from chattts_lab.models import LoadConfig, load_model
     from chattts_lab.requests import Sampling, SynthesisRequest, Voice
-    from chattts_lab.sweep import AUDIO_SEED, VOICE_SEED
     from chattts_lab.synthesis import speaker_from_seed
 
     info["extra"] = extra = {"rss_baseline_mb": _rss_mb()}  # the runtime's own memory, before any model
@@ -78,7 +80,7 @@ def measure_cell(cfg, samples: list, info: dict) -> dict:
     import ChatTTS  # noqa: F401  (imported apart: a one-time cost of the process, not of the model)
 
     extra["import_s"] = time.perf_counter() - t0
-    _apply_budget(cfg, extra)  # reliability: from here on, the model load and the calls share the budget
+    _apply_budget(cfg, extra)  # after the imports: the budget is for the model load and the calls, not the runtime
     t0 = time.perf_counter()
     model = load_model(LoadConfig(model=cfg.model, device=cfg.device, precision=cfg.precision, threads=cfg.threads,
                                   engine=cfg.engine, compile=cfg.compile))
@@ -119,10 +121,8 @@ def measure_cell(cfg, samples: list, info: dict) -> dict:
     return {"status": "ok", "reason": "; ".join(notes)}
 
 
-def _apply_budget(cfg, extra: dict) -> None:
-    from chattts_lab.limits import apply_memory_budget
-
-    limit = apply_memory_budget(getattr(cfg, "memory_budget_mb", None))
+def _apply_budget(cfg: RunConfig, extra: dict) -> None:
+    limit = apply_memory_budget(cfg.memory_budget_mb)
     if limit:
         extra["memory_limit_mb"] = limit / 2**20
 
@@ -147,24 +147,22 @@ def _one_call(model, request, stream: bool, phase: str) -> dict:
 
 
 def run_task(task: dict) -> dict:
-    from chattts_lab.sweep import RunConfig
-
     cfg = RunConfig.from_dict(task["config"])
     samples: list = []
     info: dict = {}
     try:
-        if task.get("kind") == "fidelity":
-            from chattts_lab.fidelity import measure_fidelity
+        with out_of_memory_boundary(f"on {cfg.device} measuring {cfg.label}"):
+            if task.get("kind") == "fidelity":
+                from chattts_lab.fidelity import measure_fidelity  # imports torch and ChatTTS: only in the worker
 
-            return {"status": "ok", "reason": "", "fidelity": measure_fidelity(
-                cfg.model, cfg.device, cfg.engine, cfg.precision, cfg.tokens, cfg.threads)}
-        outcome = measure_cell(cfg, samples, info)
-    except Exception as exc:  # every failure becomes a row: status and reason, samples kept
-        log.debug("cell failed:\n%s", traceback.format_exc())
+                return {"status": "ok", "reason": "", "fidelity": measure_fidelity(
+                    cfg.model, cfg.device, cfg.engine, cfg.precision, cfg.tokens, cfg.threads)}
+            outcome = measure_cell(cfg, samples, info)
+    except Exception as exc:  # every failure becomes a row: status, reason and traceback, samples kept
         status, reason = classify(exc)
-        if status == "oom" and cfg.memory_budget_mb:  # reliability: say which limit was hit
+        if status == "oom" and cfg.memory_budget_mb:  # a budget, not the machine, may be what ran out
             reason = f"{reason} (per-cell memory budget {cfg.memory_budget_mb:g} MB)"[:900]
-        outcome = {"status": status, "reason": reason}
+        outcome = {"status": status, "reason": reason, "traceback": traceback.format_exc()}
     return {**outcome, "samples": samples, **info}
 
 
@@ -189,15 +187,9 @@ def main() -> int:
     logging.basicConfig(level=os.environ.get("CHATTTS_LAB_LOG", "WARNING"), stream=sys.stderr)
     task = json.loads(sys.stdin.read())
     payload = run_task(task)
-    sys.stdout.write("\n" + _marker() + json.dumps(payload, default=str) + "\n")
+    sys.stdout.write("\n" + RESULT_MARKER + json.dumps(payload, default=str) + "\n")
     sys.stdout.flush()
     return 0
-
-
-def _marker() -> str:
-    from chattts_lab.sweep import RESULT_MARKER
-
-    return RESULT_MARKER
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ from chattts_lab.store import (
     import_bundle,
     sweeps_frame,
 )
-from chattts_lab.sweep import CANONICAL_COLUMNS, CellResult, RunConfig, SweepSpec, summarize
+from chattts_lab.results import CANONICAL_COLUMNS, CellResult, RunConfig, summarize
+from chattts_lab.spec import SweepSpec
 
 ENV = {"hostname": "machine-a", "cpu": {"model": "Test CPU", "usable_cores": 2, "flags": ["avx2"]}, "ram_gb": 8,
        "gpus": [], "versions": {"torch": "2.14.1"}, "blas": {}, "git": {"commit": "abc"}}

@@ -25,7 +25,9 @@ import psutil
 import pytest
 
 from chattts_lab.store import SCHEMA_VERSION, Store
-from chattts_lab.sweep import CellFinished, RunConfig, SweepFinished, SweepSpec, resumable_sweep, run_cell, run_sweep
+from chattts_lab.results import CellResult, RunConfig
+from chattts_lab.spec import SweepSpec
+from chattts_lab.sweep import CellFinished, SweepFinished, resumable_sweep, run_cell, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -89,7 +91,7 @@ def test_a_hung_worker_is_killed_at_the_time_limit_and_kept_as_a_timeout_row(tmp
     assert not thread.is_alive() and "error" not in box, box.get("error")
     result = box["value"]
     assert result.status == "timeout" and "15 s" in result.reason
-    assert 15 <= result.elapsed_s < 60
+    assert result.elapsed_s >= 15  # not before the limit (a stopped worker never ends by itself: the join proves the kill)
     assert not psutil.pid_exists(worker.pid) or worker.status() == psutil.STATUS_ZOMBIE  # killed, not left behind
 
 
@@ -108,6 +110,8 @@ def test_an_exhausted_memory_budget_is_an_oom_row_from_the_command_line(tmp_path
         (cell,) = store.results(sweep["id"])
         assert sweep["status"] == "finished" and cell.status == "oom"
         assert cell.extra["memory_limit_mb"] > 20  # the runtime's own address space plus the budget
+        # the allocator's failure became the one typed error at the library's boundary, and was classified by type
+        assert "chattts_lab.limits.OutOfMemory: out of memory on cpu" in cell.traceback
     row = sqlite3.connect(db).execute("SELECT status, memory_budget_mb FROM cells").fetchone()
     assert row == ("oom", 20.0)
 
@@ -116,7 +120,8 @@ WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from chattts_lab.store import Store
-    from chattts_lab.sweep import CellResult, RunConfig, SweepSpec
+    from chattts_lab.results import CellResult, RunConfig
+    from chattts_lab.spec import SweepSpec
     db, name, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     while not go.exists():
         time.sleep(0.01)
@@ -188,8 +193,6 @@ def test_an_older_schema_is_upgraded_in_place_keeping_every_row(tmp_path):
         (old,) = store.results(sweep["id"])
         assert old.status == "ok" and old.latency.count == 3 and old.config.memory_budget_mb is None
         cfg = RunConfig("synthetic-tiny", "cpu", "bf16", 1, 1, 16, memory_budget_mb=512)
-        from chattts_lab.sweep import CellResult
-
         store.add_cell(sweep["id"], 1, CellResult(cfg, "oom", "over budget"))
         assert [r.status for r in store.results(sweep["id"])] == ["ok", "oom"]
     assert resumable_sweep(db) == sweep["id"]  # the old interrupted sweep can still be resumed

@@ -5,7 +5,6 @@ Handlers adapt UI values to chattts_lab.sweep / store / report / recommend; noth
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import threading
@@ -16,18 +15,20 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from bench.cli import bool_list, describe, estimate_cell_s, int_list
 from chattts_lab import env as lab_env
 from chattts_lab import plots
+from chattts_lab.env import usable_cores
+from chattts_lab.grid import bool_list, describe, estimate_grid, int_list, refuse_huge_grid
+from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.precision import PRECISIONS
 from chattts_lab.recommend import recommend
 from chattts_lab.report import TABLE_COLUMNS, results_frame, write_reports
+from chattts_lab.spec import SpecError, SweepSpec
 from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
-from chattts_lab.sweep import CellFinished, CellStarted, FidelityStarted, SpecError, SweepFinished, SweepSpec, SweepStarted, run_sweep, usable_cores
+from chattts_lab.sweep import CellFinished, CellStarted, FidelityStarted, SweepFinished, SweepStarted, run_sweep
 from webui import figures
 from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import devices, precisions_for
-from webui.security import refuse_huge_grid  # reliability
 
 STATUS_CHOICES = ["ok", "skipped", "unsupported", "oom", "error", "crashed", "timeout", "cancelled"]  # reliability: +timeout
 COMPARE_METRICS = ["latency_p50_s", "rtf", "audio_s_per_s", "step_ms", "peak_rss_mb", "ttfa_s"]
@@ -63,8 +64,9 @@ def spec_from_form(ctx: AppContext, form: SweepForm) -> SweepSpec:
             warmup=int(form.warmup), repeats=int(form.repeats), max_repeats=max(100, int(form.repeats)),
             min_time_s=float(form.min_time_s), fidelity=bool(form.fidelity),
         )
-        return refuse_huge_grid(spec.validate())  # reliability: too large to finish -> refused with the estimate
-    except (argparse.ArgumentTypeError, SpecError, TypeError, ValueError) as exc:
+        refuse_huge_grid(spec, ctx.history_db)  # too large to finish: refused with the estimate
+        return spec
+    except (SpecError, TypeError, ValueError) as exc:
         raise gr.Error(f"Sweep settings: {exc}") from exc
 
 
@@ -73,9 +75,7 @@ def estimate(ctx: AppContext, *values) -> str:
         spec = spec_from_form(ctx, SweepForm(*values))
     except gr.Error as exc:
         return f"⚠️ {exc.message}"
-    cells = spec.expand()
-    seconds = sum(estimate_cell_s(c) for c in cells)
-    return f"{len(cells)} cell(s), roughly {describe(seconds)} here (each cell runs in a fresh process)."
+    return estimate_grid(spec, ctx.history_db).summary()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -302,7 +302,7 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
             with gr.Row():
                 sweep_batches = gr.Textbox("1,4", label="Batch sizes", info="1,4,8 or 1-8*2", elem_id="sw-batches")
                 sweep_threads = gr.Textbox(str(usable_cores()), label="Threads", info="1,2 or 1-4", elem_id="sw-threads")
-                sweep_tokens = gr.Textbox("128", label="Audio tokens", info="46.9 per second of audio", elem_id="sw-tokens")
+                sweep_tokens = gr.Textbox("128", label="Audio tokens", info=f"{STEPS_PER_AUDIO_SECOND:.3g} per second of audio", elem_id="sw-tokens")
             with gr.Row():
                 sweep_repeats = gr.Number(3, precision=0, minimum=1, label="Repeats", elem_id="sw-repeats")
                 sweep_warmup = gr.Number(1, precision=0, minimum=0, label="Warm-up calls", elem_id="sw-warmup")

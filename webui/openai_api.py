@@ -30,7 +30,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 
-from chattts_lab import InvalidRequest, ModelUnavailable, SynthesisRequest
+from chattts_lab import InvalidRequest, ModelUnavailable, OutOfMemory, SynthesisRequest
 from chattts_lab import audio as audio_io
 from chattts_lab.requests import MAX_NEW_TOKEN, validate_request
 from chattts_lab.synthesis import StreamChunk
@@ -38,7 +38,6 @@ from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, s
 from webui import speech
 from webui.context import AppContext
 from webui.runtime import default_settings
-from webui.security import OutOfMemoryError
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +204,7 @@ def _refusals():
     """The library's errors for a request it cannot serve, as OpenAI-shaped errors."""
     try:
         yield
-    except OutOfMemoryError as exc:  # the server and its model are fine; this request was too big for memory
+    except OutOfMemory as exc:  # the server and its model are fine; this request was too big for memory
         raise OpenAIError(503, str(exc), kind="server_error", code="out_of_memory") from None
     except ModelUnavailable as exc:
         raise OpenAIError(503, str(exc), kind="server_error", code="model_unavailable") from None

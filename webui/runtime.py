@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 
 from chattts_lab import LoadConfig, available_devices
 from chattts_lab.devices import parse_device
+from chattts_lab.env import usable_cores
 from chattts_lab.precision import ENGINES, PRECISIONS, unsupported_reason
 
 
@@ -27,7 +27,7 @@ class RuntimeSettings:
 
 
 def max_threads() -> int:
-    return os.cpu_count() or 1
+    return usable_cores()
 
 
 def default_settings() -> RuntimeSettings:

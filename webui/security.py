@@ -9,7 +9,6 @@ nothing a user sends is ever unpickled or passed to torch.load.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 
 from chattts_lab.requests import InvalidRequest
@@ -69,42 +68,3 @@ def _duration(seconds: float) -> str:
     if seconds >= 120:
         return f"{seconds / 60:.0f} min"
     return f"{seconds:.0f} s"
-
-
-class OutOfMemoryError(ValueError):
-    """Synthesis ran out of memory; the server and the loaded model keep working (a ValueError, so every
-    handler shows its message to the user instead of a generic error)."""
-
-
-
-
-@contextmanager
-def out_of_memory_explained():
-    """Turn an allocator failure during a request into one clear, recoverable error for the user."""
-    try:
-        yield
-    except (MemoryError, RuntimeError) as exc:
-        from chattts_lab.limits import is_out_of_memory
-
-        text = str(exc)
-        if not is_out_of_memory(exc):
-            raise
-        import gc
-
-        gc.collect()
-        detail = text if "out of memory on" in text else f"out of memory ({type(exc).__name__}: {text[:200]})"
-        raise OutOfMemoryError(f"{detail}. The server is still up: try a shorter text, fewer sentences at once "
-                               "(turn off splitting) or fewer audio tokens.") from exc
-
-
-def refuse_huge_grid(spec):
-    """A sweep too large to finish is refused before it starts, with the estimate (the `bench` limits)."""
-    from bench.cli import MAX_CELLS, MAX_HOURS, describe, estimate_cell_s
-    from chattts_lab.sweep import SpecError
-
-    cells = spec.expand()
-    seconds = sum(estimate_cell_s(c) for c in cells)
-    if len(cells) > MAX_CELLS or seconds > MAX_HOURS * 3600:
-        raise SpecError(f"a grid of {len(cells)} cells would take about {describe(seconds)} here (limits: "
-                        f"{MAX_CELLS} cells, {MAX_HOURS:g} h); narrow the lists, or run it with `python -m bench --yes`")
-    return spec

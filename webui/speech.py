@@ -16,7 +16,7 @@ from chattts_lab.synthesis import encode_sample_audio, interrupt, speaker_from_s
 from chattts_lab.voices import VoiceCard
 from webui.context import AppContext
 from webui.runtime import RuntimeSettings
-from webui.security import out_of_memory_explained, read_audio_upload
+from webui.security import read_audio_upload
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,7 @@ def card_with_embedding(ctx: AppContext, settings: RuntimeSettings, card: VoiceC
 
 
 def run(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None, progress=None):
-    # One model job at a time (timings stay clean); running out of memory is a message, not a dead server.
-    with ctx.model_work, out_of_memory_explained():
+    with ctx.model_work:  # loading and synthesis raise chattts_lab.OutOfMemory, a message for the user
         model = get_model(ctx, settings, progress)
         if progress is not None:
             progress(0.3, desc="Synthesizing…")
@@ -97,7 +96,7 @@ def run(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, s
 def run_stream(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None,
                progress=None):
     """Yields (model, item) for each StreamChunk and the final SynthesisOutput."""
-    with ctx.model_work, out_of_memory_explained():  # as in run()
+    with ctx.model_work:  # loading and synthesis raise chattts_lab.OutOfMemory, a message for the user
         model = get_model(ctx, settings, progress)
         with RUNNING.mark(session, model):
             for item in synthesize_stream(model, request):

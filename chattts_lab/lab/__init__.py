@@ -73,7 +73,7 @@ def install_lab_engine(chat, device, precision: str, compile: bool = False) -> L
         release_freed_memory()
     engine = LabEngine(model, heads, gpt_device, precision, convert_s=time.perf_counter() - t0)
     engine.compiled = _try_compile(engine, compile)
-    gpt.__dict__["generate"] = functools.partial(lab_generate, chat, engine, None)
+    gpt.__dict__["generate"] = functools.partial(lab_generate, chat, engine)
     chat.lab_engine = engine
     log.info("lab engine: %s on %s in %.2f s (compiled: %s)", precision, gpt_device, engine.convert_s, engine.compiled)
     return engine

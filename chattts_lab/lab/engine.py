@@ -94,7 +94,7 @@ def _prompt_masks(attention_mask: torch.Tensor | None, B: int, L: int, device):
 
 
 @torch.inference_mode()
-def lab_generate(chat, engine: LabEngine, original, emb, inputs_ids, temperature, eos_token, attention_mask=None,
+def lab_generate(chat, engine: LabEngine, emb, inputs_ids, temperature, eos_token, attention_mask=None,
                  max_new_token=2048, min_new_token=0, logits_processors=(), infer_text=False, return_attn=False,
                  return_hidden=False, stream=False, show_tqdm=True, ensure_non_empty=True, stream_batch=24,
                  manual_seed=None, context=None):
@@ -148,7 +148,7 @@ def lab_generate(chat, engine: LabEngine, original, emb, inputs_ids, temperature
         if i == 0 and bool(finish.any()) and ensure_non_empty and manual_seed is None:
             log.warning("unexpected end at index %s; regenerate in order to ensure non-empty",
                         finish.nonzero().flatten().tolist())
-            yield from lab_generate(chat, engine, original, emb, inputs_ids, given_temperature,
+            yield from lab_generate(chat, engine, emb, inputs_ids, given_temperature,
                                     eos_token, attention_mask, max_new_token, min_new_token, logits_processors,
                                     infer_text, return_attn, return_hidden, stream, show_tqdm,
                                     ensure_non_empty, stream_batch, manual_seed, context)

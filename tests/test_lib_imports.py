@@ -1,0 +1,90 @@
+"""The library's imports run one way: results <- store, report <- the runner; the library never imports the
+command line or the app. Checked on the source (every import, function-level ones included) and by importing
+modules alone in fresh interpreters."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "chattts_lab"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module of ours (or other top-level package) that a file imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from chattts_lab import metrics` imports the module chattts_lab.metrics
+            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                      for a in node.names}
+    return found
+
+
+GRAPH = {name: {m for m in imports_of(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+
+
+def _reaches(start: str, goal: str) -> bool:
+    seen, todo = set(), [start]
+    while todo:
+        node = todo.pop()
+        if node == goal:
+            return True
+        if node not in seen:
+            seen.add(node)
+            todo += GRAPH.get(node, ())
+    return False
+
+
+def test_no_module_of_the_library_imports_one_that_imports_it_back():
+    cycles = [(a, b) for a in GRAPH for b in GRAPH[a] if _reaches(b, a)]
+    assert cycles == []
+
+
+@pytest.mark.parametrize("module, must_not_reach", [
+    ("chattts_lab.results", ["chattts_lab.store", "chattts_lab.report", "chattts_lab.sweep", "chattts_lab.spec"]),
+    ("chattts_lab.store", ["chattts_lab.sweep", "chattts_lab.report", "chattts_lab.grid"]),
+    ("chattts_lab.report", ["chattts_lab.sweep", "chattts_lab.store", "chattts_lab.grid"]),
+    ("chattts_lab.grid", ["chattts_lab.sweep", "chattts_lab.report"]),
+])
+def test_the_types_do_not_depend_on_what_uses_them(module, must_not_reach):
+    assert [m for m in must_not_reach if _reaches(module, m)] == []
+
+
+def test_the_runner_uses_types_store_and_spec():
+    assert {"chattts_lab.results", "chattts_lab.store", "chattts_lab.spec"} <= GRAPH["chattts_lab.sweep"]
+
+
+def test_the_library_never_imports_the_command_line_or_the_app():
+    outside = {m for path in MODULES.values() for m in imports_of(path)
+               if m.split(".")[0] in ("bench", "webui", "app", "gradio")}
+    assert outside == set()
+
+
+@pytest.mark.parametrize("module, absent", [
+    ("chattts_lab.results", ["chattts_lab.store", "chattts_lab.sweep"]),
+    ("chattts_lab.store", ["chattts_lab.sweep", "chattts_lab.report"]),
+    ("chattts_lab.report", ["chattts_lab.sweep", "chattts_lab.store"]),
+    ("chattts_lab.grid", ["chattts_lab.sweep", "chattts_lab.report"]),
+    ("chattts_lab.sweep", []),
+    ("bench.cli", []),
+])
+def test_each_module_imports_alone_in_a_fresh_interpreter(module, absent):
+    """A circle held together by imports inside functions would show here as a module that cannot load first."""
+    check = f"import sys, {module}; print([m for m in {absent!r} if m in sys.modules])"
+    run = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]"
