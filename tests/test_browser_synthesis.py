@@ -138,6 +138,29 @@ def test_voice_card_exports_and_reimports_the_same_voice(page, tmp_path):
     assert len(other) != len(original) or not np.allclose(other, original)
 
 
+def test_a_seed_voice_and_its_speaker_string_sound_the_same_and_a_random_voice_does_not(page):
+    text = "Which voice is speaking now?"
+    set_number(page, "audio-seed", 11)
+    generate(page, text, tokens=16, min_tokens=16)
+    first = wait_new_audio(page)
+    by_seed = samples(page, first)
+
+    page.click("text=Show the speaker string for this seed")
+    expect(page.locator("#voice-mode input[value='Speaker string']")).to_be_checked()
+    assert len(page.locator("#speaker textarea").input_value()) > 100
+    page.click("#generate")
+    second = wait_new_audio(page, previous=first)
+    assert np.array_equal(samples(page, second), by_seed)
+
+    seed_before = page.locator("#voice-seed input").input_value()
+    page.click("#dice")
+    expect(page.locator("#voice-mode input[value='Seed / preset']")).to_be_checked()
+    assert page.locator("#voice-seed input").input_value() != seed_before
+    page.click("#generate")
+    other = samples(page, wait_new_audio(page, previous=second))
+    assert len(other) != len(by_seed) or not np.allclose(other, by_seed)
+
+
 def test_bad_input_gets_a_clear_message_then_the_next_request_works(page, tmp_path):
     page.fill("#text textarea", "   ")
     page.click("#generate")

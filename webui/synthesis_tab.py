@@ -102,20 +102,19 @@ def _result(ctx: AppContext, out: SynthesisOutput, model, extra: dict | None = N
     return str(path), m
 
 
-
 def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request, progress=gr.Progress()):
     """Generate button: yields updates of the player, the stream, the measurements and the banner."""
-    form = Form.read(ui, values)
+    form, settings = Form.read(ui, values), values[ui.runtime]
     session = request.session_hash if request else None
     try:
-        req = build_request(ctx, values[ui.runtime], form, values[ui.imported_code])
+        req = build_request(ctx, settings, form, values[ui.imported_code])
         if not form.stream:
-            out, model = speech.run(ctx, values[ui.runtime], req, session, progress)
+            out, model = speech.run(ctx, settings, req, session, progress)
             path, m = _result(ctx, out, model)
             yield {ui.audio: gr.update(value=path, autoplay=True), ui.measurements: m,
                    ui.metrics: present.metrics_markdown(m), ui.banner: present.banner_html(out.synthetic, model.source.note)}
             return
-        yield from _generate_stream(ctx, ui, values[ui.runtime], req, session, live_playback(), progress)
+        yield from _generate_stream(ctx, ui, settings, req, session, live_playback(), progress)
     except USER_ERRORS as exc:
         raise gr.Error(str(exc), duration=None) from exc
 
