@@ -39,6 +39,13 @@ def test_synthesize_needs_only_the_text(client):
     assert sr == 24_000 and len(wav) == (2 * m["tokens"][0] - 1) * 256
 
 
+def test_synthesize_parameters_by_name_mean_the_same_as_in_the_documented_order(client):
+    by_position, _ = synthesize(client, "Named or not.", voice="Bo", audio_seed=3)
+    by_name, _ = client.predict("Named or not.", voice="Bo", audio_seed=3, max_new_token=SYNTH_ARGS["max_new_token"],
+                                api_name="/synthesize")
+    assert np.array_equal(sf.read(by_name)[0], sf.read(by_position)[0])
+
+
 def test_a_voice_card_speaks_with_the_voice_it_holds(client):
     card = json.dumps({"format": "chattts-lab-voice", "version": 1, "name": "c", "seed": 7})
     by_card, _ = synthesize(client, "Which voice is this?", voice=card)
