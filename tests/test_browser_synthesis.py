@@ -161,6 +161,22 @@ def test_a_seed_voice_and_its_speaker_string_sound_the_same_and_a_random_voice_d
     assert len(other) != len(by_seed) or not np.allclose(other, by_seed)
 
 
+def test_a_voice_saved_to_the_library_is_a_voice_name_for_scripts(page, app_url):
+    from gradio_client import Client
+
+    pick_option(page, "preset", "Cleo")
+    page.wait_for_function("() => document.querySelector('#voice-seed input').value === '2222'")
+    page.fill("#card-name textarea, #card-name input", "library-cleo")
+    page.click("#save-card")
+    wait_toast(page, "Saved voice 'library-cleo'")
+    client = Client(app_url, verbose=False)
+    spoken = {voice: sf.read(client.predict("Saved voices speak too.", voice, audio_seed=5, max_new_token=16,
+                                            api_name="/synthesize")[0])[0]
+              for voice in ("library-cleo", "Cleo", "Aria")}
+    assert np.array_equal(spoken["library-cleo"], spoken["Cleo"])
+    assert not np.array_equal(spoken["library-cleo"], spoken["Aria"])  # the name chose the voice
+
+
 def test_bad_input_gets_a_clear_message_then_the_next_request_works(page, tmp_path):
     page.fill("#text textarea", "   ")
     page.click("#generate")

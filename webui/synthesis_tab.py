@@ -111,8 +111,9 @@ def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Reques
         if not form.stream:
             out, model = speech.run(ctx, settings, req, session, progress)
             path, m = _result(ctx, out, model)
+            banner = present.banner_html(out.synthetic, model.source.note)
             yield {ui.audio: gr.update(value=path, autoplay=True), ui.measurements: m,
-                   ui.metrics: present.metrics_markdown(m), ui.banner: present.banner_html(out.synthetic, model.source.note)}
+                   ui.metrics: present.metrics_markdown(m), ui.banner: banner}
             return
         yield from _generate_stream(ctx, ui, settings, req, session, live_playback(), progress)
     except USER_ERRORS as exc:
@@ -262,9 +263,9 @@ def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None):
 
 
 def api_synthesize(ctx: AppContext, text: str, voice: str = "", temperature: float = DEFAULT_SAMPLING.temperature,
-                   top_p: float = DEFAULT_SAMPLING.top_p, top_k: int = DEFAULT_SAMPLING.top_k, audio_seed: int | None = None,
-                   speed: int = DEFAULT_REQUEST.speed, max_new_token: int = DEFAULT_REQUEST.max_new_token,
-                   split: bool = False):
+                   top_p: float = DEFAULT_SAMPLING.top_p, top_k: int = DEFAULT_SAMPLING.top_k,
+                   audio_seed: int | None = None, speed: int = DEFAULT_REQUEST.speed,
+                   max_new_token: int = DEFAULT_REQUEST.max_new_token, split: bool = False):
     """The `/synthesize` API: text and a voice (preset name, seed:N, speaker string or voice card JSON)
     -> (audio file path, measurements dict). Only `text` is required; the order is the documented one."""
     try:
