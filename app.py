@@ -32,11 +32,10 @@ def build_app(ctx: AppContext) -> gr.Blocks:
             with gr.Tab("Benchmark", id="benchmark"):
                 bench = build_benchmark_tab(ctx)
         # The benchmark's recommendation flows into the synthesis tab's runtime controls.
-        targets = [synth.device, synth.engine, synth.precision, synth.threads, synth.runtime]
         for button in (synth.apply_best, bench.apply_best):
             button.click(bind(recommended_or_latest, ctx), bench.recommended, bench.recommended,
-                         api_visibility="private").success(apply_settings, bench.recommended, targets,
-                                                          api_visibility="private")
+                         api_visibility="private").success(bind(apply_settings, synth), bench.recommended,
+                                                          synth.runtime_controls(), api_visibility="private")
         demo.load(bench.on_load, None, bench.load_outputs, api_visibility="private")
     return demo
 
@@ -45,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1, or $GRADIO_SERVER_NAME); 0.0.0.0 for a LAN")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
-    p.add_argument("--auth", default=os.environ.get("CHATTTS_LAB_AUTH"), metavar="USER:PASS",  # env: kept out of `ps`
+    p.add_argument("--auth", default=os.environ.get("CHATTTS_LAB_AUTH"), metavar="USER:PASS",  # the env keeps it out of `ps`
                    help="require a login (and this Bearer key on /v1); or set $CHATTTS_LAB_AUTH")
     p.add_argument("--share", action="store_true", help="also open a temporary public gradio.live link")
     p.add_argument("--model", default=os.environ.get("CHATTTS_LAB_MODEL", "auto"),
@@ -66,7 +65,7 @@ def main(argv=None) -> None:
         server_name=args.host, server_port=args.port, auth=auth, share=args.share,
         enable_monitoring=args.enable_monitoring, prevent_thread_lock=True,
         allowed_paths=[str(ctx.outputs_dir)], css=present.CSS, footer_links=["api"],
-        max_file_size=security.MAX_UPLOAD,  # uploads over it get HTTP 413 before any handler runs
+        max_file_size=security.MAX_UPLOAD,  # larger uploads get HTTP 413 before any handler reads them
     )
     openai_api.install(app, openai_api.speech_router(ctx))
     demo.block_thread()

@@ -4,6 +4,7 @@ import json
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 import soundfile as sf
 
@@ -31,10 +32,31 @@ def test_synthesize_returns_a_wav_file_and_measurements(client):
     assert m["effective"]["device"] == "cpu"
 
 
-def test_synthesize_accepts_a_voice_card_and_split_text(client):
+def test_synthesize_needs_only_the_text(client):
+    path, m = client.predict("Hi", api_name="/synthesize")
+    wav, sr = sf.read(path)
+    assert sr == 24_000 and len(wav) == (2 * m["tokens"][0] - 1) * 256
+
+
+def test_synthesize_parameters_by_name_mean_the_same_as_in_the_documented_order(client):
+    by_position, _ = synthesize(client, "Named or not.", voice="Bo", audio_seed=3)
+    by_name, _ = client.predict("Named or not.", voice="Bo", audio_seed=3, max_new_token=SYNTH_ARGS["max_new_token"],
+                                api_name="/synthesize")
+    assert np.array_equal(sf.read(by_name)[0], sf.read(by_position)[0])
+
+
+def test_a_voice_card_speaks_with_the_voice_it_holds(client):
     card = json.dumps({"format": "chattts-lab-voice", "version": 1, "name": "c", "seed": 7})
+    by_card, _ = synthesize(client, "Which voice is this?", voice=card)
+    by_seed, _ = synthesize(client, "Which voice is this?", voice="seed:7")
+    other, _ = synthesize(client, "Which voice is this?", voice="seed:8")
+    assert np.array_equal(sf.read(by_card)[0], sf.read(by_seed)[0])
+    assert not np.array_equal(sf.read(by_card)[0], sf.read(other)[0])  # same text and sampling seed, other voice
+
+
+def test_synthesize_splits_text_into_one_batch_of_sentences(client):
     text = "This first sentence is long enough that it will not share a batch item with the next. " * 2
-    path, m = synthesize(client, text, voice=card, split=True)
+    path, m = synthesize(client, text, split=True)
     assert len(m["tokens"]) == 2  # two sentences, one batch
 
 

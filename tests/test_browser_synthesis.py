@@ -7,11 +7,13 @@ import json
 import re
 import time
 
+import numpy as np
 import pytest
 import soundfile as sf
+from playwright.sync_api import expect
 
 from tests.conftest import SCREENSHOTS
-from tests.ui import LONG, audio_href, close_toasts, open_accordion, pick_option, set_number, wait_toast
+from tests.ui import LONG, audio_href, close_toasts, open_accordion, pick_option, set_number, wait_new_audio, wait_toast
 
 pytestmark = pytest.mark.browser
 
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.browser
 PLAYED = "els => els.some(a => a.src && (!a.paused || a.currentTime > 0 || a.ended))"
 
 
-def wait_played(page, elem_id: str = "audio", timeout_s: float = 30) -> None:
+def wait_played(page, elem_id: str = "audio", timeout_s: float = LONG / 1000) -> None:
     deadline = time.monotonic() + timeout_s
     while not page.locator(f"#{elem_id} audio").evaluate_all(PLAYED):
         assert time.monotonic() < deadline, "the audio player never started"
@@ -40,6 +42,12 @@ def wait_result(page, timeout: int = LONG) -> str:
     return page.locator("#metrics").inner_text()
 
 
+def samples(page, href: str) -> np.ndarray:
+    wav, sr = sf.read(io.BytesIO(page.request.get(href).body()))
+    assert sr == 24_000 and len(wav) > 0
+    return wav
+
+
 def test_synthesize_and_play_with_the_synthetic_banner(page):
     generate(page, "四川美食确实以辣闻名，但也有不辣的选择。Hello [uv_break] world!", tokens=32)
     metrics = wait_result(page)
@@ -52,7 +60,6 @@ def test_synthesize_and_play_with_the_synthetic_banner(page):
     assert sr == 24_000 and len(wav) > 0
     # Autoplay: the player starts on its own.
     wait_played(page)
-    open_accordion(page, "Sampling")  # closed again for a tidy screenshot
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "synthesis.png"), full_page=True)
 
@@ -67,43 +74,97 @@ def test_stream_shows_time_to_first_audio(page):
 
 
 def test_interrupt_keeps_the_audio_made_so_far(page):
+    # Streaming shows when the first audio exists, so the click surely lands while the model is generating.
+    page.check("#stream input[type=checkbox]")
     generate(page, "A long one that I will stop half way through, because I changed my mind.", tokens=2048,
              min_tokens=2048)
-    page.wait_for_timeout(5000)  # let it generate for a while
+    page.locator("#metrics").filter(has_text="time to first audio").wait_for(timeout=LONG)
     page.click("#interrupt")
+    wait_toast(page, "Interrupting after the current step")
     metrics = wait_result(page)
     assert "interrupted" in metrics
     tokens = int(re.search(r"from (\d+) tokens", metrics).group(1))
     assert 0 < tokens < 2048
-    assert audio_href(page)
+    assert len(samples(page, audio_href(page))) == (2 * tokens - 1) * 256  # the audio of the tokens made so far
 
 
-def test_voice_card_exports_and_reimports(page, tmp_path):
+def test_voice_card_exports_and_reimports_the_same_voice(page, tmp_path):
+    text = "Same voice on another machine."
     pick_option(page, "preset", "Cleo")
     page.wait_for_function("() => document.querySelector('#voice-seed input').value === '2222'")
-    open_accordion(page, "Sampling")
     set_number(page, "temperature", 0.42)
-    open_accordion(page, "Voice card: export / import")
-    page.fill("#card-name input, #card-name textarea", "test-voice")
+    set_number(page, "audio-seed", 7)
+    generate(page, text, tokens=16, min_tokens=16)
+    original = samples(page, wait_new_audio(page))
+
+    # A person types a name and clicks Export straight away: the card carries that name.
+    page.fill("#card-name textarea, #card-name input", "test-voice")
     page.click("#export-card")
     link = page.locator("#card-out a[href*='.json']")
     link.first.wait_for(timeout=LONG)
     card = json.loads(page.request.get(link.first.get_attribute("href")).body())
     assert card["name"] == "test-voice" and card["seed"] == 2222
-    assert card["sampling"]["temperature"] == pytest.approx(0.42)
+    assert card["sampling"]["temperature"] == pytest.approx(0.42) and card["sampling"]["audio_seed"] == 7
     assert len(card["speaker"]) > 100  # the embedding travels with the card
     card_file = tmp_path / "test-voice.voice.json"
     card_file.write_text(json.dumps(card))
 
     page.reload()  # a fresh session: nothing of the old voice is left
     page.wait_for_selector("#generate", timeout=LONG)
-    open_accordion(page, "Voice card: export / import")
     page.locator("#card-in input[type=file]").set_input_files(str(card_file))
     wait_toast(page, "Imported voice 'test-voice'")
     assert page.locator("#speaker textarea").input_value() == card["speaker"]
     assert page.locator("#voice-mode input[value='Speaker string']").is_checked()
-    generate(page, "Same voice on another machine.", tokens=16)
-    wait_result(page)
+    generate(page, text, tokens=16, min_tokens=16)
+    reimported = wait_new_audio(page)
+    assert np.array_equal(samples(page, reimported), original)  # the card reproduces the voice, sample for sample
+
+    # The comparison can tell voices apart: another voice, same text and seeds, other audio.
+    pick_option(page, "preset", "Aria")
+    page.wait_for_function("() => document.querySelector('#voice-seed input').value === '2'")
+    expect(page.locator("#voice-mode input[value='Seed / preset']")).to_be_checked()
+    page.click("#generate")
+    other = samples(page, wait_new_audio(page, previous=reimported))
+    assert len(other) != len(original) or not np.allclose(other, original)
+
+
+def test_a_seed_voice_and_its_speaker_string_sound_the_same_and_a_random_voice_does_not(page):
+    text = "Which voice is speaking now?"
+    set_number(page, "audio-seed", 11)
+    generate(page, text, tokens=16, min_tokens=16)
+    first = wait_new_audio(page)
+    by_seed = samples(page, first)
+
+    page.click("text=Show the speaker string for this seed")
+    expect(page.locator("#voice-mode input[value='Speaker string']")).to_be_checked()
+    assert len(page.locator("#speaker textarea").input_value()) > 100
+    page.click("#generate")
+    second = wait_new_audio(page, previous=first)
+    assert np.array_equal(samples(page, second), by_seed)
+
+    seed_before = page.locator("#voice-seed input").input_value()
+    page.click("#dice")
+    expect(page.locator("#voice-mode input[value='Seed / preset']")).to_be_checked()
+    assert page.locator("#voice-seed input").input_value() != seed_before
+    page.click("#generate")
+    other = samples(page, wait_new_audio(page, previous=second))
+    assert len(other) != len(by_seed) or not np.allclose(other, by_seed)
+
+
+def test_a_voice_saved_to_the_library_is_a_voice_name_for_scripts(page, app_url):
+    from gradio_client import Client
+
+    pick_option(page, "preset", "Cleo")
+    page.wait_for_function("() => document.querySelector('#voice-seed input').value === '2222'")
+    page.fill("#card-name textarea, #card-name input", "library-cleo")
+    page.click("#save-card")
+    wait_toast(page, "Saved voice 'library-cleo'")
+    client = Client(app_url, verbose=False)
+    spoken = {voice: sf.read(client.predict("Saved voices speak too.", voice, audio_seed=5, max_new_token=16,
+                                            api_name="/synthesize")[0])[0]
+              for voice in ("library-cleo", "Cleo", "Aria")}
+    assert np.array_equal(spoken["library-cleo"], spoken["Cleo"])
+    assert not np.array_equal(spoken["library-cleo"], spoken["Aria"])  # the name chose the voice
 
 
 def test_bad_input_gets_a_clear_message_then_the_next_request_works(page, tmp_path):

@@ -8,7 +8,11 @@ LONG = 300_000  # ms: generous, the two cores are shared with other heavy work
 
 
 def open_accordion(page, label: str) -> None:
-    page.get_by_text(label, exact=True).first.click()
+    """Open an accordion by its label; one that is open already stays open."""
+    header = page.locator("button.label-wrap", has=page.get_by_text(label, exact=True)).first
+    if "open" not in (header.get_attribute("class") or "").split():
+        header.click()
+    page.locator("button.label-wrap.open", has=page.get_by_text(label, exact=True)).first.wait_for()
 
 
 def set_number(page, elem_id: str, value) -> None:
@@ -35,6 +39,14 @@ def close_toasts(page) -> None:
 def audio_href(page, elem_id: str = "audio") -> str | None:
     links = page.locator(f"#{elem_id} a[href*='.wav']")
     return links.first.get_attribute("href") if links.count() else None
+
+
+def wait_new_audio(page, previous: str | None = None, elem_id: str = "audio", timeout: int = LONG) -> str:
+    """Wait until the player offers a wav other than `previous` (each result is a new file); return its link."""
+    selector = f"#{elem_id} a[href*='.wav']" + (f':not([href="{previous}"])' if previous else "")
+    link = page.locator(selector).first
+    link.wait_for(timeout=timeout)
+    return link.get_attribute("href")
 
 
 def pick_option(page, elem_id: str, pattern: str) -> None:

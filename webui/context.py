@@ -47,20 +47,21 @@ class AppContext:
         return ctx
 
 
-def bind(fn, ctx: AppContext):
-    """`fn` with its first argument (the app context) bound, for use as a Gradio handler.
+def bind(fn, *leading):
+    """`fn` with its first arguments (the app context, a tab's components) bound, for use as a Gradio handler.
 
-    Unlike functools.partial, the result keeps `fn`'s annotations, which Gradio reads to inject
-    gr.Request and gr.Progress (a partial hides them, and the request silently arrives as None).
+    Unlike functools.partial, the result keeps `fn`'s other annotations and defaults, which Gradio reads to
+    inject gr.Request and gr.Progress (a partial hides them, and the request silently arrives as None) and
+    to give API parameters their names and defaults.
     """
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def bound(*args, **kwargs):
-            yield from fn(ctx, *args, **kwargs)
+            yield from fn(*leading, *args, **kwargs)
     else:
         @functools.wraps(fn)
         def bound(*args, **kwargs):
-            return fn(ctx, *args, **kwargs)
+            return fn(*leading, *args, **kwargs)
     sig = inspect.signature(fn)
-    bound.__signature__ = sig.replace(parameters=list(sig.parameters.values())[1:])
+    bound.__signature__ = sig.replace(parameters=list(sig.parameters.values())[len(leading):])
     return bound

@@ -56,13 +56,8 @@ def banner_html(synthetic: bool, note: str = "") -> str:
     return f'<div class="synthetic-banner" role="alert">⚠️ {html.escape(SYNTHETIC_WARNING)}{extra}</div>'
 
 
-def error_html(message: str) -> str:
-    return f'<div class="error-banner" role="alert">❌ {html.escape(message)}</div>'
-
-
 CSS = """
 .synthetic-banner { background: #fff4d6; border: 1px solid #e0b100; color: #5c4500; padding: 8px 12px;
   border-radius: 8px; font-weight: 600; }
-.error-banner { background: #fde8e8; border: 1px solid #d33; color: #7a1010; padding: 8px 12px; border-radius: 8px; }
 .dark .synthetic-banner { background: #4a3b00; color: #ffe9a3; }
 """

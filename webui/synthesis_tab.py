@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import gradio as gr
-import numpy as np
 
 from chattts_lab import InvalidRequest, ModelUnavailable, Refine, Sampling, SynthesisOutput, SynthesisRequest, Voice
 from chattts_lab import audio as audio_io
+from chattts_lab.requests import MAX_NEW_TOKEN
 from chattts_lab.synthesis import SAMPLE_RATE, StreamChunk
 from chattts_lab.voices import PRESET_VOICES, VoiceCard, parse_card, resolve_voice, save_card, split_sentences
 from webui import present, speech
@@ -27,11 +26,13 @@ EXAMPLES = [
     ["That joke was so bad [laugh] that I had to hear it twice [uv_break] and it got worse."],
 ]
 USER_ERRORS = (InvalidRequest, ModelUnavailable, ValueError)
+# The controls and the `/synthesize` API start from the library's own defaults.
+DEFAULT_SAMPLING, DEFAULT_REFINE, DEFAULT_REQUEST = Sampling(), Refine(), SynthesisRequest(texts=())
 
 
 @dataclass(frozen=True)
 class Form:
-    """The synthesis controls, in the order they are passed to handlers."""
+    """The values of the synthesis controls, read by field name from an event's inputs (see `Form.read`)."""
 
     text: str
     split: bool
@@ -53,6 +54,12 @@ class Form:
     speed: int
     max_new_token: int
     min_new_token: int
+
+    @staticmethod
+    def read(ui: "SynthesisTab", values: dict) -> "Form":
+        """The form from an event whose inputs were a set of components (Gradio passes a dict keyed by
+        component): each field comes from the component of the same name in `ui`."""
+        return Form(**{f.name: values[getattr(ui, f.name)] for f in fields(Form)})
 
 
 def _seed(value) -> int | None:
@@ -95,22 +102,20 @@ def _result(ctx: AppContext, out: SynthesisOutput, model, extra: dict | None = N
     return str(path), m
 
 
-def generate(ctx: AppContext, settings: RuntimeSettings, imported_code, request: gr.Request,
-             progress=gr.Progress(), *values):
-    """Generate button: yields (stream chunk, audio file, measurements, metrics text, banner).
-
-    (Gradio injects `request` and `progress` only into parameters before `*values`.)"""
-    form = Form(*values)
+def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request, progress=gr.Progress()):
+    """Generate button: yields updates of the player, the stream, the measurements and the banner."""
+    form, settings = Form.read(ui, values), values[ui.runtime]
     session = request.session_hash if request else None
     try:
-        req = build_request(ctx, settings, form, imported_code)
+        req = build_request(ctx, settings, form, values[ui.imported_code])
         if not form.stream:
             out, model = speech.run(ctx, settings, req, session, progress)
             path, m = _result(ctx, out, model)
             banner = present.banner_html(out.synthetic, model.source.note)
-            yield None, gr.update(value=path, autoplay=True), m, present.metrics_markdown(m), banner
+            yield {ui.audio: gr.update(value=path, autoplay=True), ui.measurements: m,
+                   ui.metrics: present.metrics_markdown(m), ui.banner: banner}
             return
-        yield from _generate_stream(ctx, settings, req, session, live_playback(), progress)
+        yield from _generate_stream(ctx, ui, settings, req, session, live_playback(), progress)
     except USER_ERRORS as exc:
         raise gr.Error(str(exc), duration=None) from exc
 
@@ -120,8 +125,8 @@ def live_playback() -> bool:
     return shutil.which("ffmpeg") is not None
 
 
-def _generate_stream(ctx: AppContext, settings: RuntimeSettings, req: SynthesisRequest, session, live: bool,
-                     progress=None):
+def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeSettings, req: SynthesisRequest, session,
+                     live: bool, progress=None):
     # Sentences stream one after another, so playback follows the text's order.
     parts, measurements, ttfa = [], [], None
     for text in req.texts:
@@ -131,9 +136,9 @@ def _generate_stream(ctx: AppContext, settings: RuntimeSettings, req: SynthesisR
                 if ttfa is None:
                     ttfa = item.elapsed_s
                     note = "" if live else " (install ffmpeg for live playback; the audio plays when done)"
-                    yield gr.skip(), gr.skip(), gr.skip(), f"**time to first audio** {ttfa:.2f} s · streaming…{note}", banner
+                    yield {ui.metrics: f"**time to first audio** {ttfa:.2f} s · streaming…{note}", ui.banner: banner}
                 if live:
-                    yield (SAMPLE_RATE, item.audio[0]), gr.skip(), gr.skip(), gr.skip(), banner
+                    yield {ui.stream_audio: (SAMPLE_RATE, item.audio[0]), ui.banner: banner}
             else:
                 parts.append(item)
                 measurements.append(item.measurements.as_dict())
@@ -142,7 +147,8 @@ def _generate_stream(ctx: AppContext, settings: RuntimeSettings, req: SynthesisR
     joined = replace(parts[0], audio=[audio_io.join([a for p in parts for a in p.audio])])
     extra = {"parts": measurements} if len(measurements) > 1 else {}
     path, m = _result(ctx, joined, model, extra)
-    yield gr.skip(), gr.update(value=path, autoplay=not live), m, present.metrics_markdown(m), banner
+    yield {ui.audio: gr.update(value=path, autoplay=not live), ui.measurements: m,
+           ui.metrics: present.metrics_markdown(m), ui.banner: banner}
 
 
 def interrupt(request: gr.Request = None):
@@ -152,27 +158,30 @@ def interrupt(request: gr.Request = None):
         gr.Info("Interrupting after the current step; you keep the audio made so far.")
 
 
-def roll_dice():
-    return random.randint(1, 99_999), VOICE_MODES[0], None
+def roll_dice(ui: SynthesisTab):
+    return {ui.voice_seed: random.randint(1, 99_999), ui.voice_mode: VOICE_MODES[0], ui.preset: None}
 
 
-def pick_preset(name):
+def pick_preset(ui: SynthesisTab, name):
     if not name:
-        return gr.skip(), gr.skip()
-    return PRESET_VOICES[name], VOICE_MODES[0]
+        return gr.skip()
+    return {ui.voice_seed: PRESET_VOICES[name], ui.voice_mode: VOICE_MODES[0]}
 
 
-def show_speaker(ctx: AppContext, settings: RuntimeSettings, seed):
+def show_speaker(ctx: AppContext, ui: SynthesisTab, values: dict):
+    seed = values[ui.voice_seed]
     if seed is None:
         raise gr.Error("set a voice seed first")
-    return speech.speaker_for_seed(ctx, settings, int(seed)), VOICE_MODES[1]
+    return {ui.speaker: speech.speaker_for_seed(ctx, values[ui.runtime], int(seed)), ui.voice_mode: VOICE_MODES[1]}
 
 
-def _card_from_form(ctx, settings, form: Form, name: str, imported_code) -> VoiceCard:
+def _card_from_form(ctx: AppContext, ui: SynthesisTab, values: dict) -> VoiceCard:
+    """The voice card for the controls' values as this event sent them."""
+    settings, imported_code, form = values[ui.runtime], values[ui.imported_code], Form.read(ui, values)
     voice = _voice(ctx, settings, form, imported_code)
     req = build_request(ctx, settings, replace(form, text="card", split=False), imported_code)
     card = VoiceCard(
-        name=(name or "voice").strip()[:64] or "voice",
+        name=(values[ui.card_name] or "voice").strip()[:64] or "voice",
         speaker=voice.speaker,
         seed=voice.seed,
         sample_audio_code=voice.sample_audio_code,
@@ -184,75 +193,81 @@ def _card_from_form(ctx, settings, form: Form, name: str, imported_code) -> Voic
     return speech.card_with_embedding(ctx, settings, card)
 
 
-def export_card(ctx: AppContext, settings: RuntimeSettings, imported_code, name: str, *values):
+def export_card(ctx: AppContext, ui: SynthesisTab, values: dict):
     """Export button: the voice as a small JSON file that reproduces it on another machine."""
     try:
-        card = _card_from_form(ctx, settings, Form(*values), name, imported_code)
+        card = _card_from_form(ctx, ui, values)
     except USER_ERRORS as exc:
         raise gr.Error(str(exc)) from exc
     folder = ctx.files_dir / f"card-{random.randint(0, 16**8):08x}"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{Path(card.name).name or 'voice'}.voice.json"
     path.write_text(card.to_json(), encoding="utf-8")
-    return str(path), card.speaker or gr.skip()
+    return {ui.card_out: str(path), ui.speaker: card.speaker or gr.skip()}
 
 
-def save_to_library(ctx: AppContext, settings: RuntimeSettings, imported_code, name: str, *values):
+def save_to_library(ctx: AppContext, ui: SynthesisTab, values: dict):
     try:
-        card = _card_from_form(ctx, settings, Form(*values), name, imported_code)
+        card = _card_from_form(ctx, ui, values)
     except USER_ERRORS as exc:
         raise gr.Error(str(exc)) from exc
     save_card(card, ctx.voices_dir)
     gr.Info(f"Saved voice '{card.name}': the OpenAI-compatible endpoint now accepts voice='{card.name}'.")
 
 
-def import_card(file):
+def import_card(ui: SynthesisTab, file):
     """Import: fill the voice and sampling controls from a card (parsed strictly as data)."""
     if not file:
-        return [gr.skip()] * 17
+        return gr.skip()
     try:
         card = parse_card(Path(file).read_bytes()[: 2 * 1024 * 1024])
     except USER_ERRORS as exc:
         # A warning, not an error: an error would cover every voice control with an error overlay.
         gr.Warning(f"Could not import that voice card: {exc}", duration=None)
-        return [gr.skip()] * 16 + [None]
+        return {ui.card_in: None}
     mode = VOICE_MODES[1] if card.speaker else VOICE_MODES[2] if card.sample_audio_code else VOICE_MODES[0]
     s, r = card.sampling, card.refine
     gr.Info(f"Imported voice '{card.name}'.")
-    return [
-        mode, card.seed, card.speaker or "", card.sample_text or "",
-        s.temperature, s.top_p, s.top_k, s.audio_seed, s.text_seed,
-        r.enabled, r.oral, r.laugh, r.break_, card.speed, card.name, card.sample_audio_code, None,
-    ]
+    return {
+        ui.voice_mode: mode, ui.voice_seed: card.seed, ui.speaker: card.speaker or "",
+        ui.sample_text: card.sample_text or "", ui.imported_code: card.sample_audio_code,
+        ui.temperature: s.temperature, ui.top_p: s.top_p, ui.top_k: s.top_k,
+        ui.audio_seed: s.audio_seed, ui.text_seed: s.text_seed,
+        ui.refine: r.enabled, ui.oral: r.oral, ui.laugh: r.laugh, ui.brk: r.break_,
+        ui.speed: card.speed, ui.card_name: card.name, ui.card_in: None,
+    }
 
 
-def change_device(device):
-    engines = engines_for(device)
-    return gr.update(choices=engines, value="stock"), gr.update(choices=precisions_for(device, "stock"), value="fp32")
+def change_device(ui: SynthesisTab, device):
+    return {ui.engine: gr.update(choices=engines_for(device), value="stock"),
+            ui.precision: gr.update(choices=precisions_for(device, "stock"), value="fp32")}
 
 
 def change_engine(device, engine):
     return gr.update(choices=precisions_for(device, engine), value="fp32")
 
 
-def update_settings(device, precision, threads, engine) -> RuntimeSettings:
-    return settings_from(device, precision, threads, engine)
+def update_settings(ui: SynthesisTab, values: dict) -> RuntimeSettings:
+    return settings_from(values[ui.device], values[ui.precision], values[ui.threads], values[ui.engine])
 
 
-def apply_settings(settings: RuntimeSettings | dict | None):
+def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None):
     """Put recommended settings into the runtime controls (and the per-user state)."""
     if not settings:
         raise gr.Error("No recommendation yet: run a sweep in the Benchmark tab first.")
     s = settings if isinstance(settings, RuntimeSettings) else settings_from(**settings)
     gr.Info(f"Applied {s.device} · {s.precision} · {s.threads} threads · {s.engine} engine.")
-    return (gr.update(value=s.device), gr.update(choices=engines_for(s.device), value=s.engine),
-            gr.update(choices=precisions_for(s.device, s.engine), value=s.precision), s.threads, s)
+    return {ui.device: gr.update(value=s.device), ui.engine: gr.update(choices=engines_for(s.device), value=s.engine),
+            ui.precision: gr.update(choices=precisions_for(s.device, s.engine), value=s.precision),
+            ui.threads: s.threads, ui.runtime: s}
 
 
-def api_synthesize(ctx: AppContext, text: str, voice: str, temperature: float, top_p: float, top_k: float, audio_seed, speed: float,
-                   max_new_token: float, split: bool):
+def api_synthesize(ctx: AppContext, text: str, voice: str = "", temperature: float = DEFAULT_SAMPLING.temperature,
+                   top_p: float = DEFAULT_SAMPLING.top_p, top_k: int = DEFAULT_SAMPLING.top_k,
+                   audio_seed: int | None = None, speed: int = DEFAULT_REQUEST.speed,
+                   max_new_token: int = DEFAULT_REQUEST.max_new_token, split: bool = False):
     """The `/synthesize` API: text and a voice (preset name, seed:N, speaker string or voice card JSON)
-    -> (audio file path, measurements dict)."""
+    -> (audio file path, measurements dict). Only `text` is required; the order is the documented one."""
     try:
         card = resolve_voice(voice, ctx.voices_dir) if (voice or "").strip() else VoiceCard(name="default")
         texts = split_sentences(text) if split else [text]
@@ -271,17 +286,76 @@ def api_synthesize(ctx: AppContext, text: str, voice: str, temperature: float, t
 # Builder
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class SynthesisTab:
+    """Every component of the tab, by name: handlers read event inputs and write outputs through these
+    fields, so adding a control never shifts another one. The `Form` fields are here under the same names."""
+
     runtime: gr.State
-    apply_best: gr.Button
+    imported_code: gr.State
+    # the form (see Form)
+    text: gr.Textbox
+    split: gr.Checkbox
+    stream: gr.Checkbox
+    voice_mode: gr.Radio
+    voice_seed: gr.Number
+    speaker: gr.Textbox
+    sample_audio: gr.Audio
+    sample_text: gr.Textbox
+    temperature: gr.Slider
+    top_p: gr.Slider
+    top_k: gr.Slider
+    audio_seed: gr.Number
+    text_seed: gr.Number
+    refine: gr.Checkbox
+    oral: gr.Slider
+    laugh: gr.Slider
+    brk: gr.Slider
+    speed: gr.Slider
+    max_new_token: gr.Slider
+    min_new_token: gr.Slider
+    # voice helpers and cards
+    preset: gr.Dropdown
+    dice: gr.Button
+    show_speaker: gr.Button
+    card_name: gr.Textbox
+    export_card: gr.Button
+    save_card: gr.Button
+    card_out: gr.File
+    card_in: gr.File
+    # runtime
     device: gr.Dropdown
     engine: gr.Dropdown
     precision: gr.Dropdown
     threads: gr.Slider
+    apply_best: gr.Button
+    # results
+    generate: gr.Button
+    interrupt: gr.Button
+    banner: gr.HTML
+    stream_audio: gr.Audio
+    audio: gr.Audio
+    metrics: gr.Markdown
+    measurements: gr.JSON
+
+    def form(self) -> set:
+        return {getattr(self, f.name) for f in fields(Form)}
+
+    def results(self) -> set:
+        return {self.stream_audio, self.audio, self.measurements, self.metrics, self.banner}
+
+    def runtime_controls(self) -> set:
+        return {self.device, self.engine, self.precision, self.threads, self.runtime}
 
 
 def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:
+    ui = _build_layout()
+    _wire(ctx, ui)
+    _build_api(ctx)
+    return ui
+
+
+def _build_layout() -> SynthesisTab:
     runtime = gr.State(default_settings())
     imported_code = gr.State(None)
     with gr.Row():
@@ -308,7 +382,9 @@ def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:
                     sample_audio = gr.Audio(label="Sample clip (voice from a recording)", sources=["upload"],
                                             type="filepath", elem_id="sample-audio")
                     sample_text = gr.Textbox(label="Transcript of the clip", lines=3, elem_id="sample-text")
-            with gr.Accordion("Voice card: export / import", open=False, elem_id="card-accordion"):
+            # Open from the start: Gradio 6 mounts a closed accordion's controls on first opening and then
+            # resets them to their initial values, dropping whatever was typed in the meantime (a card name).
+            with gr.Accordion("Voice card: export / import", open=True, elem_id="card-accordion"):
                 gr.Markdown("A small JSON with the speaker embedding, seeds and parameters: the voice reproduces "
                             "on another machine. Saved cards are also voices for the OpenAI-compatible endpoint.")
                 with gr.Row():
@@ -318,24 +394,26 @@ def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:
                 with gr.Row():
                     card_out = gr.File(label="Voice card (download)", elem_id="card-out", height=120)
                     card_in = gr.File(label="Import a voice card", file_types=[".json"], elem_id="card-in", height=120)
-            with gr.Accordion("Sampling", open=False):
+            with gr.Accordion("Sampling", open=True):  # open from the start, for the same reason
                 with gr.Row():
-                    temperature = gr.Slider(0.01, 1.0, value=0.3, step=0.01, label="Temperature", elem_id="temperature")
-                    top_p = gr.Slider(0.1, 1.0, value=0.7, step=0.05, label="Top-P")
-                    top_k = gr.Slider(1, 50, value=20, step=1, label="Top-K")
+                    temperature = gr.Slider(0.01, 1.0, value=DEFAULT_SAMPLING.temperature, step=0.01, label="Temperature",
+                                            elem_id="temperature")
+                    top_p = gr.Slider(0.1, 1.0, value=DEFAULT_SAMPLING.top_p, step=0.05, label="Top-P")
+                    top_k = gr.Slider(1, 50, value=DEFAULT_SAMPLING.top_k, step=1, label="Top-K")
                 with gr.Row():
-                    audio_seed = gr.Number(value=None, precision=0, label="Sampling seed (blank: random)", minimum=0)
+                    audio_seed = gr.Number(value=None, precision=0, label="Sampling seed (blank: random)", minimum=0,
+                                           elem_id="audio-seed")
                     text_seed = gr.Number(value=None, precision=0, label="Text seed (refine)", minimum=0)
-                    speed = gr.Slider(0, 9, value=5, step=1, label="Speed")
+                    speed = gr.Slider(0, 9, value=DEFAULT_REQUEST.speed, step=1, label="Speed")
                 with gr.Row():
-                    refine = gr.Checkbox(label="Refine text first", value=False)
-                    oral = gr.Slider(0, 9, value=2, step=1, label="Oral")
-                    laugh = gr.Slider(0, 2, value=0, step=1, label="Laugh")
-                    brk = gr.Slider(0, 7, value=6, step=1, label="Break")
+                    refine = gr.Checkbox(label="Refine text first", value=DEFAULT_REFINE.enabled)
+                    oral = gr.Slider(0, 9, value=DEFAULT_REFINE.oral, step=1, label="Oral")
+                    laugh = gr.Slider(0, 2, value=DEFAULT_REFINE.laugh, step=1, label="Laugh")
+                    brk = gr.Slider(0, 7, value=DEFAULT_REFINE.break_, step=1, label="Break")
                 with gr.Row():
-                    max_new_token = gr.Slider(1, 2048, value=2048, step=1, label="Max audio tokens (46.9 per second)",
-                                              elem_id="max-new-token")
-                    min_new_token = gr.Slider(0, 2048, value=0, step=1, label="Min audio tokens",
+                    max_new_token = gr.Slider(1, MAX_NEW_TOKEN, value=DEFAULT_REQUEST.max_new_token, step=1,
+                                              label="Max audio tokens (46.9 per second)", elem_id="max-new-token")
+                    min_new_token = gr.Slider(0, MAX_NEW_TOKEN, value=0, step=1, label="Min audio tokens",
                                               elem_id="min-new-token")
             with gr.Accordion("Runtime", open=False):
                 with gr.Row():
@@ -352,44 +430,69 @@ def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:
             metrics = gr.Markdown(elem_id="metrics")
             with gr.Accordion("Raw measurements (JSON)", open=False):
                 measurements = gr.JSON(label="Measurements", elem_id="measurements")
-
-    form = [text, split, stream, voice_mode, voice_seed, speaker, sample_audio, sample_text, temperature, top_p, top_k,
-            audio_seed, text_seed, refine, oral, laugh, brk, speed, max_new_token, min_new_token]
-    generate_btn.click(bind(generate, ctx), [runtime, imported_code] + form, [stream_audio, audio, measurements, metrics, banner],
-                             concurrency_id=MODEL_QUEUE, concurrency_limit=1, api_visibility="private")
-    text.submit(bind(generate, ctx), [runtime, imported_code] + form, [stream_audio, audio, measurements, metrics, banner],
-                concurrency_id=MODEL_QUEUE, concurrency_limit=1, api_visibility="private")
-    interrupt_btn.click(interrupt, None, None, queue=False, api_visibility="private")
-    stream.change(lambda s: gr.update(visible=s), stream, stream_audio, queue=False, api_visibility="private")
-    dice.click(roll_dice, None, [voice_seed, voice_mode, preset], queue=False, api_visibility="private")
-    preset.change(pick_preset, preset, [voice_seed, voice_mode], queue=False, api_visibility="private")
-    show_spk.click(bind(show_speaker, ctx), [runtime, voice_seed], [speaker, voice_mode], concurrency_id=MODEL_QUEUE,
-                   api_visibility="private")
-    sample_audio.upload(lambda: (VOICE_MODES[2], None), None, [voice_mode, imported_code], queue=False, api_visibility="private")
-    export_btn.click(bind(export_card, ctx), [runtime, imported_code, card_name] + form, [card_out, speaker],
-                     concurrency_id=MODEL_QUEUE, api_visibility="private")
-    save_btn.click(bind(save_to_library, ctx), [runtime, imported_code, card_name] + form, None, concurrency_id=MODEL_QUEUE,
-                   api_visibility="private")
-    card_in.upload(import_card, card_in, [voice_mode, voice_seed, speaker, sample_text, temperature, top_p, top_k,
-                                          audio_seed, text_seed, refine, oral, laugh, brk, speed, card_name,
-                                          imported_code, card_in], api_visibility="private")
-    device.change(change_device, device, [engine, precision], queue=False, api_visibility="private")
-    engine.change(change_engine, [device, engine], precision, queue=False, api_visibility="private")
-    for control in (device, precision, threads, engine):
-        control.change(update_settings, [device, precision, threads, engine], runtime, queue=False, api_visibility="private")
-    _build_api(ctx, form)
-    return SynthesisTab(runtime, apply_best, device, engine, precision, threads)
+    return SynthesisTab(
+        runtime=runtime, imported_code=imported_code,
+        text=text, split=split, stream=stream, voice_mode=voice_mode, voice_seed=voice_seed, speaker=speaker,
+        sample_audio=sample_audio, sample_text=sample_text, temperature=temperature, top_p=top_p, top_k=top_k,
+        audio_seed=audio_seed, text_seed=text_seed, refine=refine, oral=oral, laugh=laugh, brk=brk, speed=speed,
+        max_new_token=max_new_token, min_new_token=min_new_token,
+        preset=preset, dice=dice, show_speaker=show_spk, card_name=card_name, export_card=export_btn,
+        save_card=save_btn, card_out=card_out, card_in=card_in,
+        device=device, engine=engine, precision=precision, threads=threads, apply_best=apply_best,
+        generate=generate_btn, interrupt=interrupt_btn, banner=banner, stream_audio=stream_audio, audio=audio,
+        metrics=metrics, measurements=measurements,
+    )
 
 
-def _build_api(ctx: AppContext, form) -> None:
-    """Hidden components behind the stable `/synthesize` API name (simple inputs for scripts)."""
+def _wire(ctx: AppContext, ui: SynthesisTab) -> None:
+    """Every event of the tab. Inputs given as a set arrive as one dict keyed by component; outputs are
+    returned as a dict keyed by component, so neither depends on a position."""
+    private = dict(api_visibility="private")
+    model_work = dict(concurrency_id=MODEL_QUEUE, **private)
+    synthesis_inputs = {ui.runtime, ui.imported_code} | ui.form()
+    for trigger in (ui.generate.click, ui.text.submit):
+        trigger(bind(generate, ctx, ui), synthesis_inputs, ui.results(), concurrency_limit=1, **model_work)
+    # Queued (in a group of its own, so it never waits for the model): Gradio shows a handler's gr.Info toasts
+    # only for queued events, and the toast is how a person learns whether anything was interrupted.
+    ui.interrupt.click(interrupt, None, None, concurrency_limit=None, **private)
+    ui.stream.change(lambda s: gr.update(visible=s), ui.stream, ui.stream_audio, queue=False, **private)
+    ui.dice.click(bind(roll_dice, ui), None, {ui.voice_seed, ui.voice_mode, ui.preset}, queue=False, **private)
+    ui.preset.change(bind(pick_preset, ui), ui.preset, {ui.voice_seed, ui.voice_mode}, queue=False, **private)
+    ui.show_speaker.click(bind(show_speaker, ctx, ui), {ui.runtime, ui.voice_seed}, {ui.speaker, ui.voice_mode},
+                          **model_work)
+    ui.sample_audio.upload(lambda: {ui.voice_mode: VOICE_MODES[2], ui.imported_code: None}, None,
+                           {ui.voice_mode, ui.imported_code}, queue=False, **private)
+    card_inputs = synthesis_inputs | {ui.card_name}
+    ui.export_card.click(bind(export_card, ctx, ui), card_inputs, {ui.card_out, ui.speaker}, **model_work)
+    ui.save_card.click(bind(save_to_library, ctx, ui), card_inputs, None, **model_work)
+    ui.card_in.upload(bind(import_card, ui), ui.card_in,
+                      {ui.voice_mode, ui.voice_seed, ui.speaker, ui.sample_text, ui.imported_code, ui.temperature,
+                       ui.top_p, ui.top_k, ui.audio_seed, ui.text_seed, ui.refine, ui.oral, ui.laugh, ui.brk, ui.speed,
+                       ui.card_name, ui.card_in}, **private)
+    ui.device.change(bind(change_device, ui), ui.device, {ui.engine, ui.precision}, queue=False, **private)
+    ui.engine.change(change_engine, [ui.device, ui.engine], ui.precision, queue=False, **private)
+    for control in (ui.device, ui.precision, ui.threads, ui.engine):
+        control.change(bind(update_settings, ui), {ui.device, ui.precision, ui.threads, ui.engine}, ui.runtime,
+                       queue=False, **private)
+
+
+def _build_api(ctx: AppContext) -> None:
+    """Hidden components behind the stable `/synthesize` API name, one per parameter of `api_synthesize` in its
+    (documented) order, each starting from that parameter's default, so a script may pass only `text`."""
     with gr.Group(visible=False):
-        voice = gr.Textbox(label="voice", value="")
-        split = gr.Checkbox(label="split", value=False)
+        inputs = [
+            gr.Textbox(label="text"),
+            gr.Textbox(label="voice", value=""),
+            gr.Number(label="temperature", value=DEFAULT_SAMPLING.temperature),
+            gr.Number(label="top_p", value=DEFAULT_SAMPLING.top_p),
+            gr.Number(label="top_k", value=DEFAULT_SAMPLING.top_k, precision=0),
+            gr.Number(label="audio_seed", value=None, precision=0),
+            gr.Number(label="speed", value=DEFAULT_REQUEST.speed, precision=0),
+            gr.Number(label="max_new_token", value=DEFAULT_REQUEST.max_new_token, precision=0),
+            gr.Checkbox(label="split", value=False),
+        ]
         out_audio = gr.Audio(type="filepath", label="audio")
         out_json = gr.JSON(label="measurements")
         trigger = gr.Button("synthesize")
-    text, temperature, top_p, top_k, audio_seed, speed, max_new_token = (form[0], form[8], form[9], form[10], form[11],
-                                                                          form[17], form[18])
-    trigger.click(bind(api_synthesize, ctx), [text, voice, temperature, top_p, top_k, audio_seed, speed, max_new_token, split],
-                  [out_audio, out_json], api_name="synthesize", concurrency_id=MODEL_QUEUE, concurrency_limit=1)
+    trigger.click(bind(api_synthesize, ctx), inputs, [out_audio, out_json], api_name="synthesize",
+                  concurrency_id=MODEL_QUEUE, concurrency_limit=1)
