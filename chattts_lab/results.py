@@ -21,6 +21,7 @@ BENCH_TEXT = "The quick brown fox jumps over the lazy dog, and then it takes a s
 VOICE_SEED = 2  # the speaker every benchmark call uses, so cells differ only in what the grid varies
 AUDIO_SEED = 42
 RESULT_MARKER = "CHATTTS_LAB_RESULT "  # the worker's one result line on stdout starts with this
+PASS_MARKER = "CHATTTS_LAB_PASS "  # a serving worker's lines between commands (ready, one timed sample)
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,10 @@ class RunConfig:
 
 
 _METRIC_FIELDS = ("rtf", "audio_s_per_s", "tokens_per_s", "step_ms", "ttfa_s", "peak_rss_mb", "peak_device_mb",
-                  "load_s", "cold_s", "audio_s")
+                  "load_s", "cold_s", "audio_s", "cpu_share", "passes")
+# A timed call whose process got less CPU than this share of its threads was descheduled, not just memory-bound:
+# a memory-bound decode still keeps its main thread busy (share >= 1 at 2 threads), other work on the cores does not.
+CPU_SHARE_FLOOR = 0.5
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,8 @@ class CellResult:
     load_s: float | None = None
     cold_s: float | None = None
     audio_s: float | None = None
+    cpu_share: float | None = None  # CPU seconds over wall seconds of the timed calls (all threads; 2.0 = two cores)
+    passes: int = 0  # interleaved passes the timed calls came from (0: one process ran them back to back)
     effective: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # load-time RSS, baseline RSS, interop threads ...
     samples: tuple[dict, ...] = ()  # raw per-run measurements, phases cold / warmup / timed
@@ -107,7 +113,7 @@ class CellResult:
             "rtf": self.rtf, "audio_s_per_s": self.audio_s_per_s, "tokens_per_s": self.tokens_per_s,
             "step_ms": self.step_ms, "ttfa_s": self.ttfa_s, "peak_rss_mb": self.peak_rss_mb,
             "peak_device_mb": self.peak_device_mb, "load_s": self.load_s, "cold_s": self.cold_s,
-            "audio_s": self.audio_s, "model": c.model,
+            "audio_s": self.audio_s, "cpu_share": self.cpu_share, "passes": self.passes, "model": c.model,
             "device_effective": eff.get("device"), "dtype_gpt": eff.get("dtype_gpt"),
             "threads_effective": eff.get("threads"), "compile_effective": eff.get("compile"),
             "elapsed_s": self.elapsed_s, "memory_budget_mb": c.memory_budget_mb, "traceback": self.traceback,
@@ -126,7 +132,8 @@ class CellResult:
         lat = data.get("latency")
         return CellResult(
             config=RunConfig.from_dict(data["config"]), status=data["status"], reason=data.get("reason") or "",
-            latency=Latency(**lat) if lat else None, **{k: data.get(k) for k in _METRIC_FIELDS},
+            latency=Latency(**lat) if lat else None, **{k: data.get(k) for k in _METRIC_FIELDS if k != "passes"},
+            passes=data.get("passes") or 0,
             effective=data.get("effective") or {}, extra=data.get("extra") or {},
             samples=tuple(data.get("samples") or ()), elapsed_s=data.get("elapsed_s") or 0.0,
             traceback=data.get("traceback") or "",
@@ -134,6 +141,21 @@ class CellResult:
 
 
 CANONICAL_COLUMNS = tuple(CellResult(RunConfig("m", "cpu", "fp32", 1, 1, 2), "ok").row())
+
+
+def cpu_share(timed: list[dict]) -> float | None:
+    """CPU time over wall time of the timed calls, all threads together (None for samples that did not record it)."""
+    measured = [s for s in timed if s.get("cpu_s") is not None and s.get("wall_s")]
+    wall = sum(s["wall_s"] for s in measured)
+    return sum(s["cpu_s"] for s in measured) / wall if wall > 0 else None
+
+
+def cpu_starved_note(cfg: RunConfig, share: float | None) -> str:
+    """A sentence when the cell's process got less of the CPU than its thread count should get, else ''."""
+    if share is None or cfg.device != "cpu" or share >= CPU_SHARE_FLOOR * cfg.threads:
+        return ""
+    return (f"CPU share {share:.2f} for {cfg.threads} thread(s), below {CPU_SHARE_FLOOR * cfg.threads:g}: other "
+            "work took the cores during the timed calls; measure again on a quiet machine")
 
 
 def summarize(cfg: RunConfig, status: str, reason: str, payload: dict, elapsed_s: float = 0.0) -> CellResult:
@@ -157,7 +179,11 @@ def summarize(cfg: RunConfig, status: str, reason: str, payload: dict, elapsed_s
             ttfa_s=median(s.get("ttfa_s") for s in timed),
             peak_rss_mb=max(s.get("peak_rss_mb") or 0.0 for s in timed),
             peak_device_mb=max((s["peak_device_mb"] for s in timed if s.get("peak_device_mb") is not None), default=None),
+            passes=len({s["pass"] for s in timed if "pass" in s}),
         )
+        kw["cpu_share"] = cpu_share(timed)
+        starved = cpu_starved_note(cfg, kw["cpu_share"])
+        reason = "; ".join(r for r in (reason, starved) if r)
     if status == "ok" and not timed:
         status, reason = "error", reason or "the worker returned no timed samples"
     return CellResult(

@@ -48,6 +48,11 @@ class SweepSpec:
     fidelity_tokens: int = 32
     text: str = BENCH_TEXT
     memory_budget_mb: float | None = None  # per cell, see RunConfig.memory_budget_mb
+    # Interleaved passes (chattts_lab.sweep): each pass makes one timed call of every cell, in a fresh random order,
+    # so a machine that drifts during the sweep slows every cell alike instead of the cells measured last. With
+    # passes > 1 the timed calls of a cell are its passes (repeats and min_time_s apply to passes == 1 only).
+    passes: int = 3
+    drift_threshold_pct: float = 5.0  # the sweep is `noisy` when the passes drift more (chattts_lab.compare.drift)
 
     def errors(self) -> list[str]:
         """Everything wrong with the spec (empty when it can run). No side effects."""
@@ -75,6 +80,10 @@ class SweepSpec:
             errs.append(f"fidelity_tokens must be in 2..{MAX_NEW_TOKEN}, got {self.fidelity_tokens}")
         if not self.text.strip():
             errs.append("the benchmark text is empty")
+        if not _int_in(self.passes, 1, 10_000):
+            errs.append(f"passes must be at least 1, got {self.passes}")
+        if not (isinstance(self.drift_threshold_pct, (int, float)) and self.drift_threshold_pct > 0):
+            errs.append(f"drift_threshold_pct must be positive, got {self.drift_threshold_pct}")
         budget = memory_budget_error(self.memory_budget_mb)
         return errs + ([budget] if budget else [])
 
@@ -100,6 +109,10 @@ class SweepSpec:
             ))
         return cells
 
+    def interleaved_passes(self, runnable_cells: int) -> int:
+        """Passes to interleave: 1 (each cell in its own process, back to back) when there is nothing to interleave."""
+        return self.passes if runnable_cells > 1 else 1
+
     def fidelity_pairs(self) -> list[tuple[str, str, str]]:
         """(device, engine, precision) triples whose drift from fp32 stock is measured once per sweep."""
         return [(d, e, p) for d in _dedup(self.devices) for e in _dedup(self.engines) for p in _dedup(self.precisions)]
@@ -114,6 +127,7 @@ class SweepSpec:
     @staticmethod
     def from_dict(data: dict) -> "SweepSpec":
         names = {f.name for f in fields(SweepSpec)}
+        data = {"passes": 1, **data}  # a spec stored before passes existed ran each cell back to back
         return SweepSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
 
 

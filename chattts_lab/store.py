@@ -28,10 +28,11 @@ from chattts_lab.results import CANONICAL_COLUMNS, STATUSES, CellResult
 
 log = logging.getLogger(__name__)
 
-# Schema history: 1 = first release; 2 = cells.memory_budget_mb; 3 = cells.traceback. Files are kept across
+# Schema history: 1 = first release; 2 = cells.memory_budget_mb; 3 = cells.traceback; 4 = cells.cpu_share and
+# cells.passes, table sweep_notes (the interleaving plan and each pass's order). Files are kept across
 # releases, so upgrades add the canonical columns an older file lacks (see Store._migrate); a newer file than
 # this build knows is refused rather than misread.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SWEEP_STATUSES = ("running", "finished", "interrupted", "cancelled")
 BUNDLE_FORMAT = "chattts-lab-bundle"
 BUNDLE_VERSION = 1
@@ -39,7 +40,7 @@ DEFAULT_DB = Path("results") / "lab.sqlite"
 _TEXT_COLUMNS = {"device", "precision", "engine", "status", "reason", "model", "device_effective", "dtype_gpt",
                  "traceback"}
 _INT_COLUMNS = {"batch_size", "threads", "tokens", "compile", "stream", "repeats", "threads_effective",
-                "compile_effective"}
+                "compile_effective", "passes"}
 
 
 class StoreError(RuntimeError):
@@ -100,6 +101,12 @@ CREATE TABLE IF NOT EXISTS fidelity (
   status TEXT NOT NULL,
   record_json TEXT NOT NULL,
   UNIQUE (sweep_id, device, engine, precision)
+);
+CREATE TABLE IF NOT EXISTS sweep_notes (
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,
+  key TEXT NOT NULL,
+  value_json TEXT NOT NULL,
+  PRIMARY KEY (sweep_id, key)
 );
 """
 
@@ -250,7 +257,17 @@ class Store:
                 (sweep_id, record["device"], record["engine"], record["precision"], record.get("status", "ok"),
                  json.dumps(record)))
 
+    def set_note(self, sweep_id: int, key: str, value) -> None:
+        """Keep a fact about the whole sweep (its interleaving plan, the order of each pass) as JSON."""
+        with self._lock, self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO sweep_notes VALUES (?, ?, ?)", (sweep_id, key, json.dumps(value)))
+
     # -- reading ---------------------------------------------------------------------------------
+
+    def notes(self, sweep_id: int) -> dict:
+        with self._lock:
+            rows = self.conn.execute("SELECT key, value_json FROM sweep_notes WHERE sweep_id = ?", (sweep_id,))
+            return {r[0]: json.loads(r[1]) for r in rows.fetchall()}
 
     def sweep(self, sweep_id: int) -> dict | None:
         with self._lock:
@@ -386,7 +403,7 @@ def export_bundle(db_path: str | Path, out_path: str | Path, sweep_ids: list[int
             sweeps.append({
                 "uuid": s["uuid"], "created_at": s["created_at"], "status": s["status"], "spec": s["spec"],
                 "environment": s["environment"], "cells": [r.to_dict() for r in store.results(sid)],
-                "fidelity": store.fidelity(sid),
+                "fidelity": store.fidelity(sid), "notes": store.notes(sid),
             })
     bundle = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, "exported_at": _now(), "sweeps": sweeps}
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -427,6 +444,8 @@ def read_bundle(path: str | Path) -> dict:
                 raise BundleError(f"{where}, cell {m} is malformed: {exc}") from exc
             if result.status not in STATUSES:
                 raise BundleError(f"{where}, cell {m} has unknown status {result.status!r}")
+        if not isinstance(s.get("notes", {}), dict):
+            raise BundleError(f"{where}: 'notes' must be an object")
         for f in s["fidelity"]:
             if not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("device", "engine", "precision")):
                 raise BundleError(f"{where}: a fidelity record is malformed")
@@ -468,5 +487,7 @@ def import_bundle(db_path: str | Path, bundle_path: str | Path) -> tuple[list[in
                 store.add_cell(sid, i, CellResult.from_dict(cell))
             for f in s["fidelity"]:
                 store.add_fidelity(sid, f)
+            for key, value in (s.get("notes") or {}).items():
+                store.set_note(sid, str(key), value)
             new.append(sid)
     return new, skipped

@@ -17,18 +17,23 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
+import random
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import psutil
+
 from chattts_lab.env import capture_environment
 from chattts_lab.limits import crash_under_budget
-from chattts_lab.results import DONE_STATUSES, RESULT_MARKER, CellResult, RunConfig, summarize
+from chattts_lab.results import DONE_STATUSES, PASS_MARKER, RESULT_MARKER, CellResult, RunConfig, summarize
 from chattts_lab.spec import SpecError, SweepSpec, absent_device_reason, cell_rule
 from chattts_lab.store import Store
 
@@ -138,6 +143,11 @@ def run_cell(cfg: RunConfig, should_stop: Callable[[], bool] | None = None, pyth
     if ruled:
         return CellResult(cfg, ruled[0], ruled[1])
     outcome = run_child({"kind": "cell", "config": cfg.to_dict()}, cfg.timeout_s, cfg.threads, should_stop, python)
+    return result_of(cfg, outcome)
+
+
+def result_of(cfg: RunConfig, outcome: ChildOutcome) -> CellResult:
+    """The cell's row from what its worker(s) gave back; a crash keeps the end of stderr as its traceback."""
     payload = outcome.payload
     if outcome.status == "crashed":  # no traceback came back: the end of the worker's stderr is the best record
         payload = {**payload, "traceback": outcome.stderr[-STDERR_KEPT_CHARS:]}
@@ -147,6 +157,115 @@ def run_cell(cfg: RunConfig, should_stop: Callable[[], bool] | None = None, pyth
     if result.traceback and result.status in ("error", "crashed"):
         log.warning("cell %s: %s: %s\n%s", cfg.label, result.status, result.reason, result.traceback)
     return result
+
+
+# ----------------------------------------------------------------------------------------------
+# A worker that stays loaded between passes (interleaved sweeps)
+
+
+class WorkerEnded(Exception):
+    """The serving worker ended (finished, failed, died, timed out or was stopped): `outcome` says how."""
+
+    def __init__(self, outcome: ChildOutcome):
+        super().__init__(outcome.reason)
+        self.outcome = outcome
+
+
+class CellWorker:
+    """One cell's `python -m chattts_lab.worker` kept alive between passes, spoken to in JSON lines.
+
+    The first line on its stdin is the `serve` task; then one command per line (`repeat` or `finish`).
+    A reader thread moves its stdout lines into a queue so that every wait can also watch the clock and
+    the stop flag. Its stderr goes to a temporary file (kept for a crash's traceback).
+    """
+
+    def __init__(self, cfg: RunConfig, python: str | None = None):
+        self.cfg = cfg
+        self.t0 = time.monotonic()
+        self._stderr = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(
+            [python or sys.executable, "-m", "chattts_lab.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._stderr, env=worker_env(cfg.threads), text=True, bufsize=1, start_new_session=True,
+            cwd=str(Path(__file__).resolve().parent.parent),
+        )
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self._send({"kind": "serve", "config": cfg.to_dict()})
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)  # end of output: the worker has exited
+
+    def _send(self, message: dict) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(message) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):  # it died already: the next wait reads how
+            pass
+
+    def ready(self, should_stop: Callable[[], bool]) -> dict:
+        """Wait until the model is loaded and warm (untimed); {"pid", "peak_rss_mb"}."""
+        return self._await(should_stop)
+
+    def repeat(self, labels: dict, should_stop: Callable[[], bool]) -> dict:
+        """One timed call; its raw sample, labelled (pass, position) for the record."""
+        self._send({"op": "repeat", "labels": labels})
+        return self._await(should_stop)["sample"]
+
+    def finish(self, should_stop: Callable[[], bool]) -> ChildOutcome:
+        """Close the worker; its outcome carries every sample it took and what took effect."""
+        self._send({"op": "finish"})
+        try:
+            self._await(should_stop)
+        except WorkerEnded as ended:
+            return ended.outcome
+        self.kill()
+        return ChildOutcome("error", "the worker answered `finish` with a sample", {}, self.elapsed_s)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.t0
+
+    def _await(self, should_stop: Callable[[], bool], poll_s: float = 0.1) -> dict:
+        """The next message; raises WorkerEnded with the outcome if the worker ends (or is ended) first."""
+        t0 = time.monotonic()
+        while True:
+            if should_stop():
+                self._end("cancelled", "stopped by the user while this cell ran")
+            if time.monotonic() - t0 > self.cfg.timeout_s:  # per load or call: a pass is many cells' calls
+                self._end("timeout", f"killed after exceeding the per-cell timeout of {self.cfg.timeout_s:g} s")
+            try:
+                line = self._lines.get(timeout=poll_s)
+            except queue.Empty:
+                continue
+            if line is None:
+                self._ended()
+            if line.startswith(PASS_MARKER):
+                return json.loads(line[len(PASS_MARKER):])
+            if line.startswith(RESULT_MARKER):
+                self._ended(json.loads(line[len(RESULT_MARKER):]))
+
+    def _end(self, status: str, reason: str):
+        self.kill()
+        raise WorkerEnded(ChildOutcome(status, reason, {}, self.elapsed_s))
+
+    def _ended(self, payload: dict | None = None):
+        self.proc.wait()
+        self._stderr.seek(0)
+        stderr = self._stderr.read()
+        self._stderr.close()
+        if payload is None:
+            raise WorkerEnded(ChildOutcome("crashed", _death_reason(self.proc.returncode, stderr), {},
+                                           self.elapsed_s, stderr))
+        raise WorkerEnded(ChildOutcome(payload.get("status", "error"), payload.get("reason", ""), payload,
+                                       self.elapsed_s, stderr))
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            _kill(self.proc)
+        if not self._stderr.closed:
+            self._stderr.close()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,6 +303,18 @@ class CellFinished(SweepEvent):
 
 
 @dataclass(frozen=True)
+class SweepPlanned(SweepEvent):
+    plan: str  # how the passes run: how many, which workers stay loaded and which are reloaded (and why)
+
+
+@dataclass(frozen=True)
+class PassStarted(SweepEvent):
+    pass_no: int  # 0-based
+    passes: int
+    order: tuple[int, ...]  # grid indices of the cells, in the (random) order this pass measures them
+
+
+@dataclass(frozen=True)
 class FidelityStarted(SweepEvent):
     device: str
     engine: str
@@ -203,11 +334,15 @@ class SweepFinished(SweepEvent):
 
 
 def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable[[], bool] | None = None,
-              resume: int | None = None, python: str | None = None) -> Iterator[SweepEvent]:
+              resume: int | None = None, python: str | None = None,
+              memory_allowance_mb: float | None = None) -> Iterator[SweepEvent]:
     """Run (or with `resume=sweep_id`, finish) a sweep, committing each cell to the store as it ends.
 
     `should_stop` is polled between cells and while a cell runs; when it returns True the running
-    cell is killed and kept as `cancelled`, and the sweep ends as `cancelled` (resumable).
+    cell is killed and kept as `cancelled`, and the sweep ends as `cancelled` (resumable). With
+    `spec.passes` > 1 and more than one cell to measure, the cells run in interleaved passes (each
+    cell's worker loaded once, as many at a time as fit in `memory_allowance_mb`, by default a share
+    of the memory available now); a stop then keeps every unfinished cell as `cancelled`.
     """
     store = Store(db_path)
     if resume is not None:
@@ -232,26 +367,15 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
 
     stop = should_stop or (lambda: False)
     status = "interrupted"
-    durations: list[float] = []
-    n_done = len(configs) - len(pending)
+    runnable = [(i, c) for i, c in pending if cell_rule(c) is None]
+    passes = spec.interleaved_passes(len(runnable))
     try:
-        for pos, (index, cfg) in enumerate(pending):
-            if stop():
-                status = "cancelled"
-                break
-            runnable_left = sum(1 for _, c in pending[pos:] if cell_rule(c) is None)
-            eta = _eta(durations, runnable_left)
-            yield CellStarted(sweep_id, index, len(configs), cfg, eta)
-            result = run_cell(cfg, should_stop=stop, python=python)
-            store.add_cell(sweep_id, index, result)
-            if cell_rule(cfg) is None:
-                durations.append(result.elapsed_s)
-            n_done += result.status != "cancelled"
-            yield CellFinished(sweep_id, index, len(configs), result, n_done, _eta(durations, runnable_left - 1))
-            if result.status == "cancelled":
-                status = "cancelled"
-                break
+        if passes > 1:
+            status = yield from _run_ruled_then_interleaved(sweep_id, pending, len(configs), store, spec, stop,
+                                                            python, memory_allowance_mb)
         else:
+            status = yield from _run_one_by_one(sweep_id, pending, len(configs), store, stop, python)
+        if status == "finished":
             if spec.fidelity:
                 yield from _run_fidelity(spec, sweep_id, store, stop, python)
             status = "cancelled" if stop() else "finished"
@@ -265,6 +389,210 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
     finally:
         final.close()
     yield SweepFinished(sweep_id, status, results, fid)
+
+
+# ----------------------------------------------------------------------------------------------
+# Interleaved passes: every cell's worker stays loaded; each pass makes one timed call of each cell
+
+
+MEMORY_HEADROOM = 0.8  # of the memory available at the start: what the sweep's workers may take together
+
+
+@dataclass
+class _Cell:
+    """One runnable cell of an interleaved sweep and what its workers gave back so far."""
+
+    index: int
+    cfg: RunConfig
+    worker: CellWorker | None = None
+    resident: bool = True  # stays loaded between passes (False: reloaded before its turn in each pass)
+    payloads: list[dict] = field(default_factory=list)  # outcomes of its workers that were closed
+    live: list[dict] = field(default_factory=list)  # timed samples from the worker loaded now
+    pids: list[int] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    done: bool = False
+
+    def start(self, python: str | None, stop: Callable[[], bool]) -> dict:
+        self.worker = CellWorker(self.cfg, python)
+        ready = self.worker.ready(stop)
+        self.pids.append(ready["pid"])
+        return ready
+
+    def close(self, outcome: ChildOutcome) -> None:
+        """Keep what the worker gave back (a worker that died sent no payload: its streamed samples stand in)."""
+        payload = outcome.payload if "samples" in outcome.payload else {**outcome.payload, "samples": self.live}
+        self.payloads.append(payload)
+        self.live, self.elapsed_s, self.worker = [], self.elapsed_s + outcome.elapsed_s, None
+
+    def result(self, outcome: ChildOutcome) -> CellResult:
+        """The cell's row: the statistics of every pass, the effective settings of its last worker."""
+        first, last = (self.payloads[0], self.payloads[-1]) if self.payloads else ({}, {})
+        payload = {**first, "effective": last.get("effective") or first.get("effective"),
+                   "traceback": last.get("traceback", ""),
+                   "samples": [s for p in self.payloads for s in p.get("samples", [])],
+                   "extra": {**(first.get("extra") or {}), "worker_pids": self.pids}}
+        merged = ChildOutcome(outcome.status, outcome.reason, payload, self.elapsed_s, outcome.stderr)
+        return result_of(self.cfg, merged)
+
+
+def memory_plan(loaded_mb: list[float], cells: int, allowance_mb: float) -> int:
+    """How many workers stay loaded: as many as fit in the allowance, one place kept free for a reloaded one."""
+    per_worker = max(loaded_mb, default=0.0)
+    if sum(loaded_mb) <= allowance_mb and len(loaded_mb) == cells:
+        return cells
+    fit = int(allowance_mb // per_worker) if per_worker > 0 else cells
+    return max(0, min(len(loaded_mb), fit - 1))
+
+
+def pass_order(rng: random.Random, cells: list, previous: list) -> list:
+    """A fresh random order, never the previous pass's again (so no cell keeps its place in every pass)."""
+    order = rng.sample(cells, k=len(cells))
+    while len(cells) > 1 and order == [c for c in previous if c in cells]:
+        order = rng.sample(cells, k=len(cells))
+    return order
+
+
+def plan_sentence(passes: int, cells: int, resident: int, allowance_mb: float, per_worker_mb: float) -> str:
+    text = (f"{passes} interleaved passes over {cells} cells, a fresh random order each pass; each pass makes one "
+            f"timed call of every cell. ")
+    if resident == cells:
+        return text + f"Every cell's worker stays loaded between passes (about {per_worker_mb:.0f} MB each)."
+    return text + (f"{resident} worker(s) stay loaded and {cells - resident} are loaded again before their turn in "
+                   f"each pass: about {per_worker_mb:.0f} MB a worker, {allowance_mb:.0f} MB allowed for all. "
+                   "Loading, the cold call and warm-up are never timed.")
+
+
+def _run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int, store: Store, passes: int,
+                     stop: Callable[[], bool], python: str | None, allowance_mb: float | None) -> Iterator[SweepEvent]:
+    """Load every cell that fits, run the passes, commit each cell when it ends (its last pass or its failure).
+
+    Returns (as the generator's value) `cancelled` when stopped, else `finished`.
+    """
+    allowance = allowance_mb if allowance_mb is not None else (
+        psutil.virtual_memory().available / 2**20 * MEMORY_HEADROOM)
+
+    def end(cell: _Cell, outcome: ChildOutcome) -> CellFinished:
+        nonlocal n_done
+        if cell.worker is not None:
+            cell.close(outcome)
+        cell.done = True
+        result = cell.result(outcome)
+        store.add_cell(sweep_id, cell.index, result)
+        n_done += result.status != "cancelled"
+        return CellFinished(sweep_id, cell.index, total, result, n_done, None)
+
+    def cancel_all(reason: str) -> Iterator[CellFinished]:
+        for cell in cells:
+            if not cell.done:
+                if cell.worker is not None:
+                    cell.worker.kill()
+                yield end(cell, ChildOutcome("cancelled", reason, {}, cell.worker.elapsed_s if cell.worker else 0.0))
+
+    loaded_mb: list[float] = []
+    try:
+        for cell in cells:  # load in grid order while the workers fit (the first always loads: it sizes the rest)
+            if loaded_mb and sum(loaded_mb) + max(loaded_mb) > allowance:
+                break
+            yield CellStarted(sweep_id, cell.index, total, cell.cfg, None)
+            try:
+                loaded_mb.append(cell.start(python, stop)["peak_rss_mb"])
+            except WorkerEnded as ended:
+                if ended.outcome.status == "cancelled":
+                    yield from cancel_all(ended.outcome.reason)
+                    return "cancelled"
+                yield end(cell, ended.outcome)
+        alive = [c for c in cells if c.worker is not None]
+        keep = memory_plan(loaded_mb, len([c for c in cells if not c.done]), allowance)
+        for cell in cells:
+            cell.resident = cell in alive[:keep]
+        for cell in alive[keep:]:  # loaded to size the others, but not staying: closed until its turn
+            outcome = cell.worker.finish(stop)
+            cell.close(outcome)
+            if outcome.status != "ok":
+                yield end(cell, outcome)
+        plan = plan_sentence(passes, len(cells), keep, allowance, max(loaded_mb, default=0.0))
+        store.set_note(sweep_id, "plan", plan)
+        yield SweepPlanned(sweep_id, plan)
+
+        rng, orders, order = random.Random(), [], []
+        for pass_no in range(passes):
+            order = pass_order(rng, [c for c in cells if not c.done], order)
+            if not order:
+                break
+            orders.append([c.index for c in order])
+            store.set_note(sweep_id, "pass_orders", orders)
+            yield PassStarted(sweep_id, pass_no, passes, tuple(c.index for c in order))
+            for position, cell in enumerate(order):
+                try:
+                    if cell.worker is None:
+                        if not cell.pids:
+                            yield CellStarted(sweep_id, cell.index, total, cell.cfg, None)
+                        cell.start(python, stop)
+                    cell.live.append(cell.worker.repeat({"pass": pass_no, "position": position}, stop))
+                    if not cell.resident:
+                        outcome = cell.worker.finish(stop)
+                        cell.close(outcome)
+                        if outcome.status != "ok":
+                            yield end(cell, outcome)
+                except WorkerEnded as ended:
+                    if ended.outcome.status == "cancelled":
+                        yield from cancel_all(ended.outcome.reason)
+                        return "cancelled"
+                    yield end(cell, ended.outcome)
+        for cell in cells:
+            if cell.done:
+                continue
+            outcome = cell.worker.finish(stop) if cell.worker is not None else None
+            if outcome is not None:
+                cell.close(outcome)
+            last = cell.payloads[-1]
+            yield end(cell, outcome or ChildOutcome(last.get("status", "ok"), last.get("reason", ""), last, 0.0))
+    finally:  # an exception or the generator closed: never leave a worker behind
+        for cell in cells:
+            if cell.worker is not None:
+                cell.worker.kill()
+    return "finished"
+
+
+def _run_one_by_one(sweep_id: int, pending: list, total: int, store: Store, stop: Callable[[], bool],
+                    python: str | None) -> Iterator[SweepEvent]:
+    """Each cell in its own fresh process, one after another (passes == 1); returns finished or cancelled."""
+    durations: list[float] = []
+    n_done = total - len(pending)
+    for pos, (index, cfg) in enumerate(pending):
+        if stop():
+            return "cancelled"
+        runnable_left = sum(1 for _, c in pending[pos:] if cell_rule(c) is None)
+        yield CellStarted(sweep_id, index, total, cfg, _eta(durations, runnable_left))
+        result = run_cell(cfg, should_stop=stop, python=python)
+        store.add_cell(sweep_id, index, result)
+        if cell_rule(cfg) is None:
+            durations.append(result.elapsed_s)
+        n_done += result.status != "cancelled"
+        yield CellFinished(sweep_id, index, total, result, n_done, _eta(durations, runnable_left - 1))
+        if result.status == "cancelled":
+            return "cancelled"
+    return "finished"
+
+
+def _run_ruled_then_interleaved(sweep_id: int, pending: list, total: int, store: Store, spec: SweepSpec,
+                                stop: Callable[[], bool], python: str | None,
+                                memory_allowance_mb: float | None) -> Iterator[SweepEvent]:
+    """Rows for the cells the rule table stops, then the runnable cells in interleaved passes."""
+    n_done = total - len(pending)
+    cells = []
+    for index, cfg in pending:
+        ruled = cell_rule(cfg)
+        if ruled is None:
+            cells.append(_Cell(index, cfg))
+            continue
+        yield CellStarted(sweep_id, index, total, cfg, None)
+        result = CellResult(cfg, *ruled)
+        store.add_cell(sweep_id, index, result)
+        n_done += 1
+        yield CellFinished(sweep_id, index, total, result, n_done, None)
+    return (yield from _run_interleaved(sweep_id, cells, total, n_done, store, spec.passes, stop, python,
+                                        memory_allowance_mb))
 
 
 def _eta(durations: list[float], cells_left: int) -> float | None:

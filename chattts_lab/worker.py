@@ -1,7 +1,8 @@
 """One benchmark cell in a fresh process: `python -m chattts_lab.worker` < task.json.
 
 The parent (`chattts_lab.sweep.run_child`) writes one JSON task on stdin and reads one line on stdout
-that starts with RESULT_MARKER; a failure comes back as a status, a reason and the full traceback. Running each cell in its own process keeps peak memory, thread pools
+that starts with RESULT_MARKER. A `serve` task (interleaved passes, `chattts_lab.sweep.CellWorker`) stays
+loaded and answers one JSON command line at a time, each with a PASS_MARKER line; a failure comes back as a status, a reason and the full traceback. Running each cell in its own process keeps peak memory, thread pools
 and one-time costs (numba JIT, lazy mmaps) from leaking from one cell into the next. The worker
 returns raw samples only; the parent derives the statistics.
 
@@ -26,7 +27,7 @@ from typing import Callable
 import psutil
 
 from chattts_lab.limits import OutOfMemory, apply_memory_budget, out_of_memory_boundary
-from chattts_lab.results import AUDIO_SEED, RESULT_MARKER, VOICE_SEED, RunConfig
+from chattts_lab.results import AUDIO_SEED, PASS_MARKER, RESULT_MARKER, VOICE_SEED, RunConfig
 
 log = logging.getLogger("chattts_lab.worker")
 
@@ -66,6 +67,15 @@ def _rss_mb() -> float:
 
 def measure_cell(cfg, samples: list, info: dict) -> dict:
     """Load, warm up and time one cell; samples and info are filled in as it goes (kept on failure)."""
+    run = prepare_cell(cfg, samples, info)
+    info["extra"]["load_avg_before"] = _load_avg()  # other work on the machine: the first thing to check in noisy numbers
+    repeat_until(lambda: run("timed"), cfg.repeats, cfg.min_time_s, cfg.max_repeats)
+    info["extra"]["load_avg_after"] = _load_avg()
+    return finish_cell(cfg, samples, info)
+
+
+def prepare_cell(cfg, samples: list, info: dict) -> Callable[..., dict]:
+    """Load the model and make the cold and warm-up calls; returns run(phase) that makes one more call."""
     # torch, ChatTTS and the model code are imported here, in this order, so that the baseline RSS and
     # ChatTTS's import time are measured apart from the model's load.
     import torch
@@ -96,18 +106,22 @@ def measure_cell(cfg, samples: list, info: dict) -> dict:
         voice=Voice(speaker=speaker_from_seed(model, VOICE_SEED)), sampling=Sampling(audio_seed=AUDIO_SEED),
     )
 
-    def run(phase: str) -> dict:
+    def run(phase: str, **labels) -> dict:
         gc.collect()  # collect outside the timed region, not inside it
+        cpu0 = time.process_time()  # every thread of this process: how much of the cores the call actually got
         sample = _one_call(model, request, cfg.stream, phase)
+        sample.update(cpu_s=time.process_time() - cpu0, worker_pid=os.getpid(), **labels)
         samples.append(sample)
         return sample
 
     run("cold")
     for _ in range(cfg.warmup):
         run("warmup")
-    extra["load_avg_before"] = _load_avg()  # other work on the machine: the first thing to check in noisy numbers
-    repeat_until(lambda: run("timed"), cfg.repeats, cfg.min_time_s, cfg.max_repeats)
-    extra["load_avg_after"] = _load_avg()
+    return run
+
+
+def finish_cell(cfg, samples: list, info: dict) -> dict:
+    """The cell's outcome once its timed calls are done: ok, with notes on anything that did not take effect."""
     timed = [s for s in samples if s["phase"] == "timed"]
     info["effective"]["threads"] = timed[-1]["threads"]  # what torch used during the timed calls
     notes = []
@@ -146,7 +160,27 @@ def _one_call(model, request, stream: bool, phase: str) -> dict:
     }
 
 
-def run_task(task: dict) -> dict:
+def serve_cell(cfg: RunConfig, samples: list, info: dict, commands, say: Callable[[dict], None]) -> dict:
+    """Stay loaded between passes: one timed call per `repeat` command, the outcome on `finish` (or end of input).
+
+    Each message to the parent is one JSON line after PASS_MARKER: {"ready": ...} once warm, then
+    {"sample": ...} per timed call; the loaded model never leaves this process between passes.
+    """
+    from chattts_lab.measure import process_peak_rss_mb
+
+    run = prepare_cell(cfg, samples, info)
+    say({"ready": True, "pid": os.getpid(), "peak_rss_mb": process_peak_rss_mb()})
+    for line in commands:
+        command = json.loads(line)
+        if command.get("op") != "repeat":
+            break
+        say({"sample": run("timed", **command.get("labels", {}))})
+    if not any(s["phase"] == "timed" for s in samples):  # a worker closed before its turn: its calls were untimed
+        return {"status": "ok", "reason": ""}
+    return finish_cell(cfg, samples, info)
+
+
+def run_task(task: dict, commands=(), say: Callable[[dict], None] = lambda message: None) -> dict:
     cfg = RunConfig.from_dict(task["config"])
     samples: list = []
     info: dict = {}
@@ -157,7 +191,10 @@ def run_task(task: dict) -> dict:
 
                 return {"status": "ok", "reason": "", "fidelity": measure_fidelity(
                     cfg.model, cfg.device, cfg.engine, cfg.precision, cfg.tokens, cfg.threads)}
-            outcome = measure_cell(cfg, samples, info)
+            if task.get("kind") == "serve":
+                outcome = serve_cell(cfg, samples, info, commands, say)
+            else:
+                outcome = measure_cell(cfg, samples, info)
     except Exception as exc:  # every failure becomes a row: status, reason and traceback, samples kept
         status, reason = classify(exc)
         if status == "oom" and cfg.memory_budget_mb:  # a budget, not the machine, may be what ran out
@@ -185,8 +222,13 @@ def die_with_parent() -> None:
 def main() -> int:
     die_with_parent()
     logging.basicConfig(level=os.environ.get("CHATTTS_LAB_LOG", "WARNING"), stream=sys.stderr)
-    task = json.loads(sys.stdin.read())
-    payload = run_task(task)
+    task = json.loads(sys.stdin.readline())  # the task is the first line; a `serve` task's commands follow
+
+    def say(message: dict) -> None:
+        sys.stdout.write("\n" + PASS_MARKER + json.dumps(message, default=str) + "\n")
+        sys.stdout.flush()
+
+    payload = run_task(task, sys.stdin, say)
     sys.stdout.write("\n" + RESULT_MARKER + json.dumps(payload, default=str) + "\n")
     sys.stdout.flush()
     return 0
