@@ -20,9 +20,10 @@ from pathlib import Path
 import pandas as pd
 
 from chattts_lab import grid
+from chattts_lab.compare import compare_sweeps, comparison_record
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.env import usable_cores
-from chattts_lab.report import FIDELITY_COLUMNS, FORMATS, markdown_table, results_frame, write_reports
+from chattts_lab.report import FIDELITY_COLUMNS, FORMATS, comparison_lines, markdown_table, results_frame, write_reports
 from chattts_lab.spec import SpecError, SweepSpec, cell_rule
 from chattts_lab.store import BundleError, Store, compare_frame, export_bundle, import_bundle, sweeps_frame
 from chattts_lab.sweep import (
@@ -30,7 +31,9 @@ from chattts_lab.sweep import (
     CellStarted,
     FidelityFinished,
     FidelityStarted,
+    PassStarted,
     SweepFinished,
+    SweepPlanned,
     SweepStarted,
     resumable_sweep,
     run_sweep,
@@ -79,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--timeout", type=float, default=1800.0, help="seconds per cell before it is killed")
     m.add_argument("--memory-budget-mb", type=float, default=None,
                    help="memory each cell's worker may add beyond its runtime (address space); over it the cell is oom")
+    m.add_argument("--passes", type=int, default=3,
+                   help="interleaved passes: every cell's worker stays loaded and each pass times each cell once, in "
+                        "a fresh random order (1: each cell in its own process, back to back, with --repeats)")
+    m.add_argument("--drift-threshold", type=float, default=5.0,
+                   help="percent of drift across passes above which the sweep is marked noisy")
+    m.add_argument("--memory-allowance-mb", type=float, default=None,
+                   help="memory the interleaved workers may take together (default: 80%% of what is available); "
+                        "workers that do not fit are reloaded before their turn in each pass")
     m.add_argument("--fidelity", type=bool_list, default=(True,), help="measure drift from fp32 once per precision")
     m.add_argument("--fidelity-tokens", type=int, default=32)
     o = p.add_argument_group("results")
@@ -95,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--export", metavar="PATH", help="write a portable JSON bundle")
     h.add_argument("--sweeps", type=int_list, default=None, help="sweep ids for --export (default all)")
     h.add_argument("--import", dest="import_", metavar="PATH", help="import a bundle from another machine")
-    h.add_argument("--compare", type=int_list, metavar="IDS", help="sweeps side by side (p50 latency)")
+    h.add_argument("--compare", type=int_list, metavar="IDS",
+                   help="sweeps side by side (p50 latency), and each against the first with a 95%% interval")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
 
@@ -109,7 +121,8 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         threads=args.threads or (usable_cores(),), tokens=args.tokens, engines=args.engine, compiles=args.compile,
         streams=args.stream, warmup=args.warmup, repeats=args.repeats, min_time_s=args.min_time,
         max_repeats=max(args.max_repeats, args.repeats), timeout_s=args.timeout, fidelity=all(args.fidelity),
-        fidelity_tokens=args.fidelity_tokens, memory_budget_mb=args.memory_budget_mb,
+        fidelity_tokens=args.fidelity_tokens, memory_budget_mb=args.memory_budget_mb, passes=args.passes,
+        drift_threshold_pct=args.drift_threshold,
     )
     return spec.validate()
 
@@ -189,7 +202,8 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
     signal.signal(signal.SIGTERM, on_term)
     bar = None
     final = None
-    for event in run_sweep(None if resume_id else spec, args.db, resume=resume_id):
+    for event in run_sweep(None if resume_id else spec, args.db, resume=resume_id,
+                           memory_allowance_mb=args.memory_allowance_mb):
         if isinstance(event, SweepStarted):
             print(f"sweep {event.sweep_id}: {event.pending} of {event.total} cells to measure, db {args.db}",
                   file=sys.stderr)
@@ -204,6 +218,10 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
                 bar.update(1)
             if r.status != "ok":
                 bar.write(f"{r.config.label}: {r.status}: {r.reason}")
+        elif isinstance(event, SweepPlanned):
+            bar.write(event.plan)
+        elif isinstance(event, PassStarted):
+            bar.set_description(f"pass {event.pass_no + 1} of {event.passes}")
         elif isinstance(event, FidelityStarted):
             bar.set_description(f"fidelity of {event.engine} {event.precision} vs fp32 stock")
         elif isinstance(event, FidelityFinished) and event.record.get("status") != "ok":
@@ -225,13 +243,17 @@ def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool =
         if sweep is None:
             print(f"no sweep {sweep_id} in {db}", file=sys.stderr)
             return 1
-        df = results_frame(store.results(sweep_id, with_samples=False))
+        results = store.results(sweep_id)
         fidelity = store.fidelity(sweep_id)
+        notes = store.notes(sweep_id)
+    df = results_frame(results)
+    comparisons = comparison_record(results, notes, sweep["spec"].get("drift_threshold_pct", 5.0))
     meta = {k: sweep[k] for k in ("id", "uuid", "created_at", "status", "spec")}
     paths = write_reports(df, sweep["environment"], fidelity, out or str(Path(db).parent / f"sweep-{sweep_id}"),
-                          formats, meta)
+                          formats, meta, comparisons)
     if print_table:
         print(markdown_table(df))
+        print("\n" + "\n".join(f"- {line}" for line in comparison_lines(comparisons)))
         if fidelity:
             print("\nFidelity (drift from fp32 stock):\n" + markdown_table(pd.DataFrame(fidelity), FIDELITY_COLUMNS))
     for fmt, path in paths.items():
@@ -240,7 +262,10 @@ def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool =
 
 
 def _list(db: str) -> int:
-    print(markdown_table(sweeps_frame(db), ("id", "created_at", "status", "origin", "machine", "model", "n_cells", "n_ok")))
+    df = sweeps_frame(db)
+    df["noisy"] = df["noisy"].map({True: "NOISY", False: "no"})  # blank: drift not checked (fewer than 2 passes)
+    print(markdown_table(df, ("id", "created_at", "status", "origin", "machine", "model", "n_cells", "n_ok",
+                              "drift_pct", "noisy")))
     return 0
 
 
@@ -267,4 +292,7 @@ def _import(db: str, path: str) -> int:
 def _compare(db: str, ids: list[int]) -> int:
     df = compare_frame(db, ids)
     print(markdown_table(df, list(df.columns)))
+    ratios = compare_sweeps(db, ids)
+    if not ratios.empty:
+        print("\n" + "\n".join(f"- {phrase}" for phrase in ratios["phrase"]))
     return 0

@@ -21,8 +21,8 @@ RESULTS_VERSION = 1
 # What the markdown table shows (every column is in the CSV/JSON).
 TABLE_COLUMNS = ("engine", "device", "precision", "batch_size", "threads", "tokens", "compile", "stream", "status",
                  "latency_p50_s", "latency_std_s", "rtf", "audio_s_per_s", "step_ms", "ttfa_s", "peak_rss_mb",
-                 "load_s", "cold_s", "reason")
-INT_COLUMNS = ("batch_size", "threads", "tokens", "repeats", "threads_effective")
+                 "load_s", "cold_s", "passes", "cpu_share", "reason")
+INT_COLUMNS = ("batch_size", "threads", "tokens", "repeats", "threads_effective", "passes")
 FIDELITY_COLUMNS = ("device", "engine", "precision", "status", "token_match", "first_divergence", "hidden_rel_err",
                     "hidden_rel_err_first_step", "dtype_gpt", "reason", "note")
 
@@ -69,21 +69,46 @@ def environment_lines(env: dict) -> list[str]:
     ]
 
 
-def markdown_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None) -> str:
+def comparison_lines(comparisons: dict | None) -> list[str]:
+    """The plan, the drift sentence (NOISY when it is) and every ratio's phrase, one line each."""
+    if not comparisons:
+        return []
+    lines = [comparisons["plan"]] if comparisons.get("plan") else []
+    lines.append(comparisons["drift"]["sentence"])
+    lines += [r["phrase"] for r in comparisons.get("ratios", [])]
+    return lines
+
+
+def passes_frame(comparisons: dict | None) -> pd.DataFrame:
+    """Every cell's raw wall seconds per interleaved pass (one column per pass) and its CPU share."""
+    rows = (comparisons or {}).get("passes", [])
+    frame = pd.DataFrame([{"cell": r["cell"], "cpu_share": r["cpu_share"],
+                           **{f"pass {int(p) + 1} s": w for p, w in r["wall_s_by_pass"].items()}} for r in rows])
+    return frame
+
+
+def markdown_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None,
+                    comparisons: dict | None = None) -> str:
     parts = ["# ChatTTS Lab benchmark", ""]
     if sweep:
         parts += [f"Sweep {sweep.get('id')} ({sweep.get('status')}), {sweep.get('created_at')}", ""]
     parts += ["## Environment", ""] + [f"- {line}" for line in environment_lines(env)] + [""]
     parts += ["## Results", "", markdown_table(df), ""]
+    if comparisons:
+        parts += ["## Comparisons", ""] + [f"- {_fmt(line)}" for line in comparison_lines(comparisons)] + [""]
+        raw = passes_frame(comparisons)
+        if not raw.empty:
+            parts += ["Raw passes (wall seconds of each timed call):", "", markdown_table(raw, raw.columns), ""]
     if fidelity:
         parts += ["## Fidelity (drift from fp32 stock)", "", markdown_table(pd.DataFrame(fidelity), FIDELITY_COLUMNS), ""]
     return "\n".join(parts)
 
 
-def results_json(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None) -> dict:
+def results_json(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None,
+                 comparisons: dict | None = None) -> dict:
     cells = [{k: _json_value(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
     return {"format": RESULTS_FORMAT, "version": RESULTS_VERSION, "sweep": sweep or {}, "environment": env,
-            "cells": cells, "fidelity": fidelity}
+            "cells": cells, "fidelity": fidelity, "comparisons": comparisons or {}}
 
 
 def _json_value(v):
@@ -94,7 +119,8 @@ def _json_value(v):
     return v
 
 
-def html_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None) -> str:
+def html_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None,
+                comparisons: dict | None = None) -> str:
     """One self-contained page (plotly.js inlined once): environment, table, fidelity, figures."""
     from chattts_lab.plots import REPORT_FIGURES  # imports plotly (seconds): only when a page is written
 
@@ -107,6 +133,11 @@ def html_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict |
                                                              classes="results", border=0)
     fid = pd.DataFrame(fidelity)
     fid_html = fid[[c for c in FIDELITY_COLUMNS if c in fid]].to_html(index=False, na_rep="", border=0) if fidelity else ""
+    raw = passes_frame(comparisons)
+    compared = "".join(f"<li>{html.escape(line)}</li>" for line in comparison_lines(comparisons))
+    if compared:
+        compared = f"<h2>Comparisons</h2><ul>{compared}</ul>" + (
+            raw.to_html(index=False, na_rep="", float_format=lambda x: f"{x:.4g}", border=0) if not raw.empty else "")
     title = f"ChatTTS Lab benchmark{' — sweep ' + str(sweep.get('id')) if sweep else ''}"
     env_items = "".join(f"<li>{html.escape(line)}</li>" for line in environment_lines(env))
     return f"""<!doctype html>
@@ -118,6 +149,7 @@ td,th{{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}} th{{backg
 <p>{html.escape(str(sweep.get('status', ''))) if sweep else ''} {html.escape(str(sweep.get('created_at', ''))) if sweep else ''}</p>
 <h2>Environment</h2><ul>{env_items}</ul>
 <h2>Results</h2>{table}
+{compared}
 {'<h2>Fidelity (drift from fp32 stock)</h2>' + fid_html if fid_html else ''}
 <h2>Figures</h2>
 {''.join(f'<div>{f}</div>' for f in figures)}
@@ -126,21 +158,26 @@ td,th{{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}} th{{backg
 
 
 def write_reports(df: pd.DataFrame, env: dict, fidelity: list[dict], out_dir: str | Path,
-                  formats: Iterable[str] = FORMATS, sweep: dict | None = None) -> dict[str, Path]:
-    """Write each chosen format as out_dir/results.<ext>; returns format -> path."""
+                  formats: Iterable[str] = FORMATS, sweep: dict | None = None,
+                  comparisons: dict | None = None) -> dict[str, Path]:
+    """Write each chosen format as out_dir/results.<ext>; returns format -> path.
+
+    `comparisons` (chattts_lab.compare.sweep_comparison) adds the drift check, every ratio with its
+    interval and the raw passes to the markdown, HTML and JSON reports.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = {}
     for fmt in formats:
         path = out / f"results.{fmt}"
         if fmt == "md":
-            path.write_text(markdown_report(df, env, fidelity, sweep))
+            path.write_text(markdown_report(df, env, fidelity, sweep, comparisons))
         elif fmt == "csv":
             df.to_csv(path, index=False)
         elif fmt == "json":
-            path.write_text(json.dumps(results_json(df, env, fidelity, sweep), indent=1, default=str))
+            path.write_text(json.dumps(results_json(df, env, fidelity, sweep, comparisons), indent=1, default=str))
         elif fmt == "html":
-            path.write_text(html_report(df, env, fidelity, sweep))
+            path.write_text(html_report(df, env, fidelity, sweep, comparisons))
         else:
             raise ValueError(f"unknown format {fmt!r}: choose from {', '.join(FORMATS)}")
         written[fmt] = path

@@ -338,13 +338,15 @@ def _sweep_dict(r: sqlite3.Row) -> dict:
 
 
 def sweeps_frame(db_path: str | Path = DEFAULT_DB):
-    """History: one row per sweep (id, created_at, status, machine, origin, n_cells, n_ok, grid)."""
+    """History: one row per sweep (id, created_at, status, machine, origin, n_cells, n_ok, drift_pct, noisy)."""
     import pandas as pd
 
     with Store(db_path) as store:
-        rows = store.sweeps_list()
-    cols = ["id", "uuid", "created_at", "status", "origin", "machine", "model", "n_cells", "n_ok"]
-    return pd.DataFrame([{**{k: r[k] for k in cols if k in r}, "model": r["spec"].get("model")} for r in rows],
+        rows = [{**r, "drift": store.notes(r["id"]).get("drift") or {}} for r in store.sweeps_list()]
+    cols = ["id", "uuid", "created_at", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
+            "noisy"]
+    return pd.DataFrame([{**{k: r[k] for k in cols if k in r}, "model": r["spec"].get("model"),
+                          "drift_pct": r["drift"].get("drift_pct"), "noisy": r["drift"].get("noisy")} for r in rows],
                         columns=cols)
 
 

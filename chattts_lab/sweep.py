@@ -31,6 +31,7 @@ from typing import Callable, Iterator
 
 import psutil
 
+from chattts_lab.compare import sweep_drift
 from chattts_lab.env import capture_environment
 from chattts_lab.limits import crash_under_budget
 from chattts_lab.results import DONE_STATUSES, PASS_MARKER, RESULT_MARKER, CellResult, RunConfig, summarize
@@ -331,6 +332,7 @@ class SweepFinished(SweepEvent):
     status: str  # finished / cancelled (an exception or closing the generator leaves it `interrupted`)
     results: tuple[CellResult, ...]
     fidelity: tuple[dict, ...]
+    drift: dict | None = None  # chattts_lab.compare.Drift.as_dict(): drift_pct, noisy, the sentence to show
 
 
 def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable[[], bool] | None = None,
@@ -386,9 +388,11 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
     try:
         results = tuple(final.results(sweep_id))
         fid = tuple(final.fidelity(sweep_id))
+        drift = sweep_drift(results, spec.drift_threshold_pct).as_dict()
+        final.set_note(sweep_id, "drift", drift)  # kept with the sweep: the history lists it without the samples
     finally:
         final.close()
-    yield SweepFinished(sweep_id, status, results, fid)
+    yield SweepFinished(sweep_id, status, results, fid, drift)
 
 
 # ----------------------------------------------------------------------------------------------
