@@ -1,0 +1,150 @@
+"""Interleaved passes with real workers on tiny synthetic weights: structure and honesty, never timing.
+
+Every cell's worker stays loaded between passes (same pid in every pass), each pass times each cell once
+in a recorded random order, a cell's statistics come from all its passes and every raw pass is kept in the
+store, the bundle and the JSON report; workers that do not fit in memory are reloaded and the plan says so;
+a worker killed between its calls is a `crashed` row while the others finish; a stopped sweep resumes.
+Real workers pay torch's and ChatTTS's import on busy cores, so each test starts as few as it can.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from chattts_lab.compare import sweep_comparison
+from chattts_lab.spec import SweepSpec
+from chattts_lab.store import Store, export_bundle
+from chattts_lab.sweep import CellFinished, PassStarted, SweepFinished, SweepPlanned, run_sweep
+
+TINY = dict(model="synthetic-tiny", tokens=(4,), threads=(1,), warmup=0, fidelity=False, passes=3)
+TWO_CELLS = dict(TINY, precisions=("fp32", "bf16"))
+
+
+def timed(result) -> list[dict]:
+    return [s for s in result.samples if s["phase"] == "timed"]
+
+
+def workers() -> list[psutil.Process]:
+    """This test's `python -m chattts_lab.worker` children, oldest first (the sweep loads them in grid order)."""
+    found = [c for c in psutil.Process().children(recursive=True) if "chattts_lab.worker" in " ".join(c.cmdline())]
+    return sorted(found, key=lambda p: p.create_time())
+
+
+def test_each_cell_keeps_one_loaded_worker_and_every_pass_is_recorded(tmp_path):
+    db = tmp_path / "lab.sqlite"
+    events = list(run_sweep(SweepSpec(**TWO_CELLS), db))
+    final = events[-1]
+    assert isinstance(final, SweepFinished) and final.status == "finished"
+    plan = next(e.plan for e in events if isinstance(e, SweepPlanned))
+    assert "3 interleaved passes over 2 cells" in plan and "stays loaded" in plan
+    orders = [e.order for e in events if isinstance(e, PassStarted)]
+    assert len(orders) == 3 and all(sorted(o) == [0, 1] for o in orders)
+    assert all(a != b for a, b in zip(orders, orders[1:]))  # a fresh order each pass, never the same twice running
+
+    for r in final.results:
+        assert r.status == "ok" and r.passes == 3
+        calls = timed(r)
+        assert [s["pass"] for s in calls] == [0, 1, 2]
+        assert len({s["worker_pid"] for s in r.samples}) == 1 == len(r.extra["worker_pids"])  # loaded once
+        assert [s["phase"] for s in r.samples].count("cold") == 1
+        assert r.latency.count == 3 and r.latency.p50 == sorted(s["wall_s"] for s in calls)[1]  # all passes count
+        assert r.cpu_share is not None and r.cpu_share > 0
+        index = ["fp32", "bf16"].index(r.config.precision)
+        assert all(orders[s["pass"]][s["position"]] == index for s in calls)  # its place in each recorded order
+
+    with Store(db) as store:
+        notes = store.notes(final.sweep_id)
+        assert notes["pass_orders"] == [list(o) for o in orders] and notes["plan"] == plan
+        assert notes["drift"] == final.drift and final.drift["drift_pct"] is not None
+        stored = store.results(final.sweep_id)
+    assert [[s["pass"] for s in timed(r)] for r in stored] == [[0, 1, 2], [0, 1, 2]]
+
+    bundle = json.loads(export_bundle(db, tmp_path / "b.json").read_text())["sweeps"][0]
+    assert bundle["notes"]["pass_orders"] == notes["pass_orders"]
+    assert [[s.get("pass") for s in c["samples"] if s["phase"] == "timed"] for c in bundle["cells"]] == [[0, 1, 2]] * 2
+
+    comparisons = sweep_comparison(db, final.sweep_id)
+    assert [sorted(p["wall_s_by_pass"]) for p in comparisons["passes"]] == [["0", "1", "2"]] * 2
+    assert len(comparisons["ratios"]) == 1 and comparisons["ratios"][0]["paired"]
+    out = tmp_path / "report"
+    run = subprocess.run([sys.executable, "-m", "bench", "--report", str(final.sweep_id), "--db", str(db),
+                          "--out", str(out), "--format", "json,md"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    report = json.loads((out / "results.json").read_text())
+    assert report["comparisons"]["pass_orders"] == notes["pass_orders"]
+    assert report["comparisons"]["passes"] == comparisons["passes"]
+    assert "Drift across passes" in run.stdout and "95% CI" in run.stdout
+
+
+def test_workers_that_do_not_fit_are_reloaded_before_each_turn_and_the_plan_says_so(tmp_path):
+    events = list(run_sweep(SweepSpec(**TWO_CELLS), tmp_path / "lab.sqlite", memory_allowance_mb=1))
+    plan = next(e.plan for e in events if isinstance(e, SweepPlanned))
+    assert "0 worker(s) stay loaded and 2 are loaded again" in plan and "never timed" in plan
+    final = events[-1]
+    assert final.status == "finished"
+    for r in final.results:
+        assert r.status == "ok" and r.passes == 3
+        pids = [s["worker_pid"] for s in timed(r)]
+        assert len(set(pids)) == 3  # a fresh worker for each pass
+        assert set(pids) <= set(r.extra["worker_pids"])
+        colds = [s["worker_pid"] for s in r.samples if s["phase"] == "cold"]
+        assert set(pids) <= set(colds)  # each reloaded worker made its untimed cold call before its timed one
+
+
+def test_a_worker_killed_between_its_calls_is_a_crashed_row_and_the_others_finish(tmp_path):
+    killed = None
+    finished = []
+    for event in run_sweep(SweepSpec(**TWO_CELLS), tmp_path / "lab.sqlite"):
+        if isinstance(event, PassStarted) and event.pass_no == 1:  # the workers wait for their next command
+            killed = workers()[0]  # fp32, the first loaded
+            os.kill(killed.pid, signal.SIGKILL)
+        if isinstance(event, CellFinished):
+            finished.append(event.result)
+        final = event
+    assert [(r.config.precision, r.status) for r in finished] == [("fp32", "crashed"), ("bf16", "ok")]
+    crashed, ok = finished
+    assert "SIGKILL" in crashed.reason and [s["pass"] for s in timed(crashed)] == [0]  # its first pass is kept
+    assert ok.passes == 3
+    assert final.status == "finished"
+    assert not psutil.pid_exists(killed.pid) or killed.status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_stopped_interleaved_sweep_keeps_its_cells_as_cancelled_and_resumes(tmp_path):
+    db = tmp_path / "lab.sqlite"
+    stop = []
+    for event in run_sweep(SweepSpec(**TWO_CELLS), db, should_stop=lambda: bool(stop)):
+        if isinstance(event, PassStarted) and event.pass_no == 1:
+            stop.append(True)
+        final = event
+    assert final.status == "cancelled"
+    assert [r.status for r in final.results] == ["cancelled", "cancelled"]
+    assert all(len(timed(r)) == 1 for r in final.results)  # the pass each had finished is kept with it
+    assert not workers()  # no worker left behind
+    resumed = list(run_sweep(None, db, resume=final.sweep_id))[-1]
+    assert resumed.status == "finished" and [r.status for r in resumed.results] == ["ok", "ok"]
+    assert all(r.passes == 3 for r in resumed.results)
+
+
+@pytest.mark.slow
+def test_an_injected_cpu_load_half_way_marks_the_sweep_noisy(tmp_path):
+    """Opt-in (-m slow): a CPU-bound process on every core from the second pass on must show as drift."""
+    spec = SweepSpec(**{**TWO_CELLS, "tokens": (64,), "passes": 4})
+    hogs = []
+    try:
+        for event in run_sweep(spec, tmp_path / "lab.sqlite"):
+            if isinstance(event, PassStarted) and event.pass_no == 2 and not hogs:
+                code = "while True: pass"
+                hogs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(psutil.cpu_count())]
+            final = event
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert final.drift["noisy"] and final.drift["drift_pct"] > 5
