@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stream", type=bool_list, nargs="?", const=(True,), default=(False,),
                    help="stream and measure time to first audio (bare --stream means on; or off,on)")
     m = p.add_argument_group("measurement")
-    m.add_argument("--repeats", type=int, default=3, help="timed calls per cell, at least")
-    m.add_argument("--min-time", type=float, default=1.0, help="timed seconds per cell, at least")
+    m.add_argument("--repeats", type=int, default=3, help="timed calls per cell, at least (with --passes 1)")
+    m.add_argument("--min-time", type=float, default=1.0, help="timed seconds per cell, at least (with --passes 1)")
     m.add_argument("--max-repeats", type=int, default=100, help="timed calls per cell, at most")
     m.add_argument("--warmup", type=int, default=1, help="uncounted calls after the cold (first) call")
     m.add_argument("--timeout", type=float, default=1800.0, help="seconds per cell before it is killed")

@@ -101,8 +101,9 @@ def _wait_for_cells(db: Path, n: int, proc: subprocess.Popen, timeout_s: float =
 
 def test_killed_sweep_keeps_finished_cells_and_resume_completes_it(tmp_path):
     db = tmp_path / "lab.sqlite"
+    # --passes 1: each cell in its own process, committed as it ends (interleaved cells end together, at the last pass)
     args = [*FAST, "--precision", "fp32,bf16", "--stream", "--fidelity-tokens", "8", "--db", str(db), "--format", "json",
-            "--out", str(tmp_path / "out")]
+            "--out", str(tmp_path / "out"), "--passes", "1"]
     proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:

@@ -46,7 +46,8 @@ def test_lab_engine_export_import_and_compare_across_two_machines(tmp_path):
     run = bench(*FAST, "--engine", "stock,lab", "--db", str(mine), "--out", str(tmp_path / "out"), "--format", "json")
     cells = json.loads((tmp_path / "out" / "results.json").read_text())["cells"]
     assert [(c["engine"], c["status"]) for c in cells] == [("stock", "ok"), ("lab", "ok")], run.stderr[-2000:]
-    assert all(c["step_ms"] > 0 and c["repeats"] == 2 for c in cells)
+    # two cells: interleaved in 3 passes by default (one timed call each), --repeats applies with --passes 1
+    assert all(c["step_ms"] > 0 and c["repeats"] == c["passes"] == 3 for c in cells)
 
     bundle = tmp_path / "mine.json"
     bench("--export", str(bundle), "--sweeps", "1", "--db", str(mine))
@@ -54,7 +55,7 @@ def test_lab_engine_export_import_and_compare_across_two_machines(tmp_path):
     assert data["format"] == "chattts-lab-bundle" and len(data["sweeps"]) == 1
     (sweep,) = data["sweeps"]
     assert [(c["config"]["engine"], c["status"]) for c in sweep["cells"]] == [("stock", "ok"), ("lab", "ok")]
-    assert all(len([s for s in c["samples"] if s["phase"] == "timed"]) == 2 for c in sweep["cells"])
+    assert all(len([s for s in c["samples"] if s["phase"] == "timed"]) == 3 for c in sweep["cells"])
 
     # Another machine: the same grid measured twice as slow (its bundle, with its own identity).
     other = json.loads(bundle.read_text())

@@ -132,6 +132,19 @@ def test_a_stopped_interleaved_sweep_keeps_its_cells_as_cancelled_and_resumes(tm
     assert all(r.passes == 3 for r in resumed.results)
 
 
+def test_the_independent_check_runs_interleaved_with_the_sweeps_cell_and_gives_the_ratio():
+    run = subprocess.run([sys.executable, "-m", "bench.independent", "--model", "synthetic-tiny", "--threads", "1",
+                          "--tokens", "4", "--warmup", "0", "--interleave", "2"], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [sorted(o) for o in out["orders"]] == [["independent", "sweep_cell"]] * 2
+    assert len(out["independent_walls_s"]) == len(out["sweep_cell_walls_s"]) == 2
+    assert out["ratio"]["paired"] and out["ratio"]["ci_low"] <= out["ratio"]["ratio"] <= out["ratio"]["ci_high"]
+    assert "the sweep cell" in out["phrase"] and "95% CI" in out["phrase"]
+    assert not workers()  # the sweep's worker was closed
+
+
 @pytest.mark.slow
 def test_an_injected_cpu_load_half_way_marks_the_sweep_noisy(tmp_path):
     """Opt-in (-m slow): a CPU-bound process on every core from the second pass on must show as drift."""
