@@ -402,7 +402,7 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
 MEMORY_HEADROOM = 0.8  # of the memory available at the start: what the sweep's workers may take together
 
 
-@dataclass
+@dataclass(eq=False)  # a cell is itself: compared by identity in pass orders
 class _Cell:
     """One runnable cell of an interleaved sweep and what its workers gave back so far."""
 
