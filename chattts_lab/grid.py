@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from chattts_lab import metrics
@@ -204,7 +204,12 @@ def estimate_grid(spec: SweepSpec, db_path: str | Path | None = None) -> GridEst
     """How many cells the spec expands to and how long they (and the fidelity checks) take here."""
     history = machine_history(db_path)
     cells = spec.expand()
-    seconds = sum(estimate_cell_s(c, history) for c in cells)
+    passes = spec.interleaved_passes(sum(1 for c in cells if cell_rule(c) is None))
+    if passes > 1:  # interleaved: one timed call per pass (reloads of workers that do not fit are not counted)
+        timed_as_run = [replace(c, repeats=passes, max_repeats=passes, min_time_s=0.0) for c in cells]
+    else:
+        timed_as_run = cells
+    seconds = sum(estimate_cell_s(c, history) for c in timed_as_run)
     if spec.fidelity:
         seconds += sum(_fidelity_s(spec, device, engine, precision, history)
                        for device, engine, precision in spec.fidelity_pairs())
