@@ -25,6 +25,7 @@ from chattts_lab.sweep import CellFinished, PassStarted, SweepFinished, SweepPla
 
 TINY = dict(model="synthetic-tiny", tokens=(4,), threads=(1,), warmup=0, fidelity=False, passes=3)
 TWO_CELLS = dict(TINY, precisions=("fp32", "bf16"))
+ROOMY_MB = 1e6  # a memory allowance every worker fits in, whatever else the machine runs now
 
 
 def timed(result) -> list[dict]:
@@ -39,7 +40,7 @@ def workers() -> list[psutil.Process]:
 
 def test_each_cell_keeps_one_loaded_worker_and_every_pass_is_recorded(tmp_path):
     db = tmp_path / "lab.sqlite"
-    events = list(run_sweep(SweepSpec(**TWO_CELLS), db))
+    events = list(run_sweep(SweepSpec(**TWO_CELLS), db, memory_allowance_mb=ROOMY_MB))
     final = events[-1]
     assert isinstance(final, SweepFinished) and final.status == "finished"
     plan = next(e.plan for e in events if isinstance(e, SweepPlanned))
@@ -101,7 +102,7 @@ def test_workers_that_do_not_fit_are_reloaded_before_each_turn_and_the_plan_says
 def test_a_worker_killed_between_its_calls_is_a_crashed_row_and_the_others_finish(tmp_path):
     killed = None
     finished = []
-    for event in run_sweep(SweepSpec(**TWO_CELLS), tmp_path / "lab.sqlite"):
+    for event in run_sweep(SweepSpec(**TWO_CELLS), tmp_path / "lab.sqlite", memory_allowance_mb=ROOMY_MB):
         if isinstance(event, PassStarted) and event.pass_no == 1:  # the workers wait for their next command
             killed = workers()[0]  # fp32, the first loaded
             os.kill(killed.pid, signal.SIGKILL)
@@ -119,7 +120,7 @@ def test_a_worker_killed_between_its_calls_is_a_crashed_row_and_the_others_finis
 def test_a_stopped_interleaved_sweep_keeps_its_cells_as_cancelled_and_resumes(tmp_path):
     db = tmp_path / "lab.sqlite"
     stop = []
-    for event in run_sweep(SweepSpec(**TWO_CELLS), db, should_stop=lambda: bool(stop)):
+    for event in run_sweep(SweepSpec(**TWO_CELLS), db, should_stop=lambda: bool(stop), memory_allowance_mb=ROOMY_MB):
         if isinstance(event, PassStarted) and event.pass_no == 1:
             stop.append(True)
         final = event
