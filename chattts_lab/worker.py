@@ -1,8 +1,9 @@
 """One benchmark cell in a fresh process: `python -m chattts_lab.worker` < task.json.
 
 The parent (`chattts_lab.sweep.run_child`) writes one JSON task on stdin and reads one line on stdout
-that starts with RESULT_MARKER. A `serve` task (interleaved passes, `chattts_lab.sweep.CellWorker`) stays
-loaded and answers one JSON command line at a time, each with a PASS_MARKER line; a failure comes back as a status, a reason and the full traceback. Running each cell in its own process keeps peak memory, thread pools
+that starts with RESULT_MARKER; a failure comes back as a status, a reason and the full traceback. A
+`serve` task (interleaved passes, `chattts_lab.sweep.CellWorker`) stays loaded and answers one JSON
+command line at a time, each with a PASS_MARKER line. Running each cell in its own process keeps peak memory, thread pools
 and one-time costs (numba JIT, lazy mmaps) from leaking from one cell into the next. The worker
 returns raw samples only; the parent derives the statistics.
 
@@ -68,7 +69,7 @@ def _rss_mb() -> float:
 def measure_cell(cfg, samples: list, info: dict) -> dict:
     """Load, warm up and time one cell; samples and info are filled in as it goes (kept on failure)."""
     run = prepare_cell(cfg, samples, info)
-    info["extra"]["load_avg_before"] = _load_avg()  # other work on the machine: the first thing to check in noisy numbers
+    info["extra"]["load_avg_before"] = _load_avg()  # other work on the machine: the first thing to check
     repeat_until(lambda: run("timed"), cfg.repeats, cfg.min_time_s, cfg.max_repeats)
     info["extra"]["load_avg_after"] = _load_avg()
     return finish_cell(cfg, samples, info)

@@ -77,7 +77,8 @@ def test_cells_of_the_same_passes_are_paired_and_a_shared_drift_cancels():
     r = cell_ratio(a, b)
     assert r.paired and r.ratio == pytest.approx(2.0) and r.low == pytest.approx(2.0) == r.high
     table = sweep_ratios([b, a])  # the first ok cell doing the same work is the baseline
-    assert list(table["ratio"]) == [pytest.approx(2.0)] and table["phrase"][0].startswith("cpu stock int8 batch 1 2 thr 8 tok is 2x faster than cpu stock fp32")
+    assert list(table["ratio"]) == [pytest.approx(2.0)]
+    assert table["phrase"][0].startswith("cpu stock int8 batch 1 2 thr 8 tok is 2x faster than cpu stock fp32")
 
 
 def test_statistics_come_from_every_pass_and_cpu_share_is_recorded():
