@@ -209,9 +209,9 @@ class CellWorker:
         """Wait until the model is loaded and warm (untimed); {"pid", "peak_rss_mb"}."""
         return self._await(should_stop)
 
-    def repeat(self, labels: dict, should_stop: Callable[[], bool]) -> dict:
-        """One timed call; its raw sample, labelled (pass, position) for the record."""
-        self._send({"op": "repeat", "labels": labels})
+    def repeat(self, labels: dict, should_stop: Callable[[], bool], phase: str = "timed") -> dict:
+        """One call (timed, or an uncounted warm-up); its raw sample, labelled (pass, position) for the record."""
+        self._send({"op": "repeat", "labels": labels, "phase": phase})
         return self._await(should_stop)["sample"]
 
     def finish(self, should_stop: Callable[[], bool]) -> ChildOutcome:
@@ -460,7 +460,8 @@ def plan_sentence(passes: int, cells: int, resident: int, allowance_mb: float, p
     text = (f"{passes} interleaved passes over {cells} cells, a fresh random order each pass; each pass makes one "
             f"timed call of every cell. ")
     if resident == cells:
-        return text + f"Every cell's worker stays loaded between passes (about {per_worker_mb:.0f} MB each)."
+        return text + (f"Every cell's worker stays loaded between passes (about {per_worker_mb:.0f} MB each), and "
+                       "makes one more untimed call once all are loaded.")
     return text + (f"{resident} worker(s) stay loaded and {cells - resident} are loaded again before their turn in "
                    f"each pass: about {per_worker_mb:.0f} MB a worker, {allowance_mb:.0f} MB allowed for all. "
                    "Loading, the cold call and warm-up are never timed.")
@@ -518,31 +519,44 @@ def _run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int,
         store.set_note(sweep_id, "plan", plan)
         yield SweepPlanned(sweep_id, plan)
 
-        rng, orders, order = random.Random(), [], []
-        for pass_no in range(passes):
-            order = pass_order(rng, [c for c in cells if not c.done], order)
-            if not order:
-                break
-            orders.append([c.index for c in order])
-            store.set_note(sweep_id, "pass_orders", orders)
-            yield PassStarted(sweep_id, pass_no, passes, tuple(c.index for c in order))
-            for position, cell in enumerate(order):
-                try:
-                    if cell.worker is None:
-                        if not cell.pids:
-                            yield CellStarted(sweep_id, cell.index, total, cell.cfg, None)
-                        cell.start(python, stop)
-                    cell.live.append(cell.worker.repeat({"pass": pass_no, "position": position}, stop))
-                    if not cell.resident:
-                        outcome = cell.worker.finish(stop)
-                        cell.close(outcome)
-                        if outcome.status != "ok":
-                            yield end(cell, outcome)
-                except WorkerEnded as ended:
-                    if ended.outcome.status == "cancelled":
-                        yield from cancel_all(ended.outcome.reason)
-                        return "cancelled"
-                    yield end(cell, ended.outcome)
+        def one_call(cell: _Cell, labels: dict, phase: str = "timed") -> Iterator[CellFinished]:
+            """The cell's call of this pass, loading its worker first if it is not resident; a failure ends it."""
+            try:
+                if cell.worker is None:
+                    if not cell.pids:
+                        yield CellStarted(sweep_id, cell.index, total, cell.cfg, None)
+                    cell.start(python, stop)
+                sample = cell.worker.repeat(labels, stop, phase)
+                if phase == "timed":
+                    cell.live.append(sample)
+                if not cell.resident:
+                    outcome = cell.worker.finish(stop)
+                    cell.close(outcome)
+                    if outcome.status != "ok":
+                        yield end(cell, outcome)
+            except WorkerEnded as ended:
+                if ended.outcome.status == "cancelled":
+                    raise
+                yield end(cell, ended.outcome)
+
+        try:
+            # Loading the later workers evicts what the earlier ones had warm (their mmapped weights, caches):
+            # one untimed call of every resident cell, now that all are loaded, pays for that outside the passes.
+            for cell in [c for c in cells if c.resident and c.worker is not None]:
+                yield from one_call(cell, {"pass": "warm"}, "warmup")
+            rng, orders, order = random.Random(), [], []
+            for pass_no in range(passes):
+                order = pass_order(rng, [c for c in cells if not c.done], order)
+                if not order:
+                    break
+                orders.append([c.index for c in order])
+                store.set_note(sweep_id, "pass_orders", orders)
+                yield PassStarted(sweep_id, pass_no, passes, tuple(c.index for c in order))
+                for position, cell in enumerate(order):
+                    yield from one_call(cell, {"pass": pass_no, "position": position})
+        except WorkerEnded as ended:
+            yield from cancel_all(ended.outcome.reason)
+            return "cancelled"
         for cell in cells:
             if cell.done:
                 continue

@@ -165,7 +165,8 @@ def serve_cell(cfg: RunConfig, samples: list, info: dict, commands, say: Callabl
     """Stay loaded between passes: one timed call per `repeat` command, the outcome on `finish` (or end of input).
 
     Each message to the parent is one JSON line after PASS_MARKER: {"ready": ...} once warm, then
-    {"sample": ...} per timed call; the loaded model never leaves this process between passes.
+    {"sample": ...} per call (timed, or `warmup` when the command says so); the loaded model never leaves
+    this process between passes.
     """
     from chattts_lab.measure import process_peak_rss_mb
 
@@ -175,7 +176,7 @@ def serve_cell(cfg: RunConfig, samples: list, info: dict, commands, say: Callabl
         command = json.loads(line)
         if command.get("op") != "repeat":
             break
-        say({"sample": run("timed", **command.get("labels", {}))})
+        say({"sample": run(command.get("phase", "timed"), **command.get("labels", {}))})
     if not any(s["phase"] == "timed" for s in samples):  # a worker closed before its turn: its calls were untimed
         return {"status": "ok", "reason": ""}
     return finish_cell(cfg, samples, info)
