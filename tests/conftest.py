@@ -112,9 +112,13 @@ def page(browser_context, app_url):
     page.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def tiny_model():
-    """ChatTTS loaded in this process on tiny random weights (fp32, stock engine, 1 thread)."""
+    """ChatTTS loaded in this process on tiny random weights (fp32, stock engine, 1 thread).
+
+    Asked of `load_model` for every test, not kept for the session: its cache keeps one model, so a test
+    that loads another configuration unloads this one. A cache hit costs nothing; after an eviction the
+    tiny model reloads in about a second, whatever order the tests run in."""
     from chattts_lab import LoadConfig, load_model
 
     return load_model(LoadConfig(model=TINY, device="cpu", precision="fp32", threads=1))
