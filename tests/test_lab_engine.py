@@ -225,14 +225,12 @@ def _conversion_overshoot(model_name: str) -> tuple[float, float]:
     return result["overshoot"], result["layer_mb"]
 
 
-def test_int8_conversion_holds_about_one_layer_at_a_time():
-    """Converting never holds much more than one fp32 layer beyond what it keeps."""
-    overshoot, layer_mb = _conversion_overshoot(TINY)
-    assert overshoot < 1.5 * layer_mb + 32, (overshoot, layer_mb)
-
-
 @pytest.mark.slow
 def test_full_size_int8_conversion_does_not_touch_the_whole_fp32_gpt():
+    """Converting never holds much more than one fp32 layer beyond what it keeps. Only full size can tell:
+    the tiny GPT is two layers (72 MB), and the overshoot of its conversion varied from 52 to 109 MB over
+    twenty fresh processes, so no bound there separates one layer from the whole GPT. Full size: 71-85 MB
+    measured against a 720 MB GPT (about 50 s, hence `-m slow`)."""
     overshoot, layer_mb = _conversion_overshoot("synthetic")
     assert overshoot < 2 * layer_mb + 64, (overshoot, layer_mb)  # the whole fp32 GPT would be ~720 MB
 
