@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -28,6 +29,17 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage"]
 START_TIMEOUT_S = 180  # two other engineers share these two cores: be patient
+
+# What each engine runs on CPU, written down rather than asked of the code under test: the GPT's dtype
+# when it runs, or "unsupported:" and the reason's words when it must refuse. This is the x86-64 torch
+# wheel of requirements.txt (fbgemm int8, oneDNN fp16/bf16, the CPU int4 kernel all present).
+CPU_PRECISION_TABLE = {
+    "stock": {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "qint8",
+              "int4": "unsupported:int4 is a lab-engine precision"},
+    "lab": {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "int8", "int4": "int4"},
+}
+x86_64_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                                 reason="CPU_PRECISION_TABLE is written for x86-64 torch builds")
 
 
 def free_port() -> int:
@@ -112,9 +124,13 @@ def page(browser_context, app_url):
     page.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def tiny_model():
-    """ChatTTS loaded in this process on tiny random weights (fp32, stock engine, 1 thread)."""
+    """ChatTTS loaded in this process on tiny random weights (fp32, stock engine, 1 thread).
+
+    Asked of `load_model` for every test, not kept for the session: its cache keeps one model, so a test
+    that loads another configuration unloads this one. A cache hit costs nothing; after an eviction the
+    tiny model reloads in about a second, whatever order the tests run in."""
     from chattts_lab import LoadConfig, load_model
 
     return load_model(LoadConfig(model=TINY, device="cpu", precision="fp32", threads=1))
