@@ -17,7 +17,7 @@ OOM_SCRIPT = textwrap.dedent(
     """
     import resource, psutil
     from chattts_lab import LoadConfig, SynthesisRequest, load_model, synthesize
-    from chattts_lab.synthesis import OutOfMemory
+    from chattts_lab import OutOfMemory
     m = load_model(LoadConfig(model="synthetic-tiny", threads=1))
     synthesize(m, SynthesisRequest.of("warm", max_new_token=2, min_new_token=2))
     # A real memory budget: the kernel refuses allocations beyond the current address space + 100 MB.
