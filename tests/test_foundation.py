@@ -148,6 +148,20 @@ def test_interrupt_stops_a_long_synthesis(tiny_model):
     assert synthesize(tiny_model, fixed("Next one works.", 3)).measurements.tokens == [3]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stop_requested_before_the_synthesis_begins_is_not_lost(tiny_model, stream):
+    """The app's Interrupt can land between "this session is running" and ChatTTS's `infer`, which clears its own
+    interrupt flag when it starts. A stop event set before the call must still end it at its first step."""
+    stop = threading.Event()
+    stop.set()
+    request = fixed("Stopped before it began.", 2000)
+    out = (list(synthesize_stream(tiny_model, request, stop=stop))[-1] if stream
+           else synthesize(tiny_model, request, stop=stop))
+    assert out.measurements.interrupted
+    assert out.measurements.tokens[0] < 2000
+    assert synthesize(tiny_model, fixed("The next one is not stopped.", 3)).measurements.tokens == [3]
+
+
 def test_synthetic_output_carries_the_warning(tiny_model):
     out = synthesize(tiny_model, fixed("Noise.", 2))
     assert out.synthetic and out.warning == SYNTHETIC_WARNING and "noise" in out.warning
