@@ -9,8 +9,9 @@ import plotly.graph_objects as go
 from chattts_lab import plots
 from chattts_lab.recommend import pareto_mask
 
-# Rows are compared only when measured the same way apart from engine, precision and compile.
-COMPARABLE = ("device", "batch_size", "threads", "tokens", "stream")
+# Rows are compared only when measured the same way apart from engine, precision and compile, and in one sweep
+# (sweeps loaded together from the history may come from other machines or days).
+COMPARABLE = ("sweep_id", "device", "batch_size", "threads", "tokens", "stream")
 
 
 def throughput_vs_latency_pareto(df: pd.DataFrame) -> go.Figure:
@@ -47,9 +48,10 @@ def gain_sentence(df: pd.DataFrame) -> str:
     is_base = (ok["engine"] == "stock") & (ok["precision"] == "fp32") & ~ok["compile"].astype(bool)
     if not is_base.any():
         return "Add stock fp32 to the sweep to see the gain over ChatTTS as shipped."
+    same = [c for c in COMPARABLE if c in ok]
     best = None
     for _, base in ok[is_base].iterrows():
-        rivals = ok[~is_base & ok[list(COMPARABLE)].eq(base[list(COMPARABLE)]).all(axis=1)]
+        rivals = ok[~is_base & ok[same].eq(base[same]).all(axis=1)]
         if rivals.empty:
             continue
         fastest = rivals.loc[rivals["rtf"].astype(float).idxmin()]
@@ -63,5 +65,6 @@ def gain_sentence(df: pd.DataFrame) -> str:
     verdict = f"{ratio:.1f}x faster" if ratio >= 1 else f"{1 / ratio:.1f}x slower"
     context = (f"{base['device']}, batch {int(base['batch_size'])}, {int(base['threads'])} threads, "
                f"{int(base['tokens'])} tokens" + (", streaming" if base["stream"] else ""))
-    return (f"**{name} is {verdict} than stock fp32 on this machine** (RTF {float(fastest['rtf']):.3g} vs "
+    where = f"on {base['machine']}" if base.get("machine") else "on this machine"  # sweeps loaded from the history
+    return (f"**{name} is {verdict} than stock fp32 {where}** (RTF {float(fastest['rtf']):.3g} vs "
             f"{float(base['rtf']):.3g}; {context}; RTF is compute seconds per audio second).")
