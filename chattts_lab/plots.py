@@ -71,14 +71,15 @@ def latency_vs_batch(df: pd.DataFrame) -> go.Figure:
 
 
 def rtf_by_precision(df: pd.DataFrame) -> go.Figure:
-    """RTF (one item) per precision, bars grouped by thread count, one panel per batch size."""
-    title = "RTF by precision and threads (below 1 is faster than real time)"
+    """RTF (one item) per configuration (engine, precision, ... whatever varies besides threads and batch), bars
+    grouped by thread count, one panel per batch size. One bar per cell: two engines never stack into one bar."""
+    title = "RTF by configuration and threads (below 1 is faster than real time)"
     ok, not_ok = _ok(df)
     if ok.empty:
         return _empty(title, not_ok)
-    ok = ok.sort_values(["batch_size", "threads"])
+    ok = _with_series(ok, ("threads", "batch_size")).sort_values(["batch_size", "threads"])
     ok["threads_label"] = ok["threads"].astype(str) + " threads"
-    fig = px.bar(ok, x="precision", y="rtf", color="threads_label", barmode="group", facet_col="batch_size",
+    fig = px.bar(ok, x="series", y="rtf", color="threads_label", barmode="group", facet_col="batch_size",
                  labels={**LABELS, "threads_label": "threads"}, title=_title(title, not_ok),
                  hover_data=["engine", "tokens", "latency_p50_s", "step_ms"])
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="real time")

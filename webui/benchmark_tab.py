@@ -532,7 +532,7 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
             gain = gr.Markdown(elem_id="sw-gain")
             with gr.Row():
                 fig_latency = gr.Plot(label="Latency vs batch", elem_id="fig-latency")
-                fig_rtf = gr.Plot(label="RTF by precision and threads", elem_id="fig-rtf")
+                fig_rtf = gr.Plot(label="RTF by configuration and threads", elem_id="fig-rtf")
             with gr.Row():
                 fig_pareto = gr.Plot(label="Throughput vs latency (Pareto front)", elem_id="fig-pareto")
                 fig_memory = gr.Plot(label="Peak memory", elem_id="fig-memory")
