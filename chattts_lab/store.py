@@ -28,10 +28,11 @@ from chattts_lab.results import CANONICAL_COLUMNS, STATUSES, CellResult
 
 log = logging.getLogger(__name__)
 
-# Schema history: 1 = first release; 2 = cells.memory_budget_mb; 3 = cells.traceback. Files are kept across
+# Schema history: 1 = first release; 2 = cells.memory_budget_mb; 3 = cells.traceback; 4 = cells.weight_mb_per_step,
+# mem_read_gbps, floor_step_ms, roofline (the step's floor at the machine's read bandwidth). Files are kept across
 # releases, so upgrades add the canonical columns an older file lacks (see Store._migrate); a newer file than
 # this build knows is refused rather than misread.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SWEEP_STATUSES = ("running", "finished", "interrupted", "cancelled")
 BUNDLE_FORMAT = "chattts-lab-bundle"
 BUNDLE_VERSION = 1
