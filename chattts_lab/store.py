@@ -424,6 +424,7 @@ def read_bundle(path: str | Path) -> dict:
         for m, cell in enumerate(s["cells"]):
             try:
                 result = CellResult.from_dict(cell)
+                result.row()  # derived columns (the roofline's division) must compute from its numbers
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise BundleError(f"{where}, cell {m} is malformed: {exc}") from exc
             if result.status not in STATUSES:
@@ -436,7 +437,8 @@ def read_bundle(path: str | Path) -> dict:
 
 # The parts of an environment that tables and reports read, and the type each must have: a bundle is
 # someone else's file, and a crafted one must be refused here rather than crash a report later.
-_ENVIRONMENT_SHAPE = {"cpu": dict, "versions": dict, "blas": dict, "git": dict, "gpus": list}
+_ENVIRONMENT_SHAPE = {"cpu": dict, "versions": dict, "blas": dict, "git": dict, "gpus": list, "mem_read_gbps": dict,
+                      "mem_read_method": dict}
 
 
 def _check_environment(env: dict, where: str) -> None:
@@ -446,6 +448,8 @@ def _check_environment(env: dict, where: str) -> None:
             raise BundleError(f"{where}: 'environment' is malformed ({key!r} must be a {kind.__name__})")
     if not all(isinstance(g, dict) and "name" in g for g in env.get("gpus") or []):
         raise BundleError(f"{where}: 'environment' is malformed (each of 'gpus' must be an object with a 'name')")
+    if not all(isinstance(v, (int, float)) for v in (env.get("mem_read_gbps") or {}).values()):
+        raise BundleError(f"{where}: 'environment' is malformed (each of 'mem_read_gbps' must be a number)")
     flags = (env.get("cpu") or {}).get("flags")
     if flags is not None and not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
         raise BundleError(f"{where}: 'environment' is malformed ('cpu.flags' must be a list of names)")
