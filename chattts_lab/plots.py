@@ -36,9 +36,9 @@ def _title(text: str, not_ok: str) -> str:
     return f"{text}<br><sup>not plotted: {not_ok} (see the table for reasons)</sup>" if not_ok else text
 
 
-def _empty(title: str, not_ok: str) -> go.Figure:
+def _empty(title: str, not_ok: str, text: str = "no successful cells to plot") -> go.Figure:
     fig = go.Figure()
-    fig.add_annotation(text="no successful cells to plot", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     fig.update_layout(title=_title(title, not_ok), xaxis_visible=False, yaxis_visible=False)
     return fig
 
@@ -135,9 +135,11 @@ def roofline_by_config(df: pd.DataFrame) -> go.Figure:
     """
     title = "Distance from the memory-bandwidth floor (1 = a GPT step as fast as reading its weights allows)"
     ok, not_ok = _ok(df)
-    ok = ok[ok["roofline"].notna()].copy() if not ok.empty else ok
     if ok.empty:
         return _empty(title, not_ok)
+    ok = ok[ok["roofline"].notna()].copy()
+    if ok.empty:  # sweeps recorded before the bandwidth was measured
+        return _empty(title, not_ok, "no cell has a roofline: this sweep did not measure the memory bandwidth")
     ok = _with_series(ok, ("batch_size",))
     ok["batch_label"] = "batch " + ok["batch_size"].astype(str)
     fig = px.bar(ok.sort_values("roofline"), x="roofline", y="series", color="batch_label", barmode="group",

@@ -198,3 +198,9 @@ def test_a_bundle_carries_the_roofline_to_another_machine(tmp_path):
     (new,), _ = import_bundle(tmp_path / "b.sqlite", tmp_path / "a.json")
     (row,) = cells_frame(tmp_path / "b.sqlite", [new]).to_dict("records")
     assert (row["weight_mb_per_step"], row["floor_step_ms"]) == (200.0, 10.0) and row["roofline"] == pytest.approx(0.5)
+
+
+def test_the_figure_says_so_when_no_cell_has_a_roofline():
+    result = CellResult.from_dict({**_row_result().to_dict(), "mem_read_gbps": None})  # an older sweep's row
+    fig = roofline_by_config(results_frame([result]))
+    assert "did not measure the memory bandwidth" in fig.layout.annotations[0].text
