@@ -143,7 +143,10 @@ def decode_weight_bytes(chat) -> int:
     nibbles plus group scales; the heads stay fp32 in both engines). Not counted: the text embedding
     table and the text head (the refine pass, not this step), and the code embeddings (a step looks
     up 4 rows of them, not the table). Non-persistent buffers (rotary frequencies) are a few hundred
-    bytes and are not weights.
+    bytes and are not weights. The KV cache a step also reads grows with position and batch and is not
+    counted either (20 layers x 2 x 768 floats per token: about 10 MB on average over 128 fp32 tokens), so the
+    floor is a lower bound.
+    A batched step reads the weights once for all its items: the floor is the same at every batch size.
     """
     lab = getattr(chat, "lab_engine", None)
     if lab is not None:
