@@ -20,8 +20,8 @@ RESULTS_FORMAT = "chattts-lab-results"
 RESULTS_VERSION = 1
 # What the markdown table shows (every column is in the CSV/JSON).
 TABLE_COLUMNS = ("engine", "device", "precision", "batch_size", "threads", "tokens", "compile", "stream", "status",
-                 "latency_p50_s", "latency_std_s", "rtf", "audio_s_per_s", "step_ms", "ttfa_s", "peak_rss_mb",
-                 "load_s", "cold_s", "reason")
+                 "latency_p50_s", "latency_std_s", "rtf", "audio_s_per_s", "step_ms", "floor_step_ms", "roofline",
+                 "ttfa_s", "peak_rss_mb", "load_s", "cold_s", "reason")
 INT_COLUMNS = ("batch_size", "threads", "tokens", "repeats", "threads_effective")
 FIDELITY_COLUMNS = ("device", "engine", "precision", "status", "token_match", "first_divergence", "hidden_rel_err",
                     "hidden_rel_err_first_step", "dtype_gpt", "reason", "note")
@@ -66,7 +66,15 @@ def environment_lines(env: dict) -> list[str]:
         f"{blas.get('cpu_capability')}, threads {blas.get('parallel_backend')}, CUDA build {blas.get('cuda_build')})",
         f"Code: commit {git.get('commit')}{' (uncommitted changes)' if git.get('dirty') else ''}",
         f"Load average at start: {env.get('load_avg')}",
+        *bandwidth_lines(env),
     ]
+
+
+def bandwidth_lines(env: dict) -> list[str]:
+    """The read bandwidth each device measured at the sweep's start: what `floor_step_ms` divides by."""
+    gbps, method = env.get("mem_read_gbps") or {}, env.get("mem_read_method") or {}
+    return [f"Memory read bandwidth ({device}): {_fmt(value)} GB/s, {method.get(device, 'method not recorded')}"
+            for device, value in gbps.items()]
 
 
 def markdown_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None) -> str:

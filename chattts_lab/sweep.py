@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 from chattts_lab.env import capture_environment
 from chattts_lab.limits import crash_under_budget
 from chattts_lab.results import DONE_STATUSES, RESULT_MARKER, CellResult, RunConfig, summarize
+from chattts_lab.roofline import measure_read_bandwidth, with_bandwidth
 from chattts_lab.spec import SpecError, SweepSpec, absent_device_reason, cell_rule
 from chattts_lab.store import Store
 
@@ -223,7 +224,7 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
         if spec is None:
             raise SpecError("run_sweep needs a spec or a sweep to resume")
         spec.validate()
-        environment = capture_environment()
+        environment = {**capture_environment(), **measure_read_bandwidth(spec.devices)}
         sweep_id = store.create_sweep(spec.to_dict(), environment)
     configs = spec.expand()
     done = {r.config.key: r for r in store.results(sweep_id) if r.status in DONE_STATUSES}
@@ -242,7 +243,7 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
             runnable_left = sum(1 for _, c in pending[pos:] if cell_rule(c) is None)
             eta = _eta(durations, runnable_left)
             yield CellStarted(sweep_id, index, len(configs), cfg, eta)
-            result = run_cell(cfg, should_stop=stop, python=python)
+            result = with_bandwidth(run_cell(cfg, should_stop=stop, python=python), environment)
             store.add_cell(sweep_id, index, result)
             if cell_rule(cfg) is None:
                 durations.append(result.elapsed_s)

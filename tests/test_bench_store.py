@@ -4,6 +4,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -35,8 +36,9 @@ def _result(precision="fp32", batch=1, threads=1, wall=(1.0, 1.2, 1.1), status="
          "peak_rss_mb": 500.0 + batch, "tokens": [16] * batch, "ttfa_s": None, "peak_device_mb": None} for w in wall]
     if status != "ok":
         return CellResult(cfg, status, reason)
-    return summarize(cfg, "ok", "", {"samples": samples, "load_s": 0.5,
-                                     "effective": {"threads": threads, "dtype_gpt": "float32", "device": "cpu"}})
+    result = summarize(cfg, "ok", "", {"samples": samples, "load_s": 0.5, "effective": {
+        "threads": threads, "dtype_gpt": "float32", "device": "cpu", "weight_bytes_per_step": 83e6}})
+    return replace(result, mem_read_gbps=10.0)  # as a sweep attaches its bandwidth
 
 
 def _fill(db, results, env=ENV):
