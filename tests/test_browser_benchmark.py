@@ -156,7 +156,7 @@ def test_quick_preset_states_the_gain_and_every_panel_sees_the_sweep_without_rel
         ("stock", "fp32", "ok"), ("stock", "int8", "ok"), ("lab", "fp32", "ok"), ("lab", "int8", "ok")]
     assert {r["batch_size"] for r in rows} == {"1"}
     check_gain_sentence(page.locator("#sw-gain").inner_text(), rows)
-    for fig in ("fig-latency", "fig-rtf", "fig-pareto", "fig-memory"):
+    for fig in ("fig-latency", "fig-rtf", "fig-pareto", "fig-memory", "fig-roofline"):
         page.locator(f"#{fig} .js-plotly-plot").wait_for(timeout=LONG)
     assert "Pareto front" in page.locator("#fig-pareto").inner_text()
     with Store(app_dir / "history.sqlite") as store:  # the browser ran what the CLI runs for the same choices

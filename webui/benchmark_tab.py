@@ -536,6 +536,7 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
             with gr.Row():
                 fig_pareto = gr.Plot(label="Throughput vs latency (Pareto front)", elem_id="fig-pareto")
                 fig_memory = gr.Plot(label="Peak memory", elem_id="fig-memory")
+            fig_roofline = gr.Plot(label="Distance from the memory-bandwidth floor", elem_id="fig-roofline")
             with gr.Row():
                 reports_btn = gr.Button("Download CSV / JSON / HTML", elem_id="sw-reports")
                 reports = gr.File(label="Reports", file_count="multiple", elem_id="sw-report-files", height=100)
@@ -572,7 +573,8 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
             hw_json = gr.JSON(label="As recorded with every sweep", elem_id="hw-json")
 
     view = SweepView(progress, status, gain, table, gr.State(None), gr.State(None),
-                     {"latency": fig_latency, "rtf": fig_rtf, "pareto": fig_pareto, "memory": fig_memory})
+                     {"latency": fig_latency, "rtf": fig_rtf, "pareto": fig_pareto, "memory": fig_memory,
+                      "roofline": fig_roofline})
     history = HistoryView(history_table, pick, cmp_a, cmp_b)
     rec = RecommendView(budget, recommendation, gr.State(None))
 

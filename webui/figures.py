@@ -28,7 +28,7 @@ def throughput_vs_latency_pareto(df: pd.DataFrame) -> go.Figure:
 
 
 FIGURES = {"latency": plots.latency_vs_batch, "rtf": plots.rtf_by_precision,
-           "pareto": throughput_vs_latency_pareto, "memory": plots.peak_memory}
+           "pareto": throughput_vs_latency_pareto, "memory": plots.peak_memory, "roofline": plots.roofline_by_config}
 
 
 def all_figures(df: pd.DataFrame) -> dict[str, go.Figure]:
