@@ -16,7 +16,7 @@ import pytest
 
 from chattts_lab.report import TABLE_COLUMNS
 from chattts_lab.store import Store
-from chattts_lab.sweep import SweepSpec
+from chattts_lab.spec import SweepSpec
 from tests.conftest import ROOT, SCREENSHOTS
 from tests.test_sweep_spec_parity import QUICK_ARGV, cli_spec
 from tests.ui import LONG, open_accordion, open_tab, pick_option, wait_toast

@@ -12,7 +12,8 @@ import pytest
 
 from bench.cli import build_parser, spec_from_args
 from chattts_lab.store import Store
-from chattts_lab.sweep import SweepSpec, usable_cores
+from chattts_lab.env import usable_cores
+from chattts_lab.spec import SweepSpec
 from tests.conftest import ROOT, TINY
 from webui.benchmark_tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
 from webui.context import AppContext
