@@ -23,7 +23,8 @@ from chattts_lab import grid
 from chattts_lab.compare import compare_sweeps, comparison_record
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.env import usable_cores
-from chattts_lab.report import FIDELITY_COLUMNS, FORMATS, comparison_lines, markdown_table, results_frame, write_reports
+from chattts_lab.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lines, comparison_lines, markdown_table,
+                                results_frame, write_reports)
 from chattts_lab.spec import SpecError, SweepSpec, cell_rule
 from chattts_lab.store import BundleError, Store, compare_frame, export_bundle, import_bundle, sweeps_frame
 from chattts_lab.sweep import (
@@ -207,6 +208,8 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
         if isinstance(event, SweepStarted):
             print(f"sweep {event.sweep_id}: {event.pending} of {event.total} cells to measure, db {args.db}",
                   file=sys.stderr)
+            for line in bandwidth_lines(event.environment):  # what every row's floor_step_ms divides by
+                print(line, file=sys.stderr)
             bar = tqdm(total=event.total, initial=event.total - event.pending, unit="cell", file=sys.stderr,
                        dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}{postfix}]")
         elif isinstance(event, CellStarted):

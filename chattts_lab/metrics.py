@@ -39,3 +39,14 @@ def tokens_per_s(total_tokens: int, wall_s: float) -> float | None:
 def step_ms(decode_s: float, decode_steps: int) -> float | None:
     """Milliseconds per GPT decode step (prefill excluded): decode seconds / decode steps * 1000."""
     return decode_s / decode_steps * 1000 if decode_steps > 0 else None
+
+
+def floor_step_ms(weight_mb: float, read_gbps: float) -> float | None:
+    """The fastest a decode step can be: the weights it reads at the memory's read bandwidth.
+    MB are 1e6 bytes and GB/s 1e9 bytes/s, so MB / (GB/s) is milliseconds."""
+    return weight_mb / read_gbps if read_gbps and read_gbps > 0 else None
+
+
+def roofline(floor_ms: float, measured_step_ms: float) -> float | None:
+    """Fraction of the hardware's floor reached: floor_step_ms / step_ms. 1.0 is at the floor, 0.5 twice as slow."""
+    return floor_ms / measured_step_ms if measured_step_ms and measured_step_ms > 0 else None

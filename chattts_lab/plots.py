@@ -19,6 +19,8 @@ LABELS = {
     "audio_s_per_s": "throughput (audio s / wall s)", "step_ms": "GPT ms / step",
     "peak_rss_mb": "peak RSS (MB)", "peak_device_mb": "peak device memory (MB)", "series": "configuration",
     "machine": "machine", "ttfa_s": "time to first audio (s)",
+    "roofline": "roofline (floor ms / step ms; 1 = at the floor)", "floor_step_ms": "floor: weights / bandwidth (ms)",
+    "weight_mb_per_step": "weights read per step (MB)", "mem_read_gbps": "read bandwidth (GB/s)",
 }
 CONFIG_KEYS = ["engine", "device", "precision", "threads", "tokens", "compile", "stream"]
 
@@ -34,9 +36,9 @@ def _title(text: str, not_ok: str) -> str:
     return f"{text}<br><sup>not plotted: {not_ok} (see the table for reasons)</sup>" if not_ok else text
 
 
-def _empty(title: str, not_ok: str) -> go.Figure:
+def _empty(title: str, not_ok: str, text: str = "no successful cells to plot") -> go.Figure:
     fig = go.Figure()
-    fig.add_annotation(text="no successful cells to plot", showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     fig.update_layout(title=_title(title, not_ok), xaxis_visible=False, yaxis_visible=False)
     return fig
 
@@ -71,14 +73,15 @@ def latency_vs_batch(df: pd.DataFrame) -> go.Figure:
 
 
 def rtf_by_precision(df: pd.DataFrame) -> go.Figure:
-    """RTF (one item) per precision, bars grouped by thread count, one panel per batch size."""
-    title = "RTF by precision and threads (below 1 is faster than real time)"
+    """RTF (one item) per configuration (engine, precision, ... whatever varies besides threads and batch), bars
+    grouped by thread count, one panel per batch size. One bar per cell: two engines never stack into one bar."""
+    title = "RTF by configuration and threads (below 1 is faster than real time)"
     ok, not_ok = _ok(df)
     if ok.empty:
         return _empty(title, not_ok)
-    ok = ok.sort_values(["batch_size", "threads"])
+    ok = _with_series(ok, ("threads", "batch_size")).sort_values(["batch_size", "threads"])
     ok["threads_label"] = ok["threads"].astype(str) + " threads"
-    fig = px.bar(ok, x="precision", y="rtf", color="threads_label", barmode="group", facet_col="batch_size",
+    fig = px.bar(ok, x="series", y="rtf", color="threads_label", barmode="group", facet_col="batch_size",
                  labels={**LABELS, "threads_label": "threads"}, title=_title(title, not_ok),
                  hover_data=["engine", "tokens", "latency_p50_s", "step_ms"])
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="real time")
@@ -124,4 +127,28 @@ def compare_machines(df: pd.DataFrame, metric: str = "latency_p50_s") -> go.Figu
     return px.bar(ok, x="config", y=metric, color="sweep", barmode="group", labels=LABELS, title=_title(title, not_ok))
 
 
-REPORT_FIGURES = (latency_vs_batch, rtf_by_precision, throughput_vs_latency, peak_memory)
+def roofline_by_config(df: pd.DataFrame) -> go.Figure:
+    """How close each configuration's GPT step comes to the memory-bandwidth floor, one bar per cell.
+
+    One fraction per configuration on a 0-1 axis, with the floor drawn at 1, answers "how far from what my
+    memory allows?" at a glance and sorts like any bar chart; step ms against weight MB with a bandwidth
+    line says the same but needs log axes and reading the gap off a slope. The hover gives the numbers.
+    """
+    title = "Distance from the memory-bandwidth floor (1 = a GPT step as fast as reading its weights allows)"
+    ok, not_ok = _ok(df)
+    if ok.empty:
+        return _empty(title, not_ok)
+    ok = ok[ok["roofline"].notna()].copy()
+    if ok.empty:  # sweeps recorded before the bandwidth was measured
+        return _empty(title, not_ok, "no cell has a roofline: this sweep did not measure the memory bandwidth")
+    ok = _with_series(ok, ("batch_size",))
+    ok["batch_label"] = "batch " + ok["batch_size"].astype(str)
+    fig = px.bar(ok.sort_values("roofline"), x="roofline", y="series", color="batch_label", barmode="group",
+                 orientation="h", labels={**LABELS, "batch_label": "batch"}, title=_title(title, not_ok),
+                 hover_data=["step_ms", "floor_step_ms", "weight_mb_per_step", "mem_read_gbps"])
+    fig.add_vline(x=1.0, line_dash="dot", annotation_text="floor")
+    fig.update_xaxes(range=[0, max(1.05, float(ok["roofline"].max()) * 1.05)])
+    return fig
+
+
+REPORT_FIGURES = (latency_vs_batch, rtf_by_precision, throughput_vs_latency, peak_memory, roofline_by_config)

@@ -51,6 +51,7 @@ def recommend(df: pd.DataFrame, memory_budget_mb: float | None = None) -> Recomm
              f"p50 latency {best['latency_p50_s']:.2f} s for {int(best['tokens'])} tokens, "
              f"peak RSS {best['peak_rss_mb']:,.0f} MB"
              + (f" (budget {memory_budget_mb:,.0f} MB)" if memory_budget_mb else "") + "."]
+    lines += _floor_sentence(best)
     if len(ranked) > 1:
         runner = ranked.iloc[1]
         lines.append(f"Next: {_name(runner)} at RTF {runner['rtf']:.2f}.")
@@ -61,6 +62,15 @@ def recommend(df: pd.DataFrame, memory_budget_mb: float | None = None) -> Recomm
     settings = {"device": str(best["device"]), "precision": str(best["precision"]), "threads": int(best["threads"]),
                 "engine": str(best["engine"])}
     return Recommendation(settings, " ".join(lines))
+
+
+def _floor_sentence(row: pd.Series) -> list[str]:
+    """How far its GPT step is from the memory-bandwidth floor, where the sweep measured one."""
+    if pd.isna(row.get("roofline")):
+        return []
+    return [f"Its GPT step takes {row['step_ms']:.1f} ms against a floor of {row['floor_step_ms']:.1f} ms (reading "
+            f"{row['weight_mb_per_step']:,.0f} MB of weights at {row['mem_read_gbps']:.1f} GB/s): roofline "
+            f"{row['roofline']:.2f}, {1 / row['roofline']:.1f}× the floor."]
 
 
 def _name(row: pd.Series) -> str:

@@ -20,8 +20,8 @@ RESULTS_FORMAT = "chattts-lab-results"
 RESULTS_VERSION = 1
 # What the markdown table shows (every column is in the CSV/JSON).
 TABLE_COLUMNS = ("engine", "device", "precision", "batch_size", "threads", "tokens", "compile", "stream", "status",
-                 "latency_p50_s", "latency_std_s", "rtf", "audio_s_per_s", "step_ms", "ttfa_s", "peak_rss_mb",
-                 "load_s", "cold_s", "passes", "cpu_share", "reason")
+                 "latency_p50_s", "latency_std_s", "rtf", "audio_s_per_s", "step_ms", "floor_step_ms", "roofline",
+                 "ttfa_s", "peak_rss_mb", "load_s", "cold_s", "passes", "cpu_share", "reason")
 INT_COLUMNS = ("batch_size", "threads", "tokens", "repeats", "threads_effective", "passes")
 FIDELITY_COLUMNS = ("device", "engine", "precision", "status", "token_match", "first_divergence", "hidden_rel_err",
                     "hidden_rel_err_first_step", "dtype_gpt", "reason", "note")
@@ -66,6 +66,7 @@ def environment_lines(env: dict) -> list[str]:
         f"{blas.get('cpu_capability')}, threads {blas.get('parallel_backend')}, CUDA build {blas.get('cuda_build')})",
         f"Code: commit {git.get('commit')}{' (uncommitted changes)' if git.get('dirty') else ''}",
         f"Load average at start: {env.get('load_avg')}",
+        *bandwidth_lines(env),
     ]
 
 
@@ -85,6 +86,13 @@ def passes_frame(comparisons: dict | None) -> pd.DataFrame:
     frame = pd.DataFrame([{"cell": r["cell"], "cpu_share": r["cpu_share"],
                            **{f"pass {int(p) + 1} s": w for p, w in r["wall_s_by_pass"].items()}} for r in rows])
     return frame
+
+
+def bandwidth_lines(env: dict) -> list[str]:
+    """The read bandwidth each device measured at the sweep's start: what `floor_step_ms` divides by."""
+    gbps, method = env.get("mem_read_gbps") or {}, env.get("mem_read_method") or {}
+    return [f"Memory read bandwidth ({device}): {_fmt(value)} GB/s, {method.get(device, 'method not recorded')}"
+            for device, value in gbps.items()]
 
 
 def markdown_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None,

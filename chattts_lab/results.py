@@ -70,7 +70,7 @@ class RunConfig:
 
 
 _METRIC_FIELDS = ("rtf", "audio_s_per_s", "tokens_per_s", "step_ms", "ttfa_s", "peak_rss_mb", "peak_device_mb",
-                  "load_s", "cold_s", "audio_s", "cpu_share", "passes")
+                  "load_s", "cold_s", "audio_s", "cpu_share", "passes", "mem_read_gbps")
 # A timed call whose process got less CPU than this share of its threads was descheduled, not just memory-bound:
 # a memory-bound decode still keeps its main thread busy (share >= 1 at 2 threads), other work on the cores does not.
 CPU_SHARE_FLOOR = 0.5
@@ -94,6 +94,7 @@ class CellResult:
     audio_s: float | None = None
     cpu_share: float | None = None  # CPU seconds over wall seconds of the timed calls (all threads; 2.0 = two cores)
     passes: int = 0  # interleaved passes the timed calls came from (0: one process ran them back to back)
+    mem_read_gbps: float | None = None  # read bandwidth of the cell's device, measured once per sweep
     effective: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # load-time RSS, baseline RSS, interop threads ...
     samples: tuple[dict, ...] = ()  # raw per-run measurements, phases cold / warmup / timed
@@ -117,7 +118,16 @@ class CellResult:
             "device_effective": eff.get("device"), "dtype_gpt": eff.get("dtype_gpt"),
             "threads_effective": eff.get("threads"), "compile_effective": eff.get("compile"),
             "elapsed_s": self.elapsed_s, "memory_budget_mb": c.memory_budget_mb, "traceback": self.traceback,
+            **self._roofline(),
         }
+
+    def _roofline(self) -> dict:
+        """The step's floor at this machine's bandwidth and how close the step came; empty for failed cells."""
+        weight_bytes = self.effective.get("weight_bytes_per_step")
+        weight_mb = weight_bytes / 1e6 if self.status == "ok" and weight_bytes else None
+        floor = metrics.floor_step_ms(weight_mb, self.mem_read_gbps) if weight_mb else None
+        return {"weight_mb_per_step": weight_mb, "mem_read_gbps": self.mem_read_gbps if weight_mb else None,
+                "floor_step_ms": floor, "roofline": metrics.roofline(floor, self.step_ms) if floor else None}
 
     def to_dict(self) -> dict:
         return {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -43,9 +44,12 @@ class StageRecorder:
     _in_code_generation: bool = False
     _generation_t0: float | None = None  # start of a code generation whose prefill is still running
     _prefill_end: float | None = None
+    on_step: Callable[[], object] | None = None  # called after every GPT forward pass (a stop request's check)
 
     def gpt_forward_done(self) -> None:
         """Engines call this after each GPT forward pass; the first one of a generation ends prefill."""
+        if self.on_step is not None:
+            self.on_step()
         if not self._in_code_generation:
             return  # a refine-text pass: timed as a whole by _refine_text
         self.forward_calls += 1

@@ -28,11 +28,13 @@ from chattts_lab.results import CANONICAL_COLUMNS, STATUSES, CellResult
 
 log = logging.getLogger(__name__)
 
-# Schema history: 1 = first release; 2 = cells.memory_budget_mb; 3 = cells.traceback; 4 = cells.cpu_share and
-# cells.passes, table sweep_notes (the interleaving plan and each pass's order). Files are kept across
-# releases, so upgrades add the canonical columns an older file lacks (see Store._migrate); a newer file than
-# this build knows is refused rather than misread.
-SCHEMA_VERSION = 4
+# Schema history: 1 = first release; 2 = cells.memory_budget_mb; 3 = cells.traceback; 4 = cells.weight_mb_per_step,
+# mem_read_gbps, floor_step_ms, roofline (the step's floor at the machine's read bandwidth); 5 = cells.cpu_share and
+# cells.passes, table sweep_notes (the interleaving plan and each pass's order). Files are kept across releases,
+# so upgrades add the canonical columns and tables an older file lacks (see Store._migrate), by name rather than
+# by number: a development build wrote 4 for the version-5 additions alone, and that file upgrades too. A newer
+# file than this build knows is refused rather than misread.
+SCHEMA_VERSION = 5
 SWEEP_STATUSES = ("running", "finished", "interrupted", "cancelled")
 BUNDLE_FORMAT = "chattts-lab-bundle"
 BUNDLE_VERSION = 1
@@ -442,6 +444,7 @@ def read_bundle(path: str | Path) -> dict:
         for m, cell in enumerate(s["cells"]):
             try:
                 result = CellResult.from_dict(cell)
+                result.row()  # derived columns (the roofline's division) must compute from its numbers
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise BundleError(f"{where}, cell {m} is malformed: {exc}") from exc
             if result.status not in STATUSES:
@@ -456,7 +459,8 @@ def read_bundle(path: str | Path) -> dict:
 
 # The parts of an environment that tables and reports read, and the type each must have: a bundle is
 # someone else's file, and a crafted one must be refused here rather than crash a report later.
-_ENVIRONMENT_SHAPE = {"cpu": dict, "versions": dict, "blas": dict, "git": dict, "gpus": list}
+_ENVIRONMENT_SHAPE = {"cpu": dict, "versions": dict, "blas": dict, "git": dict, "gpus": list, "mem_read_gbps": dict,
+                      "mem_read_method": dict}
 
 
 def _check_environment(env: dict, where: str) -> None:
@@ -466,6 +470,8 @@ def _check_environment(env: dict, where: str) -> None:
             raise BundleError(f"{where}: 'environment' is malformed ({key!r} must be a {kind.__name__})")
     if not all(isinstance(g, dict) and "name" in g for g in env.get("gpus") or []):
         raise BundleError(f"{where}: 'environment' is malformed (each of 'gpus' must be an object with a 'name')")
+    if not all(isinstance(v, (int, float)) for v in (env.get("mem_read_gbps") or {}).values()):
+        raise BundleError(f"{where}: 'environment' is malformed (each of 'mem_read_gbps' must be a number)")
     flags = (env.get("cpu") or {}).get("flags")
     if flags is not None and not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
         raise BundleError(f"{where}: 'environment' is malformed ('cpu.flags' must be a list of names)")

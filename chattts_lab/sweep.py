@@ -35,6 +35,7 @@ from chattts_lab.compare import sweep_drift
 from chattts_lab.env import capture_environment
 from chattts_lab.limits import crash_under_budget
 from chattts_lab.results import DONE_STATUSES, PASS_MARKER, RESULT_MARKER, CellResult, RunConfig, summarize
+from chattts_lab.roofline import measure_read_bandwidth, with_bandwidth
 from chattts_lab.spec import SpecError, SweepSpec, absent_device_reason, cell_rule
 from chattts_lab.store import Store
 
@@ -360,7 +361,7 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
         if spec is None:
             raise SpecError("run_sweep needs a spec or a sweep to resume")
         spec.validate()
-        environment = capture_environment()
+        environment = {**capture_environment(), **measure_read_bandwidth(spec.devices)}
         sweep_id = store.create_sweep(spec.to_dict(), environment)
     configs = spec.expand()
     done = {r.config.key: r for r in store.results(sweep_id) if r.status in DONE_STATUSES}
@@ -374,9 +375,9 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
     try:
         if passes > 1:
             status = yield from _run_ruled_then_interleaved(sweep_id, pending, len(configs), store, spec, stop,
-                                                            python, memory_allowance_mb)
+                                                            python, memory_allowance_mb, environment)
         else:
-            status = yield from _run_one_by_one(sweep_id, pending, len(configs), store, stop, python)
+            status = yield from _run_one_by_one(sweep_id, pending, len(configs), store, stop, python, environment)
         if status == "finished":
             if spec.fidelity:
                 yield from _run_fidelity(spec, sweep_id, store, stop, python)
@@ -468,7 +469,8 @@ def plan_sentence(passes: int, cells: int, resident: int, allowance_mb: float, p
 
 
 def _run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int, store: Store, passes: int,
-                     stop: Callable[[], bool], python: str | None, allowance_mb: float | None) -> Iterator[SweepEvent]:
+                     stop: Callable[[], bool], python: str | None, allowance_mb: float | None,
+                     environment: dict) -> Iterator[SweepEvent]:
     """Load every cell that fits, run the passes, commit each cell when it ends (its last pass or its failure).
 
     Returns (as the generator's value) `cancelled` when stopped, else `finished`.
@@ -481,7 +483,7 @@ def _run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int,
         if cell.worker is not None:
             cell.close(outcome)
         cell.done = True
-        result = cell.result(outcome)
+        result = with_bandwidth(cell.result(outcome), environment)
         store.add_cell(sweep_id, cell.index, result)
         n_done += result.status != "cancelled"
         return CellFinished(sweep_id, cell.index, total, result, n_done, None)
@@ -573,7 +575,7 @@ def _run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int,
 
 
 def _run_one_by_one(sweep_id: int, pending: list, total: int, store: Store, stop: Callable[[], bool],
-                    python: str | None) -> Iterator[SweepEvent]:
+                    python: str | None, environment: dict) -> Iterator[SweepEvent]:
     """Each cell in its own fresh process, one after another (passes == 1); returns finished or cancelled."""
     durations: list[float] = []
     n_done = total - len(pending)
@@ -582,7 +584,7 @@ def _run_one_by_one(sweep_id: int, pending: list, total: int, store: Store, stop
             return "cancelled"
         runnable_left = sum(1 for _, c in pending[pos:] if cell_rule(c) is None)
         yield CellStarted(sweep_id, index, total, cfg, _eta(durations, runnable_left))
-        result = run_cell(cfg, should_stop=stop, python=python)
+        result = with_bandwidth(run_cell(cfg, should_stop=stop, python=python), environment)
         store.add_cell(sweep_id, index, result)
         if cell_rule(cfg) is None:
             durations.append(result.elapsed_s)
@@ -595,7 +597,7 @@ def _run_one_by_one(sweep_id: int, pending: list, total: int, store: Store, stop
 
 def _run_ruled_then_interleaved(sweep_id: int, pending: list, total: int, store: Store, spec: SweepSpec,
                                 stop: Callable[[], bool], python: str | None,
-                                memory_allowance_mb: float | None) -> Iterator[SweepEvent]:
+                                memory_allowance_mb: float | None, environment: dict) -> Iterator[SweepEvent]:
     """Rows for the cells the rule table stops, then the runnable cells in interleaved passes."""
     n_done = total - len(pending)
     cells = []
@@ -610,7 +612,7 @@ def _run_ruled_then_interleaved(sweep_id: int, pending: list, total: int, store:
         n_done += 1
         yield CellFinished(sweep_id, index, total, result, n_done, None)
     return (yield from _run_interleaved(sweep_id, cells, total, n_done, store, spec.passes, stop, python,
-                                        memory_allowance_mb))
+                                        memory_allowance_mb, environment))
 
 
 def _eta(durations: list[float], cells_left: int) -> float | None:

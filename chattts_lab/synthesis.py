@@ -7,6 +7,7 @@ so text normalisation, prompts, speaker handling, the decoder and the vocoder ar
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -98,14 +99,16 @@ class _Call:
     ttfa_s: float | None = None
 
 
-def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | None = None) -> SynthesisOutput:
+def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | None = None,
+               stop: threading.Event | None = None) -> SynthesisOutput:
     """Synthesize every text of the request in one batch and measure it.
 
-    `threads` overrides the model's thread count for this call (None keeps it).
+    `threads` overrides the model's thread count for this call (None keeps it). Setting `stop` (from any
+    thread, even before the call begins) ends the generation after the current GPT step, keeping what it has.
     """
     request = validate_request(request)
     with model.lock, _memory_errors_explained(model, request):
-        call = _begin(model, request, threads)
+        call = _begin(model, request, threads, stop)
         with call.recorder.attached(model.chat), call.memory:
             call.t0 = call.recorder.clock.now()
             _infer(model, request, stream=False)
@@ -114,12 +117,13 @@ def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | Non
 
 
 def synthesize_stream(
-    model: LoadedModel, request: SynthesisRequest, threads: int | None = None
+    model: LoadedModel, request: SynthesisRequest, threads: int | None = None, stop: threading.Event | None = None
 ) -> Iterator[StreamChunk | SynthesisOutput]:
-    """Yield StreamChunk as audio arrives, then one final SynthesisOutput with the whole audio."""
+    """Yield StreamChunk as audio arrives, then one final SynthesisOutput with the whole audio (`stop` as in
+    synthesize)."""
     request = validate_request(request)
     with model.lock, _memory_errors_explained(model, request):
-        call = _begin(model, request, threads)
+        call = _begin(model, request, threads, stop)
         index = 0
         with call.recorder.attached(model.chat), call.memory:
             call.t0 = call.recorder.clock.now()
@@ -157,11 +161,15 @@ def _memory_errors_explained(model: LoadedModel, request: SynthesisRequest):
         "fewer audio tokens or a lower precision")
 
 
-def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None) -> _Call:
+def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None, stop: threading.Event | None) -> _Call:
     threads = set_threads(threads if threads is not None else model.config.threads)
     model.effective["threads"] = threads
-    clock = Stopwatch(model.device)
-    return _Call(model, request, StageRecorder(clock), PeakMemory(model.device))
+    recorder = StageRecorder(Stopwatch(model.device))
+    if stop is not None:
+        # Checked at every GPT step, not once: ChatTTS clears its own interrupt flag when `infer` starts,
+        # so a stop that came before that moment would otherwise be lost.
+        recorder.on_step = lambda: stop.is_set() and model.chat.interrupt()
+    return _Call(model, request, recorder, PeakMemory(model.device))
 
 
 def _infer(model: LoadedModel, request: SynthesisRequest, stream: bool):

@@ -84,6 +84,7 @@ def prepare_cell(cfg, samples: list, info: dict) -> Callable[..., dict]:
     from chattts_lab.measure import process_peak_rss_mb
     from chattts_lab.models import LoadConfig, load_model
     from chattts_lab.requests import Sampling, SynthesisRequest, Voice
+    from chattts_lab.roofline import decode_weight_bytes
     from chattts_lab.synthesis import speaker_from_seed
 
     info["extra"] = extra = {"rss_baseline_mb": _rss_mb()}  # the runtime's own memory, before any model
@@ -102,6 +103,7 @@ def prepare_cell(cfg, samples: list, info: dict) -> Callable[..., dict]:
         interop_threads=torch.get_num_interop_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
         source=model.source.label, synthetic=model.synthetic,
     )
+    info["effective"]["weight_bytes_per_step"] = decode_weight_bytes(model.chat)  # after the load's peak RSS is read
     request = SynthesisRequest.of(
         [cfg.text] * cfg.batch_size, max_new_token=cfg.tokens, min_new_token=cfg.tokens,
         voice=Voice(speaker=speaker_from_seed(model, VOICE_SEED)), sampling=Sampling(audio_seed=AUDIO_SEED),

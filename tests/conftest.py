@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -18,16 +19,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for the networ
 
 TINY = "synthetic-tiny"
 ROOT = Path(__file__).resolve().parents[1]
-# The README's screenshots are remade only when asked (CHATTTS_LAB_SCREENSHOTS=1), so a test run
-# leaves the tree clean; otherwise they go to a temporary folder and are still taken (and can fail).
-SCREENSHOTS = (ROOT / "docs" / "screenshots" if os.environ.get("CHATTTS_LAB_SCREENSHOTS")
-               else Path(tempfile.gettempdir()) / "chattts_lab_screenshots")
+# Browser tests still take their screenshots (taking one can fail), into a temporary folder: the README's come
+# from docs/make_screenshots.py on full-size weights, which is what a user sees.
+SCREENSHOTS = Path(tempfile.gettempdir()) / "chattts_lab_screenshots"
 CHROMIUM = "/usr/bin/chromium"
 # Debian chromium under Playwright (never `playwright install`: it downloads a browser).
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage"]
 START_TIMEOUT_S = 180  # two other engineers share these two cores: be patient
+
+# What each engine runs on CPU, written down rather than asked of the code under test: the GPT's dtype
+# when it runs, or "unsupported:" and the reason's words when it must refuse. This is the x86-64 torch
+# wheel of requirements.txt (fbgemm int8, oneDNN fp16/bf16, the CPU int4 kernel all present).
+CPU_PRECISION_TABLE = {
+    "stock": {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "qint8",
+              "int4": "unsupported:int4 is a lab-engine precision"},
+    "lab": {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "int8", "int4": "int4"},
+}
+x86_64_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                                 reason="CPU_PRECISION_TABLE is written for x86-64 torch builds")
 
 
 def free_port() -> int:
@@ -50,12 +61,12 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
     raise TimeoutError(f"the app did not answer at {url} within {timeout:.0f} s")
 
 
-def start_app(tmp: Path, *extra: str) -> tuple[str, subprocess.Popen]:
+def start_app(tmp: Path, *extra: str, model: str = TINY) -> tuple[str, subprocess.Popen]:
     port = free_port()
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
                CHATTTS_LAB_OUTPUTS=str(tmp / "outputs"), CHATTTS_LAB_HISTORY=str(tmp / "history.sqlite"))
     log = open(tmp / f"app-{port}.log", "w")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", "synthetic-tiny", "--port", str(port), *extra],
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", model, "--port", str(port), *extra],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -112,9 +123,13 @@ def page(browser_context, app_url):
     page.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def tiny_model():
-    """ChatTTS loaded in this process on tiny random weights (fp32, stock engine, 1 thread)."""
+    """ChatTTS loaded in this process on tiny random weights (fp32, stock engine, 1 thread).
+
+    Asked of `load_model` for every test, not kept for the session: its cache keeps one model, so a test
+    that loads another configuration unloads this one. A cache hit costs nothing; after an eviction the
+    tiny model reloads in about a second, whatever order the tests run in."""
     from chattts_lab import LoadConfig, load_model
 
     return load_model(LoadConfig(model=TINY, device="cpu", precision="fp32", threads=1))

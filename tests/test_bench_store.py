@@ -4,6 +4,8 @@ import json
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -35,8 +37,9 @@ def _result(precision="fp32", batch=1, threads=1, wall=(1.0, 1.2, 1.1), status="
          "peak_rss_mb": 500.0 + batch, "tokens": [16] * batch, "ttfa_s": None, "peak_device_mb": None} for w in wall]
     if status != "ok":
         return CellResult(cfg, status, reason)
-    return summarize(cfg, "ok", "", {"samples": samples, "load_s": 0.5,
-                                     "effective": {"threads": threads, "dtype_gpt": "float32", "device": "cpu"}})
+    result = summarize(cfg, "ok", "", {"samples": samples, "load_s": 0.5, "effective": {
+        "threads": threads, "dtype_gpt": "float32", "device": "cpu", "weight_bytes_per_step": 83e6}})
+    return replace(result, mem_read_gbps=10.0)  # as a sweep attaches its bandwidth
 
 
 def _fill(db, results, env=ENV):
@@ -75,6 +78,44 @@ def test_a_newer_schema_is_refused(tmp_path):
         conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(Exception, match="schema version 99"):
         Store(db)
+
+
+# What each schema version added to the first release's file (tests/data/lab-schema-v1.sql). Two builds wrote 4:
+# the roofline columns (released) and, in development, the interleaved-passes columns and notes table.
+_SCHEMA_ADDITIONS = {
+    "2": ['ALTER TABLE cells ADD COLUMN "memory_budget_mb" REAL'],
+    "3": ['ALTER TABLE cells ADD COLUMN "traceback" TEXT'],
+    "4-roofline": [f'ALTER TABLE cells ADD COLUMN "{c}" REAL'
+                   for c in ("weight_mb_per_step", "mem_read_gbps", "floor_step_ms", "roofline")],
+    "4-passes": ['ALTER TABLE cells ADD COLUMN "cpu_share" REAL', 'ALTER TABLE cells ADD COLUMN "passes" INTEGER',
+                 "CREATE TABLE sweep_notes (sweep_id INTEGER NOT NULL, key TEXT NOT NULL, value_json TEXT NOT NULL,"
+                 " PRIMARY KEY (sweep_id, key))"],
+}
+
+
+@pytest.mark.parametrize("version", ["2", "3", "4-roofline", "4-passes"])
+def test_a_database_of_every_older_schema_upgrades_keeping_its_rows(tmp_path, version):
+    db = tmp_path / f"v{version}.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.executescript((Path(__file__).resolve().parent / "data" / "lab-schema-v1.sql").read_text())
+        steps = ["2", "3", version] if version.startswith("4") else ["2", "3"][:int(version) - 1]
+        for step in steps:
+            for statement in _SCHEMA_ADDITIONS[step]:
+                conn.execute(statement)
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version[0],))
+    before = sqlite3.connect(db).execute("SELECT cell_key, status, latency_p50_s FROM cells").fetchall()
+    with Store(db) as store:
+        (sweep,) = store.sweeps_list()
+        store.add_cell(sweep["id"], 1, replace(_result("int8"), cpu_share=1.5, passes=3, mem_read_gbps=20.0))
+        store.set_note(sweep["id"], "plan", "3 interleaved passes")
+        assert store.notes(sweep["id"]) == {"plan": "3 interleaved passes"}
+        new = next(r for r in store.results(sweep["id"]) if r.config.precision == "int8")
+        assert (new.cpu_share, new.passes, new.mem_read_gbps) == (1.5, 3, 20.0)
+    conn = sqlite3.connect(db)
+    meta = dict(conn.execute("SELECT key, value FROM meta"))
+    assert meta["schema_version"] == str(SCHEMA_VERSION) == "5" and meta["upgraded_from"] == version[0]
+    assert set(CANONICAL_COLUMNS) - {"status"} <= {r[1] for r in conn.execute("PRAGMA table_info(cells)")}
+    assert conn.execute("SELECT cell_key, status, latency_p50_s FROM cells WHERE idx != 1").fetchall() == before
 
 
 def test_a_sweep_left_running_by_a_dead_process_is_marked_interrupted(tmp_path):

@@ -1,20 +1,82 @@
-"""A person in chromium: a quick sweep fills the table and plots, Stop keeps the finished rows, history
-compares two machines through an exported and re-imported bundle, and the recommendation is applied."""
+"""A person in chromium: the quick preset compares stock with lab and says the gain in a sentence, the finished
+sweep reaches History, compare and the recommendation without a reload, the report files hold the table's rows,
+Stop keeps the finished rows, history compares two machines through a bundle, and the recommendation is applied."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import subprocess
 import sys
-import time
+from html.parser import HTMLParser
 
 import pytest
 
+from chattts_lab.report import TABLE_COLUMNS
+from chattts_lab.store import Store
+from chattts_lab.spec import SweepSpec
 from tests.conftest import ROOT, SCREENSHOTS
-from tests.ui import LONG, open_accordion, open_tab, pick_option, row_count, wait_toast
+from tests.test_sweep_spec_parity import QUICK_ARGV, cli_spec
+from tests.ui import LONG, open_accordion, open_tab, pick_option, wait_toast
 
 pytestmark = pytest.mark.browser
+
+SWEEP_TIMEOUT = 1_200_000  # ms: the first lab cell on a machine also builds the lab's C++ kernels
+# Every row of a Gradio 6 table as {header: text}, or null while the virtual table has not rendered them all.
+TABLE_JS = """(id) => {
+  const grid = document.querySelector(`#${id} [role=grid]`);
+  if (!grid) return null;
+  const heads = [...grid.querySelectorAll('th[role=columnheader]')].map(th => th.getAttribute('title'));
+  const rows = [...grid.querySelectorAll('[role=row].virtual-row')]
+    .map(r => [...r.querySelectorAll('[role=gridcell]')].map(c => c.innerText.trim()));
+  const total = Number(grid.getAttribute('aria-rowcount')) - 1;
+  return rows.length === total && rows.every(r => r.length === heads.length) ? {heads, rows} : null;
+}"""
+
+
+def table_rows(page, elem_id: str) -> list[dict[str, str]]:
+    data = page.wait_for_function(TABLE_JS, arg=elem_id, timeout=LONG).json_value()
+    return [dict(zip(data["heads"], row)) for row in data["rows"]]
+
+
+def wait_for_row(page, elem_id: str, column: str, value: str) -> dict[str, str]:
+    """The first row whose `column` reads `value`, once the table shows one."""
+    js = f"""(a) => {{
+      const t = ({TABLE_JS})(a.id);
+      const row = t && t.rows.find(r => r[t.heads.indexOf(a.column)] === a.value);
+      return row ? Object.fromEntries(t.heads.map((h, i) => [h, row[i]])) : null;
+    }}"""
+    return page.wait_for_function(js, arg={"id": elem_id, "column": column, "value": value}, timeout=LONG).json_value()
+
+
+class ResultsTable(HTMLParser):
+    """The rows of the HTML report's results table (`<table class="... results">`), header first."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._inside = self._cell = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table" and "results" in (dict(attrs).get("class") or "").split():
+            self._inside = True
+        elif self._inside and tag == "tr":
+            self.rows.append([])
+        elif self._inside and tag in ("td", "th"):
+            self._cell = True
+            self.rows[-1].append("")
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._inside = False
+        elif tag in ("td", "th"):
+            self._cell = False
+
+    def handle_data(self, data):
+        if self._inside and self._cell:
+            self.rows[-1][-1] += data.strip()
 
 
 @pytest.fixture(scope="module")
@@ -35,38 +97,115 @@ def fill(page, elem_id: str, value) -> None:
     box.press("Tab")
 
 
-def test_quick_sweep_fills_table_and_plots_and_stop_keeps_rows(page):
+def finished_sweep_id(page, pattern: str) -> int:
+    status = page.locator("#sw-status").filter(has_text=re.compile(pattern))
+    status.wait_for(timeout=SWEEP_TIMEOUT)
+    return int(re.search(r"Sweep (\d+)", status.inner_text()).group(1))
+
+
+def check_gain_sentence(sentence: str, rows: list[dict[str, str]]) -> None:
+    """The sentence names the fastest configuration and its gain over stock fp32, with the table's numbers."""
+    m = re.search(r"(\w+) (\w+) is ([\d.]+)x (faster|slower) than stock fp32 on this machine "
+                  r"\(RTF ([\d.e+-]+) vs ([\d.e+-]+)", sentence)
+    assert m, sentence
+    rtf = {(r["engine"], r["precision"]): float(r["rtf"]) for r in rows}
+    base = rtf.pop(("stock", "fp32"))
+    fastest = min(rtf, key=rtf.get)
+    assert (m[1], m[2]) == fastest
+    assert float(m[5]) == pytest.approx(rtf[fastest], rel=0.01)
+    assert float(m[6]) == pytest.approx(base, rel=0.01)
+    gain = base / rtf[fastest]
+    assert m[4] == ("faster" if gain >= 1 else "slower")
+    shown = gain if gain >= 1 else 1 / gain
+    assert abs(float(m[3]) - shown) <= 0.05 + 0.01 * shown  # printed to one decimal, from rounded table values
+
+
+def check_report_files(page, rows: list[dict[str, str]]) -> None:
+    """The CSV, JSON and HTML the UI offers hold the table's rows, every column of the report, and the statuses."""
+    page.click("#sw-reports")
+    page.locator("#sw-report-files a[href*='results.html']").first.wait_for(timeout=LONG)
+
+    def fetch(ext: str) -> str:
+        links = page.locator(f"#sw-report-files a[href*='results.{ext}']")
+        assert links.count() == 1, ext
+        return page.request.get(links.first.get_attribute("href")).text()
+
+    expected = [(r["engine"], r["precision"], r["status"]) for r in rows]
+    table = list(csv.DictReader(io.StringIO(fetch("csv"))))
+    assert set(TABLE_COLUMNS) <= set(table[0])
+    assert [(r["engine"], r["precision"], r["status"]) for r in table] == expected
+    assert [float(r["rtf"]) for r in table] == pytest.approx([float(r["rtf"]) for r in rows], rel=0.01)
+    cells = json.loads(fetch("json"))["cells"]
+    assert [(c["engine"], c["precision"], c["status"]) for c in cells] == expected
+    html_rows = ResultsTable()
+    html_rows.feed(fetch("html"))
+    header, *body = html_rows.rows
+    assert header == [c for c in TABLE_COLUMNS if c in header] and {"engine", "precision", "status", "rtf"} <= set(header)
+    assert [(r[header.index("engine")], r[header.index("precision")], r[header.index("status")]) for r in body] == expected
+
+
+def test_quick_preset_states_the_gain_and_every_panel_sees_the_sweep_without_reload(page, app_dir):
     open_tab(page, "Benchmark")
     page.click("#sw-quick")
-    page.locator("#sw-estimate").filter(has_text="cell(s)").wait_for(timeout=LONG)
-    # The quick preset, shrunk further for a test on busy cores: fp32 only, 8 tokens, 4 batch sizes.
-    if page.locator("#sw-precisions input[name='int8']").is_checked():
-        page.uncheck("#sw-precisions input[name='int8']")
-    fill(page, "sw-batches", "1-4")
+    page.locator("#sw-estimate").filter(has_text="4 cell(s)").wait_for(timeout=LONG)
+    page.click("#sw-run")
+    sweep_id = finished_sweep_id(page, r"Sweep \d+ finished")
+
+    rows = table_rows(page, "sw-table")
+    assert [(r["engine"], r["precision"], r["status"]) for r in rows] == [
+        ("stock", "fp32", "ok"), ("stock", "int8", "ok"), ("lab", "fp32", "ok"), ("lab", "int8", "ok")]
+    assert {r["batch_size"] for r in rows} == {"1"}
+    check_gain_sentence(page.locator("#sw-gain").inner_text(), rows)
+    for fig in ("fig-latency", "fig-rtf", "fig-pareto", "fig-memory", "fig-roofline"):
+        page.locator(f"#{fig} .js-plotly-plot").wait_for(timeout=LONG)
+    assert "Pareto front" in page.locator("#fig-pareto").inner_text()
+    with Store(app_dir / "history.sqlite") as store:  # the browser ran what the CLI runs for the same choices
+        assert SweepSpec.from_dict(store.sweep(sweep_id)["spec"]) == cli_spec(QUICK_ARGV)
+
+    # The recommendation was made from the finished rows: the lowest RTF at batch 1 (every row here).
+    best = min(rows, key=lambda r: float(r["rtf"]))
+    page.locator("#recommendation").filter(has_text=f"cpu · {best['engine']} · {best['precision']}").wait_for(
+        timeout=LONG)
+    check_report_files(page, rows)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "benchmark.png"), full_page=True)
+
+    # History and compare list the sweep although the page was loaded before it existed (no reload, no Refresh).
+    open_tab(page, "History")
+    listed = wait_for_row(page, "h-table", "id", str(sweep_id))
+    assert (listed["status"], listed["n_cells"], listed["n_ok"]) == ("finished", "4", "4")
+    pick_option(page, "cmp-a", rf"^#{sweep_id} ")
+    assert page.locator("#cmp-a input").first.input_value().startswith(f"#{sweep_id} ")
+
+
+def test_stop_keeps_the_finished_rows_and_cancels_the_rest(page, app_dir):
+    open_tab(page, "Benchmark")
+    # Twelve cells, and Stop is clicked as soon as the UI shows one finished: the sweep is stopped with cells
+    # still to run however fast this machine is.
+    fill(page, "sw-batches", "1-12")
     fill(page, "sw-tokens", "8")
     fill(page, "sw-repeats", 1)
     fill(page, "sw-warmup", 0)
-    page.locator("#sw-estimate").filter(has_text="4 cell(s)").wait_for(timeout=LONG)
+    fill(page, "sw-min-time", 0)
+    page.uncheck("#sw-fidelity input")
+    page.locator("#sw-estimate").filter(has_text="12 cell(s)").wait_for(timeout=LONG)
     page.click("#sw-run")
-
-    page.locator("#sw-progress progress").wait_for(timeout=LONG)
-    deadline = time.monotonic() + 400
-    while row_count(page, "sw-table") < 1:  # the table grows row by row
-        assert time.monotonic() < deadline, "no result row appeared"
-        page.wait_for_timeout(1000)
-    assert "ok" in page.locator("#sw-table").inner_text()
-    for fig in ("fig-latency", "fig-rtf", "fig-pareto", "fig-memory"):
-        page.locator(f"#{fig} .js-plotly-plot").wait_for(timeout=LONG)
-    assert "Pareto front" in page.locator("#fig-pareto").inner_text()
-
+    page.wait_for_function("Number(document.querySelector('#sw-progress .sweep-progress')?.dataset.done) >= 1",
+                           timeout=LONG)
     page.click("#sw-stop")
-    page.locator("#sw-status").filter(has_text="stopped").wait_for(timeout=LONG)
-    table = page.locator("#sw-table").inner_text()
-    # Finished rows stay; the cell that was running (if any) is kept as `cancelled`; the rest never ran.
-    assert 1 <= row_count(page, "sw-table") < 4 or "cancelled" in table
-    assert "ok" in table
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "benchmark.png"), full_page=True)
+    sweep_id = finished_sweep_id(page, r"Sweep \d+ stopped")
+
+    rows = table_rows(page, "sw-table")
+    statuses = [r["status"] for r in rows]
+    kept = statuses.count("ok")
+    assert kept >= 1, statuses
+    # The cell running at the Stop (if any) is ended and kept as cancelled; cells never started have no row.
+    assert statuses == ["ok"] * kept + ["cancelled"] * (len(rows) - kept)
+    assert len(rows) - kept <= 1 and len(rows) < 12
+    assert [r["batch_size"] for r in rows] == [str(b) for b in range(1, len(rows) + 1)]
+    with Store(app_dir / "history.sqlite") as store:
+        assert store.sweep(sweep_id)["status"] == "cancelled"  # resumable with `python -m bench --resume`
+        assert [r.status for r in store.results(sweep_id)] == statuses
 
 
 def test_history_compares_two_machines_via_a_bundle(page, tmp_path, finished_sweep):
@@ -97,7 +236,7 @@ def test_history_compares_two_machines_via_a_bundle(page, tmp_path, finished_swe
     page.locator("#cmp-envs").filter(has_text="Other CPU").wait_for(timeout=LONG)
     page.locator("#cmp-fig .js-plotly-plot").wait_for(timeout=LONG)
     assert "Other CPU" in page.locator("#cmp-envs").inner_text()
-    assert row_count(page, "cmp-table") >= 1
+    assert len(table_rows(page, "cmp-table")) >= 1
 
     bad = tmp_path / "broken.json"
     bad.write_text('{"format": "chattts-lab-bundle", "version": 1, "sweeps": [')
@@ -116,10 +255,6 @@ def test_recommendation_applies_to_the_synthesis_tab(page, finished_sweep):
     rec = page.locator("#recommendation")
     rec.filter(has_text="RTF").wait_for(timeout=LONG)
     assert re.search(r"cpu · stock · fp32 · \d+ threads", rec.inner_text())
-    page.click("#sw-reports")
-    page.locator("#sw-report-files a[href*='results.html']").first.wait_for(timeout=LONG)
-    for ext in ("csv", "json"):
-        assert page.locator(f"#sw-report-files a[href*='results.{ext}']").count() == 1
     page.click("#apply-best")
     wait_toast(page, "Applied cpu · fp32")
     open_tab(page, "Synthesis")

@@ -1,10 +1,11 @@
 """The synthesis engine on the real ChatTTS code path, with tiny synthetic weights."""
 
 import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 
 from chattts_lab import (
     PRECISIONS,
@@ -20,11 +21,14 @@ from chattts_lab import (
     load_model,
     synthesize,
     synthesize_stream,
+    warm_up,
 )
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.synthesis import SYNTHETIC_WARNING, encode_sample_audio, speaker_from_seed
 
-from tests.conftest import TINY
+from tests.conftest import CPU_PRECISION_TABLE, TINY, x86_64_only
+
+NOTHING_HAPPENED_S = 300  # a deadline for an event that never came, not a speed bound: the cores are shared
 
 
 def fixed(text, n, **kwargs):
@@ -41,15 +45,23 @@ def test_audio_length_matches_tokens_generated(tiny_model):
     assert all(a.dtype == np.float32 and np.isfinite(a).all() for a in out.audio)
 
 
-def test_stages_add_up_to_wall_time_and_rtf_follows(tiny_model):
-    m = synthesize(tiny_model, fixed("Timing check.", 10)).measurements
+def test_stages_account_for_the_wall_time_and_rtf_follows(tiny_model):
+    warm_up(tiny_model)  # the normaliser's one-time JIT (seconds) would land in 'other' on a first call
+    m = synthesize(tiny_model, fixed("Timing check.", 40)).measurements
     stages = m.stages.as_dict()
-    assert sum(stages.values()) == pytest.approx(m.wall_s, rel=1e-6)
+    measured = sum(v for k, v in stages.items() if k != "other_s")
     assert stages["prefill_s"] > 0 and stages["decode_s"] > 0 and stages["decoder_s"] > 0 and stages["vocoder_s"] > 0
+    # 'other' is the remainder (wall - stages, clamped at 0), so these bounds are what can fail: a stage counted
+    # twice or overlapping another pushes the stages past the wall time (and the clamp would hide it); a stage
+    # that lost its clock leaves its time in 'other'. Warm, 'other' is text normalisation and Python glue, about
+    # 1 % of the stages here; the bound of the stages' whole time is generous enough for a busy machine.
+    assert measured <= m.wall_s * (1 + 1e-9)
+    assert stages["other_s"] == pytest.approx(m.wall_s - measured, abs=1e-9)
+    assert stages["other_s"] < measured, stages
     # The GPT dominates: prefill + decode hold most of the wall time even on tiny weights.
     assert stages["prefill_s"] + stages["decode_s"] > 0.5 * m.wall_s
     assert m.rtf == pytest.approx(m.wall_s / m.audio_s[0])
-    assert m.gpt_steps == 10 and m.step_ms == pytest.approx(stages["decode_s"] / 9 * 1000)
+    assert m.gpt_steps == 40 and m.step_ms == pytest.approx(stages["decode_s"] / 39 * 1000)
     assert m.peak_rss_mb > 100 and m.peak_device_mb is None
 
 
@@ -68,13 +80,26 @@ def test_same_seeds_give_same_audio_and_other_seeds_differ(tiny_model):
     assert speaker_from_seed(tiny_model, 7) == speaker_from_seed(tiny_model, 7) != speaker_from_seed(tiny_model, 8)
 
 
-def test_speaker_string_and_sample_audio_voices(tiny_model):
-    speaker = speaker_from_seed(tiny_model, 1)
-    assert len(synthesize(tiny_model, fixed("Voice by string.", 4, voice=Voice(speaker=speaker))).audio[0]) > 0
+def voiced(model, voice: Voice) -> np.ndarray:
+    """The audio of one fixed text and sampling seed in `voice`: only the voice differs between calls."""
+    return synthesize(model, fixed("Whose voice is this?", 6, voice=voice, sampling=Sampling(audio_seed=3))).audio[0]
+
+
+def test_a_speaker_string_gives_the_audio_of_the_seed_it_came_from(tiny_model):
+    by_seed = voiced(tiny_model, Voice(seed=1))
+    assert np.array_equal(voiced(tiny_model, Voice(speaker=speaker_from_seed(tiny_model, 1))), by_seed)
+    assert not np.array_equal(voiced(tiny_model, Voice(seed=2)), by_seed)  # the voice does change the audio
+    assert not np.array_equal(voiced(tiny_model, Voice()), by_seed)
+
+
+def test_a_sample_audio_voice_changes_the_audio_and_reproduces(tiny_model):
     t = np.arange(24000) / 24000
     code = encode_sample_audio(tiny_model, 0.3 * np.sin(2 * np.pi * 220 * t), 24000)
-    out = synthesize(tiny_model, fixed("Voice by sample.", 4, voice=Voice(sample_audio_code=code, sample_text="a clip")))
-    assert out.measurements.tokens == [4]
+    assert code == encode_sample_audio(tiny_model, 0.3 * np.sin(2 * np.pi * 220 * t), 24000)
+    sampled = voiced(tiny_model, Voice(sample_audio_code=code, sample_text="a clip"))
+    assert len(sampled) == samples_for_tokens(6)
+    assert not np.array_equal(sampled, voiced(tiny_model, Voice()))
+    assert np.array_equal(sampled, voiced(tiny_model, Voice(sample_audio_code=code, sample_text="a clip")))
 
 
 def test_refine_text_is_timed_as_its_own_stage(tiny_model):
@@ -94,12 +119,47 @@ def test_streaming_yields_early_chunks_and_time_to_first_audio(tiny_model):
 
 
 def test_interrupt_stops_a_long_synthesis(tiny_model):
-    threading.Timer(0.5, interrupt, args=(tiny_model,)).start()
-    t0 = time.perf_counter()
-    out = synthesize(tiny_model, fixed("A long one.", 2000))
-    assert time.perf_counter() - t0 < 30
-    assert out.measurements.interrupted and out.measurements.tokens[0] < 2000
+    """Interrupt from another thread (as the app's Stop button does) while tokens are being generated. A real
+    torch forward hook holds the GPT at its 5th forward pass until `interrupt` was called: no timer, no race."""
+    hold_at, reached, interrupted = 5, threading.Event(), threading.Event()
+    forwards = 0
+
+    def hold(*_):
+        nonlocal forwards
+        forwards += 1
+        if forwards == hold_at:
+            reached.set()
+            interrupted.wait(NOTHING_HAPPENED_S)
+
+    hook = tiny_model.chat.gpt.gpt.register_forward_hook(hold)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(synthesize, tiny_model, fixed("A long one.", 2000))
+            assert reached.wait(NOTHING_HAPPENED_S), "the GPT never reached its 5th forward pass"
+            interrupt(tiny_model)
+            interrupted.set()
+            out = running.result(NOTHING_HAPPENED_S)
+    finally:
+        interrupted.set()
+        hook.remove()
+    # ChatTTS checks the flag after each step: the step under way finishes, and generation stops there.
+    assert out.measurements.interrupted and out.measurements.tokens[0] == forwards == hold_at
+    assert len(out.audio[0]) == samples_for_tokens(hold_at)
     assert synthesize(tiny_model, fixed("Next one works.", 3)).measurements.tokens == [3]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stop_requested_before_the_synthesis_begins_is_not_lost(tiny_model, stream):
+    """The app's Interrupt can land between "this session is running" and ChatTTS's `infer`, which clears its own
+    interrupt flag when it starts. A stop event set before the call must still end it at its first step."""
+    stop = threading.Event()
+    stop.set()
+    request = fixed("Stopped before it began.", 2000)
+    out = (list(synthesize_stream(tiny_model, request, stop=stop))[-1] if stream
+           else synthesize(tiny_model, request, stop=stop))
+    assert out.measurements.interrupted
+    assert out.measurements.tokens[0] < 2000
+    assert synthesize(tiny_model, fixed("The next one is not stopped.", 3)).measurements.tokens == [3]
 
 
 def test_synthetic_output_carries_the_warning(tiny_model):
@@ -140,8 +200,10 @@ def test_control_characters_are_dropped_not_fatal(tiny_model):
     "config, error, message",
     [
         (LoadConfig(model=TINY, device="tpu"), DeviceUnavailable, "unsupported device type|unknown device"),
-        (LoadConfig(model=TINY, device="cuda:0"), DeviceUnavailable, "not present"),
-        (LoadConfig(model=TINY, device="mps"), DeviceUnavailable, "not present"),
+        # one past the last GPU: absent on every machine, with or without CUDA
+        (LoadConfig(model=TINY, device=f"cuda:{torch.cuda.device_count()}"), DeviceUnavailable, "not present"),
+        pytest.param(LoadConfig(model=TINY, device="mps"), DeviceUnavailable, "not present",
+                     marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has MPS")),
         (LoadConfig(model=TINY, precision="fp64"), UnsupportedPrecision, "unknown precision"),
         (LoadConfig(model=TINY, engine="turbo"), UnsupportedPrecision, "unknown engine"),
         (LoadConfig(model=TINY, threads=0), ValueError, "threads"),
@@ -157,18 +219,23 @@ def test_loading_the_same_configuration_reuses_the_model(tiny_model):
     assert again is tiny_model
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-def test_each_precision_runs_or_says_why_not(precision):
-    from chattts_lab.devices import parse_device
-    from chattts_lab.precision import unsupported_reason
-
-    reason = unsupported_reason("stock", parse_device("cpu"), precision)
-    if reason:
-        with pytest.raises(UnsupportedPrecision, match=reason):
-            load_model(LoadConfig(model=TINY, precision=precision, threads=1))
+@x86_64_only
+@pytest.mark.parametrize("precision, expected", CPU_PRECISION_TABLE["stock"].items())
+def test_each_stock_precision_runs_on_cpu_as_the_table_says(precision, expected):
+    config = LoadConfig(model=TINY, precision=precision, threads=1)
+    if expected.startswith("unsupported:"):
+        with pytest.raises(UnsupportedPrecision, match=expected.removeprefix("unsupported:")):
+            load_model(config)
         return
-    model = load_model(LoadConfig(model=TINY, precision=precision, threads=1))
-    out = synthesize(model, fixed("Precision check.", 4))
-    expected = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "qint8"}[precision]
+    out = synthesize(load_model(config), fixed("Precision check.", 4))
     assert out.measurements.effective["dtype_gpt"] == expected
     assert out.measurements.tokens == [4] and np.isfinite(out.audio[0]).all()
+
+
+def test_the_precision_table_covers_every_engine_and_precision():
+    from chattts_lab.lab import LAB_EXTRA_PRECISIONS
+    from chattts_lab.precision import ENGINES
+
+    assert set(CPU_PRECISION_TABLE) == set(ENGINES)
+    for engine in ENGINES:
+        assert set(CPU_PRECISION_TABLE[engine]) == set(PRECISIONS + LAB_EXTRA_PRECISIONS), engine

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 
 import psutil
@@ -16,8 +15,52 @@ from chattts_lab.sweep import resumable_sweep
 from tests.conftest import ROOT, start_app, stop_app
 
 SYNTH = dict(temperature=0.3, top_p=0.7, top_k=20, audio_seed=1, speed=5, max_new_token=8, split=False)
-# /run_sweep inputs: devices, precisions, batches, threads, tokens, repeats, stream
+# /run_sweep inputs in the README's order: devices, precisions, batches, threads, tokens, repeats, stream
 TINY_SWEEP = ("cpu", "fp32", "1", "1", "8", 1, False)
+HANG_GUARD_S = 600  # only ends a test that would hang; no speed is asserted
+
+
+def wait_until(condition, what: str):
+    """Poll `condition` until it gives something truthy, and return that."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"gave up waiting for {what}")
+
+
+def statuses(table: dict) -> list[str]:
+    """The status column of a `/run_sweep` table ({"headers": [...], "data": [[...], ...]})."""
+    column = table["headers"].index("status")
+    return [row[column] for row in table["data"]]
+
+
+def _sweep_statuses(db) -> dict[int, str]:
+    if not db.exists():
+        return {}
+    with Store(db) as store:
+        return {s["id"]: s["status"] for s in store.sweeps_list()}
+
+
+def _cells_stored(db) -> int:
+    if not db.exists():
+        return 0
+    with Store(db) as store:
+        sweeps = store.sweeps_list()
+        return store.count_cells(sweeps[0]["id"]) if sweeps else 0
+
+
+def _app_workers(app: subprocess.Popen) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(app.pid).children():
+        try:
+            if "chattts_lab.worker" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:  # ended between listing and reading its command line
+            pass
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -53,48 +96,35 @@ def test_bad_or_huge_sweeps_are_refused_before_starting(client, app_dir, inputs,
     assert sweeps() == before  # refused before anything started
 
 
-def test_a_user_waits_behind_a_running_sweep_and_is_shown_a_queue_position(app_url, client):
+def test_a_user_waits_behind_a_running_sweep_and_is_shown_a_queue_position(app_url, client, app_dir):
     from gradio_client import Client
     from gradio_client.utils import Status
 
+    db = app_dir / "history.sqlite"
     user = Client(app_url, verbose=False)
     user.predict("Warm.", "Aria", *SYNTH.values(), api_name="/synthesize")
+    before = set(_sweep_statuses(db))
     sweep = client.submit(*TINY_SWEEP, api_name="/run_sweep")
-    deadline = time.monotonic() + 120
-    while sweep.status().code != Status.PROCESSING and time.monotonic() < deadline:
-        time.sleep(0.02)
+    sweep_id = wait_until(lambda: next((i for i, s in _sweep_statuses(db).items() if i not in before and s == "running"),
+                                       None), "the sweep to start")
     job = user.submit("I arrive while a sweep runs.", "Aria", *SYNTH.values(), api_name="/synthesize")
-    ranks, started = [], {}
-
-    def watch():
-        while not job.done():
-            st = job.status()
-            if st.code == Status.IN_QUEUE and st.rank is not None:
-                ranks.append(st.rank)
-            if st.code == Status.PROCESSING and "user" not in started:
-                started["user"] = time.monotonic()
-            if sweep.done() and "sweep_done" not in started:
-                started["sweep_done"] = time.monotonic()
-            time.sleep(0.01)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    table = sweep.result(timeout=600)
-    sweep_done = time.monotonic()
-    path, m = job.result(timeout=600)
-    watcher.join(30)
-    assert table["data"] and "ok" in str(table["data"][0])  # the sweep's cell was measured
-    assert ranks  # the user was shown a queue position while the sweep ran
-    assert started.get("user", sweep_done) >= started.get("sweep_done", sweep_done) - 0.5  # ran only after it
+    seen = []  # (the user's status, queue rank, the sweep's stored status) at each look
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not job.done() and time.monotonic() < deadline:
+        st = job.status()
+        seen.append((st.code, st.rank, _sweep_statuses(db)[sweep_id]))
+        time.sleep(0.01)
+    table = sweep.result(timeout=HANG_GUARD_S)
+    path, m = job.result(timeout=HANG_GUARD_S)
+    assert statuses(table) == ["ok"]  # the sweep's cell was measured
+    # The user was shown a place in the queue while the sweep ran...
+    assert any(code == Status.IN_QUEUE and rank is not None and stored == "running" for code, rank, stored in seen)
+    # ...and synthesized only once the sweep had ended: a sweep is marked ended in the store before its event
+    # returns, and only then does the queue start the next job.
+    running = [stored for code, _, stored in seen if code in (Status.PROCESSING, Status.ITERATING, Status.PROGRESS)]
+    assert running, "the synthesis was never seen running"
+    assert set(running) == {"finished"}
     assert m["tokens"][0] > 0
-
-
-def _workers() -> list[psutil.Process]:
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        if "chattts_lab.worker" in " ".join(p.info["cmdline"] or []):
-            found.append(p)
-    return found
 
 
 def test_the_app_killed_mid_sweep_keeps_finished_cells_and_the_sweep_resumes(tmp_path):
@@ -104,18 +134,9 @@ def test_the_app_killed_mid_sweep_keeps_finished_cells_and_the_sweep_resumes(tmp
     db = tmp_path / "history.sqlite"
     try:
         Client(url, verbose=False).submit("cpu", "fp32,bf16", "1", "1", "8", 1, False, api_name="/run_sweep")
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline:
-            if db.exists():
-                with Store(db) as store:
-                    sweeps = store.sweeps_list()
-                    if sweeps and store.count_cells(sweeps[0]["id"]) >= 1:
-                        break
-            time.sleep(0.2)
-        else:
-            pytest.fail("no cell finished in time")
-        orphans = [w for w in _workers() if w.ppid() == proc.pid]
-        proc.kill()  # SIGKILL: no clean-up at all, mid-way through the second cell
+        # Kill the app once the first cell is stored and the second one's worker is seen running.
+        orphans = wait_until(lambda: _cells_stored(db) >= 1 and _app_workers(proc), "the second cell's worker")
+        proc.kill()  # SIGKILL: no clean-up at all
         proc.wait(30)
     finally:
         stop_app(proc)

@@ -120,7 +120,7 @@ EVIL = "<script>alert('x')</script></script><img src=x onerror=alert(1)>"
 
 def _crafted_bundle(path):
     from chattts_lab.store import BUNDLE_FORMAT, BUNDLE_VERSION
-    from chattts_lab.sweep import CellResult, RunConfig
+    from chattts_lab.results import CellResult, RunConfig
 
     cells = [CellResult(RunConfig("../../../../etc/passwd", "cpu", p, 1, 1, 8), "error", reason=EVIL).to_dict()
              for p in ("fp32", EVIL)]

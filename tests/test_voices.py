@@ -1,4 +1,4 @@
-"""Voice cards, presets and sentence splitting: data in, clear errors out (no model needed)."""
+"""Voice cards, presets and sentence splitting: data in, clear errors out; cards reproduce their voice."""
 
 import json
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from chattts_lab import audio
-from chattts_lab.requests import InvalidRequest, Refine, Sampling
+from chattts_lab.requests import InvalidRequest, Refine, Sampling, SynthesisRequest, Voice
+from chattts_lab.synthesis import encode_sample_audio, speaker_from_seed, synthesize
 from chattts_lab.voices import (
     MAX_CARD_BYTES, PRESET_VOICES, InvalidVoiceCard, VoiceCard, parse_card, resolve_voice, save_card, split_sentences,
 )
@@ -50,6 +51,41 @@ def test_voices_resolve_by_preset_seed_and_saved_card(tmp_path):
         resolve_voice("nobody", tmp_path)
     with pytest.raises(InvalidRequest, match="whole number"):
         resolve_voice("seed:abc")
+
+
+def speak(model, voice: Voice, sampling: Sampling, speed: int) -> np.ndarray:
+    request = SynthesisRequest.of("Is this my voice?", voice=voice, sampling=sampling, speed=speed,
+                                  max_new_token=6, min_new_token=6)
+    return synthesize(model, request).audio[0]
+
+
+def speak_card(model, card: VoiceCard) -> np.ndarray:
+    return speak(model, card.voice, card.sampling, card.speed)
+
+
+def test_a_voice_card_parsed_back_reproduces_the_audio_of_the_voice_it_was_made_from(tiny_model, tmp_path):
+    """As the app exports it: the seed's speaker string, the sampling and the speed; every field must survive
+    the JSON (a dropped temperature, seed or speed changes the audio)."""
+    sampling = Sampling(0.5, 0.8, 15, audio_seed=7)
+    original = speak(tiny_model, Voice(seed=42), sampling, speed=6)
+    card = VoiceCard(name="narrator", speaker=speaker_from_seed(tiny_model, 42), seed=42, sampling=sampling, speed=6)
+    assert np.array_equal(speak_card(tiny_model, parse_card(card.to_json())), original)
+    save_card(card, tmp_path)
+    assert np.array_equal(speak_card(tiny_model, resolve_voice("narrator", tmp_path)), original)
+    assert not np.array_equal(speak(tiny_model, Voice(), sampling, speed=6), original)  # a voice was carried
+    assert not np.array_equal(speak(tiny_model, Voice(seed=42), sampling, speed=5), original)  # so was the speed
+
+
+def test_seed_voices_and_sample_audio_cards_reproduce_their_audio(tiny_model):
+    sampling = Sampling(audio_seed=5)
+    by_name = speak(tiny_model, resolve_voice("seed:42").voice, sampling, 5)
+    assert np.array_equal(by_name, speak(tiny_model, Voice(speaker=speaker_from_seed(tiny_model, 42)), sampling, 5))
+    t = np.arange(24000) / 24000
+    code = encode_sample_audio(tiny_model, 0.3 * np.sin(2 * np.pi * 330 * t), 24000)
+    original = speak(tiny_model, Voice(sample_audio_code=code, sample_text="a clip"), sampling, 5)
+    card = VoiceCard(name="clip", sample_audio_code=code, sample_text="a clip", sampling=sampling)
+    assert np.array_equal(speak_card(tiny_model, parse_card(card.to_json().encode())), original)
+    assert not np.array_equal(speak(tiny_model, Voice(), sampling, 5), original)
 
 
 def test_saved_card_names_cannot_escape_the_folder(tmp_path):

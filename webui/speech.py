@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from chattts_lab import LoadedModel, SynthesisRequest, load_model, synthesize, synthesize_stream
-from chattts_lab.synthesis import encode_sample_audio, interrupt, speaker_from_seed, warm_up
+from chattts_lab.synthesis import encode_sample_audio, speaker_from_seed, warm_up
 from chattts_lab.voices import VoiceCard
 from webui.context import AppContext
 from webui.runtime import RuntimeSettings
@@ -29,21 +29,23 @@ class Running:
     _by_session: dict = field(default_factory=dict)
 
     @contextmanager
-    def mark(self, session: str | None, model: LoadedModel):
+    def mark(self, session: str | None):
+        """Yields the stop event of this session's synthesis (pass it to synthesize)."""
+        stop = threading.Event()
         with self._lock:
-            self._by_session[session] = model
+            self._by_session[session] = stop
         try:
-            yield
+            yield stop
         finally:
             with self._lock:
                 self._by_session.pop(session, None)
 
     def interrupt(self, session: str | None) -> bool:
         with self._lock:
-            model = self._by_session.get(session)
-        if model is None:
+            stop = self._by_session.get(session)
+        if stop is None:
             return False
-        interrupt(model)
+        stop.set()
         return True
 
 
@@ -89,8 +91,8 @@ def run(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, s
         model = get_model(ctx, settings, progress)
         if progress is not None:
             progress(0.3, desc="Synthesizing…")
-        with RUNNING.mark(session, model):
-            return synthesize(model, request), model
+        with RUNNING.mark(session) as stop:
+            return synthesize(model, request, stop=stop), model
 
 
 def run_stream(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None,
@@ -98,6 +100,6 @@ def run_stream(ctx: AppContext, settings: RuntimeSettings, request: SynthesisReq
     """Yields (model, item) for each StreamChunk and the final SynthesisOutput."""
     with ctx.model_work:  # loading and synthesis raise chattts_lab.OutOfMemory, a message for the user
         model = get_model(ctx, settings, progress)
-        with RUNNING.mark(session, model):
-            for item in synthesize_stream(model, request):
+        with RUNNING.mark(session) as stop:
+            for item in synthesize_stream(model, request, stop=stop):
                 yield model, item

@@ -11,6 +11,7 @@ import gradio as gr
 
 from chattts_lab import InvalidRequest, ModelUnavailable, Refine, Sampling, SynthesisOutput, SynthesisRequest, Voice
 from chattts_lab import audio as audio_io
+from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.requests import MAX_NEW_TOKEN
 from chattts_lab.synthesis import SAMPLE_RATE, StreamChunk
 from chattts_lab.voices import PRESET_VOICES, VoiceCard, parse_card, resolve_voice, save_card, split_sentences
@@ -412,7 +413,7 @@ def _build_layout() -> SynthesisTab:
                     brk = gr.Slider(0, 7, value=DEFAULT_REFINE.break_, step=1, label="Break")
                 with gr.Row():
                     max_new_token = gr.Slider(1, MAX_NEW_TOKEN, value=DEFAULT_REQUEST.max_new_token, step=1,
-                                              label="Max audio tokens (46.9 per second)", elem_id="max-new-token")
+                                              label=f"Max audio tokens ({STEPS_PER_AUDIO_SECOND:.1f} per second)", elem_id="max-new-token")
                     min_new_token = gr.Slider(0, MAX_NEW_TOKEN, value=0, step=1, label="Min audio tokens",
                                               elem_id="min-new-token")
             with gr.Accordion("Runtime", open=False):

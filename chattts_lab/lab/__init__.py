@@ -9,7 +9,6 @@ path: it decodes only new frames and emits its first chunk after a few steps.
 from __future__ import annotations
 
 import functools
-import gc
 import logging
 import time
 

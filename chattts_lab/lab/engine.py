@@ -9,7 +9,6 @@ KV cache, tensor-only sampling, tokens written into preallocated buffers, per-it
 from __future__ import annotations
 
 import logging
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -118,7 +117,6 @@ def lab_generate(chat, engine: LabEngine, emb, inputs_ids, temperature, eos_toke
     hiddens = torch.empty(B, max_new_token, model.shape.dim, device=device) if return_hidden else None
     recorder = getattr(chat, "lab_recorder", None)
     first_chunk = engine.stream_first_chunk
-    emitted = 0
 
     positions, mask, lengths = _prompt_masks(attention_mask, B, L, device)
     model.reset_cache(B, L + max_new_token)

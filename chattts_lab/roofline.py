@@ -1,0 +1,182 @@
+"""The hardware's own floor for a GPT decode step: memory read bandwidth and the weight bytes a step reads.
+
+A decode step multiplies one activation row per batch item by every weight matrix of the GPT. Each
+weight byte is fetched from memory once per step and used for only B multiply-adds, so arithmetic is
+cheap next to the fetch, and the step cannot finish faster than `weight bytes / read bandwidth`
+(`metrics.floor_step_ms`). `roofline` = floor / measured step says how close a configuration gets.
+
+    measure_read_bandwidth(devices)  once per sweep, recorded with the environment
+    decode_weight_bytes(chat)         once per cell, from the loaded model's real tensors
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from chattts_lab.devices import DeviceUnavailable, parse_device, synchronize
+from chattts_lab.env import usable_cores
+
+log = logging.getLogger(__name__)
+
+MIN_READ_BYTES = 256 * 2**20  # never read less than this, whatever the cache sizes say
+CACHE_MULTIPLE = 4  # read this many times the last-level cache, so nearly every byte comes from DRAM
+READ_REPEATS = 5  # best of these: other work on the machine only ever makes a read slower
+
+
+# ----------------------------------------------------------------------------------------------
+# Bandwidth
+
+
+def last_level_cache_bytes() -> int | None:
+    """The largest CPU cache (Linux sysfs); None where the system does not say."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip().upper()
+        unit = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * unit)
+    return max(sizes, default=None)
+
+
+def _read_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        cache = torch.cuda.get_device_properties(device).L2_cache_size
+        return max(4 * MIN_READ_BYTES, CACHE_MULTIPLE * cache)  # GPU memory is plentiful; a longer read times better
+    cache = last_level_cache_bytes() if device.type == "cpu" else None
+    return max(MIN_READ_BYTES, CACHE_MULTIPLE * (cache or 0))
+
+
+def read_gbps(device: str | torch.device = "cpu", nbytes: int | None = None, repeats: int = READ_REPEATS,
+              threads: int | None = None) -> dict:
+    """Read bandwidth of one device: a sum over an array far larger than its caches, best of `repeats`.
+
+    A streaming sum reads every byte once in order and writes nothing, the access pattern of a decode
+    step's weight reads, so it measures the limit that step runs into. Every way of reading gives a
+    lower bound, so the read must be limited by memory alone: on CPU that is numpy's float64 sum, split
+    over all the cores this process may use (one core rarely reaches a machine's DRAM bandwidth; numpy
+    releases the GIL while it sums). torch's CPU sum reached only about 60 % of it on an AVX2 build
+    machine, its reduction kernel rather than memory being the limit there. On CUDA it is `torch.sum`
+    on the device. Returns {"gbps": 1e9 bytes per second, "method": how it was measured}.
+    """
+    device = parse_device(str(device))
+    nbytes = nbytes or _read_bytes(device)
+    if device.type == "cpu":
+        threads = threads or usable_cores()
+        seconds = _numpy_read_seconds(nbytes, threads, repeats)
+        how = f"numpy float64 sum over {nbytes / 2**20:.0f} MiB in {threads} threads"
+    else:
+        seconds = _best_seconds(_torch_reader(nbytes, device), repeats)
+        how = f"torch.sum over {nbytes / 2**20:.0f} MiB float32 on {device}"
+    return {"gbps": nbytes / seconds / 1e9, "method": f"{how}, best of {repeats} after a warm-up"}
+
+
+def _best_seconds(read, repeats: int) -> float:
+    read()  # warm-up: threads started, kernels loaded, every page touched
+    walls = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        read()
+        walls.append(time.perf_counter() - t0)
+    return min(walls)  # other work on the machine only ever makes a read slower
+
+
+def _numpy_read_seconds(nbytes: int, threads: int, repeats: int) -> float:
+    slices = np.array_split(np.ones(nbytes // 8), threads)  # written once, so every page is mapped
+    with ThreadPoolExecutor(threads) as pool:
+        return _best_seconds(lambda: list(pool.map(np.sum, slices)), repeats)
+
+
+def _torch_reader(nbytes: int, device: torch.device):
+    x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+
+    def read():
+        x.sum()
+        synchronize(device)  # the clock reads finished work, not a queued kernel
+
+    return read
+
+
+def measure_read_bandwidth(devices) -> dict:
+    """Bandwidth of each present device of a sweep, keyed as the cells record their effective device.
+
+    Returns {"mem_read_gbps": {device: GB/s}, "mem_read_method": {device: how}}, merged into the sweep's
+    environment. A device that is absent is left out (its cells are skipped rows anyway).
+    """
+    gbps, method = {}, {}
+    for name in dict.fromkeys(devices):
+        try:
+            device = str(parse_device(name))
+        except DeviceUnavailable:
+            continue
+        if device not in gbps:
+            measured = read_gbps(device)
+            gbps[device], method[device] = measured["gbps"], measured["method"]
+            log.info("memory read bandwidth of %s: %.1f GB/s (%s)", device, measured["gbps"], measured["method"])
+    return {"mem_read_gbps": gbps, "mem_read_method": method}
+
+
+def with_bandwidth(result, environment: dict):
+    """A CellResult carrying the GB/s its sweep measured for the device the cell actually ran on (None if not
+    measured: an older sweep resumed), from which its row derives `floor_step_ms` and `roofline`."""
+    device = result.effective.get("device")
+    return replace(result, mem_read_gbps=(environment.get("mem_read_gbps") or {}).get(device) if device else None)
+
+
+# ----------------------------------------------------------------------------------------------
+# Weight bytes a decode step reads
+
+
+def decode_weight_bytes(chat) -> int:
+    """Bytes of GPT weights one audio-code decode step reads, in the formats that took effect.
+
+    Counted: the 20 (or, for synthetic-tiny, 2) transformer layers' projections and norms, the final
+    norm, and the 4 code heads that turn the hidden state into logits, as the loaded model holds
+    them (fp16/bf16 GPTs at 2 bytes, int8 as int8 values plus per-channel scales, int4 as its packed
+    nibbles plus group scales; the heads stay fp32 in both engines). Not counted: the text embedding
+    table and the text head (the refine pass, not this step), and the code embeddings (a step looks
+    up 4 rows of them, not the table). Non-persistent buffers (rotary frequencies) are a few hundred
+    bytes and are not weights. The KV cache a step also reads grows with position and batch and is not
+    counted either (20 layers x 2 x 768 floats per token: about 10 MB on average over 128 fp32 tokens), so the
+    floor is a lower bound.
+    A batched step reads the weights once for all its items: the floor is the same at every batch size.
+    """
+    lab = getattr(chat, "lab_engine", None)
+    if lab is not None:
+        return module_weight_bytes(lab.gpt_module) + tensor_bytes(lab.heads.code)
+    return module_weight_bytes(chat.gpt.gpt) + sum(module_weight_bytes(h) for h in chat.embed.head_code)
+
+
+def module_weight_bytes(module: torch.nn.Module) -> int:
+    """Bytes of a module's weights: parameters and persistent buffers, plus fbgemm packed int8 weights,
+    counted once each from the packed object itself (stock's quantized Linear and the lab's int8 both
+    hold one; stock's state_dict also lists it, as a tuple, which is skipped)."""
+    state = sum(tensor_bytes(v) for v in module.state_dict(keep_vars=True).values() if isinstance(v, torch.Tensor))
+    packed = sum(_unpacked_bytes(v) for sub in module.modules() for v in vars(sub).values()
+                 if isinstance(v, torch.ScriptObject))
+    return state + packed
+
+
+def _unpacked_bytes(packed) -> int:
+    """fbgemm's packed int8 linear weight, measured through its unpacked (int8 weight, bias): same values."""
+    try:
+        weight, bias = torch.ops.quantized.linear_unpack(packed)
+    except (RuntimeError, TypeError):  # some other kind of script object: no weights we can see
+        return 0
+    return tensor_bytes(weight) + (tensor_bytes(bias) if bias is not None else 0)
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes a tensor's values occupy; a quantized tensor adds one float32 scale per channel it is scaled by."""
+    if t.is_quantized:
+        per_channel = t.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric)
+        scales = t.q_per_channel_scales().numel() if per_channel else 1
+        return t.numel() * t.element_size() + 4 * scales
+    return t.numel() * t.element_size()

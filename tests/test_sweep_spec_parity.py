@@ -1,0 +1,125 @@
+"""What the Benchmark tab runs equals what `python -m bench` runs for the same choices: the SweepSpec each path
+builds, the command line the tab shows, and the spec stored with each sweep in a real SQLite file."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+
+import gradio as gr
+import pytest
+
+from bench.cli import build_parser, spec_from_args
+from chattts_lab.store import Store
+from chattts_lab.env import usable_cores
+from chattts_lab.spec import SweepSpec
+from tests.conftest import ROOT, TINY
+from webui.benchmark_tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
+from webui.context import AppContext
+
+# (the tab's controls set by name, the same choices as `python -m bench` arguments); both written by hand.
+CASES = {
+    "untouched form = no grid arguments": ({}, []),
+    "engines, precisions, ranges, streaming": (
+        dict(engines=["stock", "lab"], precisions=["fp32", "int8"], batches="1-8*2", threads="1-2", tokens="32,64",
+             streams=["off", "on"], repeats=2, warmup=0, min_time_s=0, fidelity=False),
+        ["--engine", "stock,lab", "--precision", "fp32,int8", "--batch", "1-8*2", "--threads", "1-2",
+         "--tokens", "32,64", "--stream", "off,on", "--repeats", "2", "--warmup", "0", "--min-time", "0",
+         "--fidelity", "off"]),
+    "compile (what a CUDA machine's form sends) and the measurement settings": (
+        dict(engines=["lab"], precisions=["int8", "int4"], compiles=["off", "on"], batches="1,4", tokens="16",
+             max_repeats=7, timeout_s=60, memory_budget_mb=3000, fidelity_tokens=16),
+        ["--engine", "lab", "--precision", "int8,int4", "--compile", "off,on", "--batch", "1,4", "--tokens", "16",
+         "--max-repeats", "7", "--timeout", "60", "--memory-budget-mb", "3000", "--fidelity-tokens", "16"]),
+    "empty threads = every usable core": (dict(threads=""), []),
+}
+# The quick preset on a CPU that runs fp32 and int8 with both engines (the machines of this project do).
+QUICK_ARGV = ["--engine", "stock,lab", "--precision", "fp32,int8", "--batch", "1", "--tokens", "32", "--repeats", "2",
+              "--warmup", "1", "--min-time", "0", "--fidelity", "off"]
+
+
+def cli_spec(argv: list[str]):
+    return spec_from_args(build_parser().parse_args(["--model", TINY, *argv]))
+
+
+@pytest.fixture(scope="module")
+def tab(tmp_path_factory):
+    """The real Benchmark tab, built as the app builds it."""
+    out = tmp_path_factory.mktemp("parity")
+    ctx = AppContext(model=TINY, outputs_dir=out, history_db=out / "history.sqlite")
+    with gr.Blocks():
+        built = build_benchmark_tab(ctx)
+    return ctx, built.controls
+
+
+def form_values(controls, choices: dict) -> dict:
+    """What the browser sends: each control's shown value, preprocessed as Gradio does, with `choices` set by name."""
+    values = {component: component.value for component in controls.inputs()}
+    values.update({controls.by_name[name]: value for name, value in choices.items()})
+    return {component: component.preprocess(value) for component, value in values.items()}
+
+
+@pytest.mark.parametrize("choices, argv", CASES.values(), ids=CASES.keys())
+def test_the_tab_builds_the_spec_the_cli_builds(tab, choices, argv):
+    ctx, controls = tab
+    assert spec_from_form(TINY, controls.form(form_values(controls, choices))) == cli_spec(argv)
+
+
+@pytest.mark.parametrize("choices, argv", CASES.values(), ids=CASES.keys())
+def test_the_command_line_the_tab_shows_runs_the_same_spec(tab, choices, argv):
+    ctx, controls = tab
+    form = controls.form(form_values(controls, choices))
+    words = shlex.split(cli_command(TINY, ctx.history_db, form))
+    assert words[:3] == ["python", "-m", "bench"]
+    assert spec_from_args(build_parser().parse_args(words[3:])) == spec_from_form(TINY, form)
+
+
+def test_the_quick_preset_is_stock_against_lab_at_fp32_and_int8_batch_1(tab):
+    ctx, controls = tab
+    shown = controls.show(quick_form())  # what the preset button puts into the controls
+    values = {component: component.preprocess(value) for component, value in shown.items()}
+    assert spec_from_form(TINY, controls.form(values)) == cli_spec(QUICK_ARGV)
+
+
+def _stored_specs(db) -> list[dict]:
+    with Store(db) as store:
+        return [store.sweep(s["id"])["spec"] for s in store.sweeps_list()]
+
+
+def test_the_tab_and_the_cli_store_the_same_spec(tab, tmp_path):
+    ctx, controls = tab
+    # More threads than usable cores: the rule table skips every cell without starting a worker, so both sweeps
+    # end at once; what is compared is the spec each stored.
+    threads = str(usable_cores() + 1)
+    choices = dict(engines=["stock", "lab"], precisions=["fp32", "int8"], batches="1,2", threads=threads,
+                   tokens="8", repeats=1, warmup=0, min_time_s=0, fidelity=False)
+    argv = ["--engine", "stock,lab", "--precision", "fp32,int8", "--batch", "1,2", "--threads", threads,
+            "--tokens", "8", "--repeats", "1", "--warmup", "0", "--min-time", "0", "--fidelity", "off"]
+    ui_db = tmp_path / "ui.sqlite"
+    ui_ctx = AppContext(model=TINY, outputs_dir=tmp_path, history_db=ui_db)
+    updates = list(sweep_updates(ui_ctx, spec_from_form(TINY, controls.form(form_values(controls, choices))), "t"))
+    assert "finished" in updates[-1].status
+    cli_db = tmp_path / "cli.sqlite"
+    done = subprocess.run([sys.executable, "-m", "bench", "--model", TINY, "--db", str(cli_db), *argv,
+                           "--format", "json", "--out", str(tmp_path / "cli-report")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (ui_spec,), (cli_stored,) = _stored_specs(ui_db), _stored_specs(cli_db)
+    assert ui_spec == cli_stored
+    assert ui_spec["engines"] == ["stock", "lab"] and ui_spec["precisions"] == ["fp32", "int8"]
+
+
+def test_the_run_sweep_api_stores_the_spec_the_cli_builds(app_url, app_dir):
+    """`/run_sweep` by parameter name, the new ones (engines, compile, ...) included, against the app's history."""
+    from gradio_client import Client
+
+    threads = str(usable_cores() + 1)  # every cell skipped by rule: see above
+    Client(app_url, verbose=False).predict(
+        devices="cpu", precisions="fp32,int8", batches="1", threads=threads, tokens="8", repeats=1, stream=True,
+        engines="stock,lab", compile=True, warmup=0, min_time_s=0, fidelity=False, api_name="/run_sweep")
+    stored = _stored_specs(app_dir / "history.sqlite")[0]  # the newest sweep
+    argv = ["--engine", "stock,lab", "--precision", "fp32,int8", "--batch", "1", "--threads", threads, "--tokens", "8",
+            "--repeats", "1", "--stream", "on", "--compile", "on", "--warmup", "0", "--min-time", "0",
+            "--fidelity", "off"]
+    assert SweepSpec.from_dict(stored) == cli_spec(argv)
