@@ -33,6 +33,10 @@ CASES = {
         ["--engine", "lab", "--precision", "int8,int4", "--compile", "off,on", "--batch", "1,4", "--tokens", "16",
          "--max-repeats", "7", "--timeout", "60", "--memory-budget-mb", "3000", "--fidelity-tokens", "16"]),
     "empty threads = every usable core": (dict(threads=""), []),
+    "interleaved passes and the drift threshold": (
+        dict(batches="1,2", passes=5, drift_threshold_pct=7.5), ["--batch", "1,2", "--passes", "5",
+                                                                  "--drift-threshold", "7.5"]),
+    "one process per cell (passes 1)": (dict(batches="1,2", passes=1), ["--batch", "1,2", "--passes", "1"]),
 }
 # The quick preset on a CPU that runs fp32 and int8 with both engines (the machines of this project do).
 QUICK_ARGV = ["--engine", "stock,lab", "--precision", "fp32,int8", "--batch", "1", "--tokens", "32", "--repeats", "2",
@@ -93,9 +97,10 @@ def test_the_tab_and_the_cli_store_the_same_spec(tab, tmp_path):
     # end at once; what is compared is the spec each stored.
     threads = str(usable_cores() + 1)
     choices = dict(engines=["stock", "lab"], precisions=["fp32", "int8"], batches="1,2", threads=threads,
-                   tokens="8", repeats=1, warmup=0, min_time_s=0, fidelity=False)
+                   tokens="8", repeats=1, warmup=0, min_time_s=0, fidelity=False, passes=4)
     argv = ["--engine", "stock,lab", "--precision", "fp32,int8", "--batch", "1,2", "--threads", threads,
-            "--tokens", "8", "--repeats", "1", "--warmup", "0", "--min-time", "0", "--fidelity", "off"]
+            "--tokens", "8", "--repeats", "1", "--warmup", "0", "--min-time", "0", "--fidelity", "off",
+            "--passes", "4"]
     ui_db = tmp_path / "ui.sqlite"
     ui_ctx = AppContext(model=TINY, outputs_dir=tmp_path, history_db=ui_db)
     updates = list(sweep_updates(ui_ctx, spec_from_form(TINY, controls.form(form_values(controls, choices))), "t"))
@@ -108,6 +113,7 @@ def test_the_tab_and_the_cli_store_the_same_spec(tab, tmp_path):
     (ui_spec,), (cli_stored,) = _stored_specs(ui_db), _stored_specs(cli_db)
     assert ui_spec == cli_stored
     assert ui_spec["engines"] == ["stock", "lab"] and ui_spec["precisions"] == ["fp32", "int8"]
+    assert ui_spec["passes"] == 4
 
 
 def test_the_run_sweep_api_stores_the_spec_the_cli_builds(app_url, app_dir):

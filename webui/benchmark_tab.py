@@ -21,6 +21,8 @@ import pandas as pd
 
 from chattts_lab import env as lab_env
 from chattts_lab import plots
+from chattts_lab.compare import compare_sweeps as compare_ratios
+from chattts_lab.compare import sweep_comparison
 from chattts_lab.devices import parse_device
 from chattts_lab.env import usable_cores
 from chattts_lab.grid import bool_list, describe, estimate_grid, int_list, refuse_huge_grid
@@ -28,10 +30,11 @@ from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.precision import ENGINES, PRECISIONS, extra_precisions, unsupported_reason
 from chattts_lab.recommend import recommend
 from chattts_lab.report import TABLE_COLUMNS, environment_lines, results_frame, write_reports
-from chattts_lab.results import STATUSES
+from chattts_lab.results import STATUSES, CellResult
 from chattts_lab.spec import SpecError, SweepSpec
 from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
-from chattts_lab.sweep import CellFinished, CellStarted, FidelityStarted, SweepFinished, SweepStarted, run_sweep
+from chattts_lab.sweep import (CellFinished, CellStarted, FidelityStarted, PassStarted, SweepFinished, SweepPlanned,
+                               SweepStarted, run_sweep)
 from webui import figures
 from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import devices
@@ -68,6 +71,8 @@ class SweepForm:
     memory_budget_mb: float | None = None
     fidelity: bool = True
     fidelity_tokens: int = 32
+    passes: int = SweepSpec.passes  # interleaved passes; 1 runs each cell in its own process, back to back
+    drift_threshold_pct: float = SweepSpec.drift_threshold_pct
 
 
 def quick_form() -> SweepForm:
@@ -102,6 +107,8 @@ def spec_from_form(model: str, form: SweepForm, history_db=None) -> SweepSpec:
             timeout_s=_number(form.timeout_s, "timeout per cell"), fidelity=bool(form.fidelity),
             fidelity_tokens=_number(form.fidelity_tokens, "fidelity tokens", int),
             memory_budget_mb=None if form.memory_budget_mb in (None, "") else float(form.memory_budget_mb),
+            passes=_number(form.passes, "passes", int),
+            drift_threshold_pct=_number(form.drift_threshold_pct, "drift threshold"),
         )
         refuse_huge_grid(spec.validate(), history_db)  # too large to finish: refused with the estimate
         return spec
@@ -118,7 +125,8 @@ def cli_command(model: str, db: str, form: SweepForm) -> str:
     args += ["--tokens", str(form.tokens), "--repeats", str(int(form.repeats)), "--warmup", str(int(form.warmup)),
              "--min-time", f"{float(form.min_time_s):g}", "--max-repeats", str(int(form.max_repeats)),
              "--timeout", f"{float(form.timeout_s):g}", "--fidelity", "on" if form.fidelity else "off",
-             "--fidelity-tokens", str(int(form.fidelity_tokens))]
+             "--fidelity-tokens", str(int(form.fidelity_tokens)), "--passes", str(int(form.passes)),
+             "--drift-threshold", f"{float(form.drift_threshold_pct):g}"]
     if form.memory_budget_mb not in (None, ""):
         args += ["--memory-budget-mb", f"{float(form.memory_budget_mb):g}"]
     return "python -m bench " + shlex.join(args)
@@ -212,13 +220,30 @@ class SweepUpdate:
     results: pd.DataFrame | None = None
     status: str | None = None
     sweep_id: int | None = None
+    cells: Sequence[CellResult] = ()  # the rows of `results`, in order, with their raw timed calls
 
 
-def progress_html(done: int, total: int, text: str) -> str:
-    pct = 100 * done / total if total else 0
-    return (f'<div class="sweep-progress" data-done="{done}" data-total="{total}">'
-            f'<progress max="{max(total, 1)}" value="{done}" style="width:100%"></progress>'
-            f"<div>{html.escape(text)} ({pct:.0f} %)</div></div>")
+@dataclass(frozen=True)
+class Progress:
+    """How far a sweep is. Interleaved cells end only with the last pass, so until then the bar counts the timed
+    calls of the passes started (`calls` of `total_calls`); `done` counts cells with a row."""
+
+    total: int  # cells in the sweep
+    done: int = 0
+    pass_no: int = 0  # 1-based number of the pass running; 0 before the first
+    passes: int = 0
+    calls: int = 0  # timed calls of the passes started so far
+    total_calls: int = 0
+
+    def html(self, text: str) -> str:
+        value, top = (self.calls, self.total_calls) if self.total_calls and self.done < self.total else (
+            self.done, self.total)
+        pct = 100 * value / top if top else 0
+        return (f'<div class="sweep-progress" data-done="{self.done}" data-total="{self.total}" '
+                f'data-pass="{self.pass_no}" data-passes="{self.passes}" data-calls="{self.calls}" '
+                f'data-total-calls="{self.total_calls}">'
+                f'<progress max="{max(top, 1)}" value="{value}" style="width:100%"></progress>'
+                f"<div>{html.escape(text)} ({pct:.0f} %)</div></div>")
 
 
 def display_frame(df: pd.DataFrame) -> pd.DataFrame:
@@ -237,28 +262,43 @@ FINISH_NOTES = {"finished": "finished", "cancelled": "stopped: every finished ro
 def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str) -> Iterator[SweepUpdate]:
     """Run a sweep, describing its progress after every event; the Stop button of `session` ends it."""
     flag = STOPS.start(session)
-    results, total, sweep_id = [], len(spec.expand()), None
+    results, sweep_id, plan = [], None, ""
+    progress = Progress(total=len(spec.expand()))
     try:
         with ctx.model_work:  # nothing else touches the CPU's model work while cells are timed
             for event in run_sweep(spec, ctx.history_db, should_stop=flag.is_set):
                 if isinstance(event, SweepStarted):
                     sweep_id = event.sweep_id
-                    yield SweepUpdate(progress_html(0, total, "starting"), results_frame(results),
-                                      f"Sweep {sweep_id} running: {total} cell(s).", sweep_id)
+                    yield SweepUpdate(progress.html("starting"), results_frame(results),
+                                      f"Sweep {sweep_id} running: {progress.total} cell(s).", sweep_id, results)
                 elif isinstance(event, CellStarted):
+                    # once per cell: when its process starts (interleaved cells then wait for their passes)
                     eta = f", about {describe(event.eta_s)} left" if event.eta_s else ""
-                    yield SweepUpdate(progress_html(len(results), total, f"measuring {event.config.label}{eta}"))
+                    yield SweepUpdate(progress.html(f"measuring {event.config.label}{eta}"))
+                elif isinstance(event, SweepPlanned):
+                    plan = event.plan
+                    yield SweepUpdate(progress.html("workers loaded"), status=f"Sweep {sweep_id} running. {plan}")
+                elif isinstance(event, PassStarted):
+                    calls = progress.calls if progress.pass_no else 0
+                    progress = replace(progress, pass_no=event.pass_no + 1, passes=event.passes,
+                                       calls=calls + len(event.order),
+                                       total_calls=calls + len(event.order) * (event.passes - event.pass_no))
+                    yield SweepUpdate(progress.html(f"pass {event.pass_no + 1} of {event.passes}: one timed call "
+                                                    f"of each of {len(event.order)} cell(s)"))
                 elif isinstance(event, CellFinished):
                     results.append(event.result)
+                    progress = replace(progress, done=len(results))
                     label = f"{event.result.config.label}: {event.result.status}"
-                    yield SweepUpdate(progress_html(len(results), total, label), results_frame(results))
+                    yield SweepUpdate(progress.html(label), results_frame(results), cells=list(results))
                 elif isinstance(event, FidelityStarted):
-                    yield SweepUpdate(progress_html(len(results), total, f"fidelity check: {event.precision} on "
-                                                                           f"{event.device} vs fp32"))
+                    yield SweepUpdate(progress.html(f"fidelity check: {event.precision} on {event.device} vs fp32"))
                 elif isinstance(event, SweepFinished):
                     note = FINISH_NOTES.get(event.status, event.status)
-                    yield SweepUpdate(progress_html(len(event.results), total, note), results_frame(event.results),
-                                      f"Sweep {sweep_id} {note}.", sweep_id)
+                    progress = replace(progress, done=len(event.results))
+                    drift = (event.drift or {}).get("sentence", "")
+                    yield SweepUpdate(progress.html(note), results_frame(event.results),
+                                      " ".join(filter(None, [f"Sweep {sweep_id} {note}.", drift, plan])), sweep_id,
+                                      event.results)
     finally:
         STOPS.done(session)
 
@@ -285,12 +325,13 @@ def _csv(text: str) -> tuple[str, ...]:
 def api_run_sweep(ctx: AppContext, devices: str = "cpu", precisions: str = "fp32", batches: str = "1",
                   threads: str = "", tokens: str = "32", repeats: int = 1, stream: bool = False,
                   engines: str = "stock", compile: bool = False, warmup: int = 0, min_time_s: float = 0.0,
-                  fidelity: bool = False):
+                  fidelity: bool = False, passes: int = SweepSpec.passes):
     """The `/run_sweep` API: comma lists as in `python -m bench` (empty threads: every usable core); returns the
     results table when done. The first seven parameters keep the README's order; later ones have defaults."""
     form = replace(SweepForm(), devices=_csv(devices), precisions=_csv(precisions), batches=batches, threads=threads,
                    tokens=tokens, repeats=repeats, streams=(ON_OFF[bool(stream)],), engines=_csv(engines),
-                   compiles=(ON_OFF[bool(compile)],), warmup=warmup, min_time_s=min_time_s, fidelity=fidelity)
+                   compiles=(ON_OFF[bool(compile)],), warmup=warmup, min_time_s=min_time_s, fidelity=fidelity,
+                   passes=passes)
     final = pd.DataFrame()
     for update in sweep_updates(ctx, spec_from_form(ctx.model, form, ctx.history_db), uuid.uuid4().hex):
         if update.results is not None:
@@ -311,12 +352,16 @@ def load_sweeps(ctx: AppContext, sweep_ids) -> SweepUpdate:
     """Stored sweeps, to show in the results table and plots."""
     if not sweep_ids:
         raise gr.Error("Pick one or more sweeps from the history first.")
-    df = cells_frame(ctx.history_db, [int(i) for i in sweep_ids])
-    return SweepUpdate(results=df, status=f"Showing sweep(s) {', '.join(map(str, sweep_ids))}.")
+    ids = [int(i) for i in sweep_ids]
+    df = cells_frame(ctx.history_db, ids)
+    with Store(ctx.history_db) as store:  # the same rows in the same order as cells_frame, with their timed calls
+        cells = [r for sid in ids if store.sweep(sid) for r in store.results(sid)]
+    return SweepUpdate(results=df, status=f"Showing sweep(s) {', '.join(map(str, sweep_ids))}.", cells=cells)
 
 
 def compare_sweeps(ctx: AppContext, a, b, metric: str):
-    """(side-by-side table, figure, markdown naming each sweep's machine)."""
+    """(side-by-side table with each configuration's speed ratio B/A and its interval, figure, markdown naming
+    each sweep's machine)."""
     if a is None or b is None or a == b:
         raise gr.Error("Pick two different sweeps to compare.")
     ids = [int(a), int(b)]
@@ -327,7 +372,9 @@ def compare_sweeps(ctx: AppContext, a, b, metric: str):
         for sid in ids:
             sweep = store.sweep(sid)
             envs.append(f"- **#{sid}**: {lab_env.summary(sweep['environment'])}" if sweep else f"- #{sid}: missing")
-    return table, fig, "\n".join(envs)
+    ratios = compare_ratios(ctx.history_db, ids)  # from each configuration's raw timed calls, with an interval
+    speeds = [f"- {r.configuration}: {r.phrase}" for r in ratios.itertuples()] or ["- no configuration ok in both"]
+    return table, fig, "\n".join(envs + ["", f"**Speed, sweep #{ids[1]} against #{ids[0]}:**", *speeds])
 
 
 def import_bundle_handler(ctx: AppContext, file):
@@ -361,7 +408,9 @@ def download_reports(ctx: AppContext, df: pd.DataFrame | None, sweep_id):
         if sweep:
             env, meta = sweep["environment"], {k: sweep[k] for k in ("id", "uuid", "created_at", "status", "spec")}
     frame = df.drop(columns=[c for c in ("sweep_id", "machine", "created_at") if c in df])
-    paths = write_reports(frame, env, fidelity, ctx.files_dir / f"report-{uuid.uuid4().hex[:8]}", ("csv", "json", "html"), meta)
+    comparisons = sweep_comparison(ctx.history_db, int(ids[0])) if len(ids) == 1 and meta else None
+    paths = write_reports(frame, env, fidelity, ctx.files_dir / f"report-{uuid.uuid4().hex[:8]}", ("csv", "json", "html"), meta,
+                          comparisons=comparisons)
     return [str(p) for p in paths.values()]
 
 
@@ -421,7 +470,7 @@ class SweepView:
             out[self.sweep_id] = update.sweep_id
         if update.results is not None:
             df = update.results
-            out |= {self.table: display_frame(df), self.results: df, self.gain: figures.gain_sentence(df)}
+            out |= {self.table: display_frame(df), self.results: df, self.gain: figures.gain_sentence(df, update.cells)}
             out |= {self.plots[name]: fig for name, fig in figures.all_figures(df).items()}
         return out
 
@@ -441,7 +490,8 @@ class HistoryView:
     def refresh(self, ctx: AppContext) -> dict:
         frame = sweeps_frame(ctx.history_db)
         choices = _sweep_choices(frame)
-        show = frame[["id", "created_at", "status", "origin", "machine", "model", "n_cells", "n_ok"]]
+        show = frame[["id", "created_at", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
+                      "noisy"]]
         return {self.table: show, **{dd: gr.update(choices=choices) for dd in (self.pick, self.cmp_a, self.cmp_b)}}
 
 
@@ -493,6 +543,9 @@ def build_sweep_controls(form: SweepForm) -> SweepControls:
         c["tokens"] = gr.Textbox(form.tokens, label="Audio tokens", info=f"{STEPS_PER_AUDIO_SECOND:.3g} per second of audio", elem_id="sw-tokens")
     with gr.Row():
         c["repeats"] = gr.Number(form.repeats, precision=0, minimum=1, label="Repeats", elem_id="sw-repeats")
+        c["passes"] = gr.Number(form.passes, precision=0, minimum=1, label="Interleaved passes",
+                                info="each pass times every cell once, in a fresh random order (Repeats and Min "
+                                     "seconds then do not apply); 1: each cell in its own process", elem_id="sw-passes")
         c["warmup"] = gr.Number(form.warmup, precision=0, minimum=0, label="Warm-up calls", elem_id="sw-warmup")
         c["min_time_s"] = gr.Number(form.min_time_s, minimum=0, label="Min seconds per cell", elem_id="sw-min-time")
         c["fidelity"] = gr.Checkbox(form.fidelity, label="Fidelity check (drift from fp32)", elem_id="sw-fidelity")
@@ -505,6 +558,9 @@ def build_sweep_controls(form: SweepForm) -> SweepControls:
                                               info="empty: no limit; over it a cell is oom", elem_id="sw-memory-budget")
             c["fidelity_tokens"] = gr.Number(form.fidelity_tokens, precision=0, minimum=2, label="Fidelity tokens",
                                              elem_id="sw-fidelity-tokens")
+        with gr.Row():
+            c["drift_threshold_pct"] = gr.Number(form.drift_threshold_pct, minimum=0.1, label="Drift threshold (%)",
+                                                 info="above it the sweep is marked noisy", elem_id="sw-drift-threshold")
     gr.Markdown(axes_note(), elem_id="sw-axes-note")
     missing = {f.name for f in fields(SweepForm)} ^ set(c)
     assert not missing, f"SweepForm fields without a control (or the reverse): {missing}"

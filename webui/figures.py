@@ -3,11 +3,15 @@ sentence over the plots that says what the sweep found."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import pandas as pd
 import plotly.graph_objects as go
 
 from chattts_lab import plots
+from chattts_lab.compare import cell_ratio
 from chattts_lab.recommend import pareto_mask
+from chattts_lab.results import CellResult
 
 # Rows are compared only when measured the same way apart from engine, precision and compile, and in one sweep
 # (sweeps loaded together from the history may come from other machines or days).
@@ -35,36 +39,41 @@ def all_figures(df: pd.DataFrame) -> dict[str, go.Figure]:
     return {name: make(df) for name, make in FIGURES.items()}
 
 
-def gain_sentence(df: pd.DataFrame) -> str:
+def gain_sentence(df: pd.DataFrame, cells: Sequence[CellResult]) -> str:
     """How the fastest configuration compares with ChatTTS as shipped (stock fp32, no compile), in one sentence.
 
-    Only ok rows measured the same way (COMPARABLE) are compared; the pair with the largest gain is named.
-    RTF is compute seconds per audio second, so stock RTF / other RTF is how many times faster the other is.
-    Empty until a stock fp32 row and another ok row exist.
+    `cells` are the rows of `df` in order (df's index is the position in it), with their raw timed calls: the
+    ratio and its 95 % interval come from those (chattts_lab.compare.cell_ratio), so "no difference measured"
+    is said when the interval contains 1. Only ok rows measured the same way (COMPARABLE) are compared; the pair
+    with the largest gain in RTF (compute seconds per audio second) is named. Empty until a stock fp32 row and
+    another ok row exist.
     """
     ok = df[(df["status"] == "ok") & df["rtf"].notna()] if len(df) else df
-    if ok.empty:
+    if ok.empty or len(cells) != len(df):
         return ""
     is_base = (ok["engine"] == "stock") & (ok["precision"] == "fp32") & ~ok["compile"].astype(bool)
     if not is_base.any():
         return "Add stock fp32 to the sweep to see the gain over ChatTTS as shipped."
     same = [c for c in COMPARABLE if c in ok]
     best = None
-    for _, base in ok[is_base].iterrows():
+    for base_at, base in ok[is_base].iterrows():
         rivals = ok[~is_base & ok[same].eq(base[same]).all(axis=1)]
         if rivals.empty:
             continue
-        fastest = rivals.loc[rivals["rtf"].astype(float).idxmin()]
-        ratio = float(base["rtf"]) / float(fastest["rtf"])
-        if best is None or ratio > best[0]:
-            best = (ratio, fastest, base)
+        fastest_at = rivals["rtf"].astype(float).idxmin()
+        gain = float(base["rtf"]) / float(rivals.loc[fastest_at, "rtf"])
+        if best is None or gain > best[0]:
+            best = (gain, fastest_at, base_at)
     if best is None:
         return ""
-    ratio, fastest, base = best
+    _, fastest_at, base_at = best
+    fastest, base = df.loc[fastest_at], df.loc[base_at]
+    positions = {label: i for i, label in enumerate(df.index)}
     name = f"{fastest['engine']} {fastest['precision']}" + (" compiled" if fastest["compile"] else "")
-    verdict = f"{ratio:.1f}x faster" if ratio >= 1 else f"{1 / ratio:.1f}x slower"
+    where = f"on {base['machine']}" if base.get("machine") else "on this machine"  # sweeps loaded from the history
+    ratio = cell_ratio(cells[positions[fastest_at]], cells[positions[base_at]])
     context = (f"{base['device']}, batch {int(base['batch_size'])}, {int(base['threads'])} threads, "
                f"{int(base['tokens'])} tokens" + (", streaming" if base["stream"] else ""))
-    where = f"on {base['machine']}" if base.get("machine") else "on this machine"  # sweeps loaded from the history
-    return (f"**{name} is {verdict} than stock fp32 {where}** (RTF {float(fastest['rtf']):.3g} vs "
-            f"{float(base['rtf']):.3g}; {context}; RTF is compute seconds per audio second).")
+    return (f"**{ratio.phrase(name, 'stock fp32')} {where}** (RTF {float(fastest['rtf']):.3g} vs "
+            f"{float(base['rtf']):.3g}; {context}; RTF is compute seconds per audio second; the interval is from "
+            f"the raw timed calls).")
