@@ -144,8 +144,13 @@ def check_report_files(page, rows: list[dict[str, str]]) -> None:
     assert set(TABLE_COLUMNS) <= set(table[0])
     assert [(r["engine"], r["precision"], r["status"]) for r in table] == expected
     assert [float(r["rtf"]) for r in table] == pytest.approx([float(r["rtf"]) for r in rows], rel=0.01)
-    cells = json.loads(fetch("json"))["cells"]
+    report = json.loads(fetch("json"))
+    cells = report["cells"]
     assert [(c["engine"], c["precision"], c["status"]) for c in cells] == expected
+    # the drift check and a ratio with its interval for every ok cell after the first of its kind
+    assert report["comparisons"]["drift"]["sentence"]
+    assert len(report["comparisons"]["ratios"]) == sum(status == "ok" for *_, status in expected) - 1
+    assert all("95% CI" in r["phrase"] for r in report["comparisons"]["ratios"])
     html_rows = ResultsTable()
     html_rows.feed(fetch("html"))
     header, *body = html_rows.rows

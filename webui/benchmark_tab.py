@@ -399,7 +399,7 @@ def export_bundle_handler(ctx: AppContext, sweep_ids):
 def download_reports(ctx: AppContext, df: pd.DataFrame | None, sweep_id):
     if df is None or len(df) == 0:
         raise gr.Error("Run or load a sweep first.")
-    env, fidelity, meta = {}, [], None
+    env, fidelity, meta, comparisons = {}, [], None, None
     ids = sorted(set(df["sweep_id"])) if "sweep_id" in df else [sweep_id] if sweep_id else []
     if len(ids) == 1:
         with Store(ctx.history_db) as store:
@@ -407,10 +407,10 @@ def download_reports(ctx: AppContext, df: pd.DataFrame | None, sweep_id):
             fidelity = store.fidelity(int(ids[0]))
         if sweep:
             env, meta = sweep["environment"], {k: sweep[k] for k in ("id", "uuid", "created_at", "status", "spec")}
+            comparisons = sweep_comparison(ctx.history_db, int(ids[0]))  # drift and every ratio with its interval
     frame = df.drop(columns=[c for c in ("sweep_id", "machine", "created_at") if c in df])
-    comparisons = sweep_comparison(ctx.history_db, int(ids[0])) if len(ids) == 1 and meta else None
-    paths = write_reports(frame, env, fidelity, ctx.files_dir / f"report-{uuid.uuid4().hex[:8]}", ("csv", "json", "html"), meta,
-                          comparisons=comparisons)
+    out_dir = ctx.files_dir / f"report-{uuid.uuid4().hex[:8]}"
+    paths = write_reports(frame, env, fidelity, out_dir, ("csv", "json", "html"), meta, comparisons=comparisons)
     return [str(p) for p in paths.values()]
 
 
@@ -560,7 +560,8 @@ def build_sweep_controls(form: SweepForm) -> SweepControls:
                                              elem_id="sw-fidelity-tokens")
         with gr.Row():
             c["drift_threshold_pct"] = gr.Number(form.drift_threshold_pct, minimum=0.1, label="Drift threshold (%)",
-                                                 info="above it the sweep is marked noisy", elem_id="sw-drift-threshold")
+                                                 info="above it the sweep is marked noisy",
+                                                 elem_id="sw-drift-threshold")
     gr.Markdown(axes_note(), elem_id="sw-axes-note")
     missing = {f.name for f in fields(SweepForm)} ^ set(c)
     assert not missing, f"SweepForm fields without a control (or the reverse): {missing}"
