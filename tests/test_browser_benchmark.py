@@ -282,7 +282,10 @@ def test_history_compares_two_machines_via_a_bundle(page, tmp_path, finished_swe
     page.click("#cmp-run")
     page.locator("#cmp-envs").filter(has_text="Other CPU").wait_for(timeout=LONG)
     page.locator("#cmp-fig .js-plotly-plot").wait_for(timeout=LONG)
-    assert "Other CPU" in page.locator("#cmp-envs").inner_text()
+    compared = page.locator("#cmp-envs").inner_text()
+    assert "Other CPU" in compared
+    # each configuration's speed ratio from its raw timed calls, with its interval (or why there is none)
+    assert "Speed, sweep #" in compared and ("95% CI" in compared or "too few timed calls" in compared), compared
     assert len(table_rows(page, "cmp-table")) >= 1
 
     bad = tmp_path / "broken.json"

@@ -360,8 +360,8 @@ def load_sweeps(ctx: AppContext, sweep_ids) -> SweepUpdate:
 
 
 def compare_sweeps(ctx: AppContext, a, b, metric: str):
-    """(side-by-side table with each configuration's speed ratio B/A and its interval, figure, markdown naming
-    each sweep's machine)."""
+    """(side-by-side table, figure, markdown naming each sweep's machine and giving each configuration's speed
+    ratio, B against A, with its interval)."""
     if a is None or b is None or a == b:
         raise gr.Error("Pick two different sweeps to compare.")
     ids = [int(a), int(b)]
