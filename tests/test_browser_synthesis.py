@@ -13,7 +13,7 @@ import soundfile as sf
 from playwright.sync_api import expect
 
 from tests.conftest import SCREENSHOTS
-from tests.ui import LONG, audio_href, close_toasts, open_accordion, pick_option, set_number, wait_new_audio, wait_toast
+from tests.ui import LONG, audio_href, close_toasts, open_accordion, pick_option, set_number, set_text, wait_new_audio, wait_toast
 
 pytestmark = pytest.mark.browser
 
@@ -93,7 +93,7 @@ def test_voice_card_exports_and_reimports_the_same_voice(page, tmp_path):
     pick_option(page, "preset", "Cleo")
     page.wait_for_function("() => document.querySelector('#voice-seed input').value === '2222'")
     set_number(page, "temperature", 0.42)
-    set_number(page, "audio-seed", 7)
+    set_text(page, "audio-seed", 7)
     generate(page, text, tokens=16, min_tokens=16)
     original = samples(page, wait_new_audio(page))
 
@@ -128,9 +128,25 @@ def test_voice_card_exports_and_reimports_the_same_voice(page, tmp_path):
     assert len(other) != len(original) or not np.allclose(other, original)
 
 
+def test_a_blank_sampling_seed_draws_anew_and_a_typed_one_repeats(page):
+    """"Blank: random" must hold in the browser: a number box would send 0 for blank, the same seed every time."""
+    generate(page, "Same voice, new draw?", tokens=16, min_tokens=16)
+    first = wait_new_audio(page)
+    page.click("#generate")
+    second = wait_new_audio(page, previous=first)
+    assert not np.array_equal(samples(page, first), samples(page, second))
+
+    set_text(page, "audio-seed", 3)
+    page.click("#generate")
+    third = wait_new_audio(page, previous=second)
+    page.click("#generate")
+    fourth = wait_new_audio(page, previous=third)
+    assert np.array_equal(samples(page, third), samples(page, fourth))
+
+
 def test_a_seed_voice_and_its_speaker_string_sound_the_same_and_a_random_voice_does_not(page):
     text = "Which voice is speaking now?"
-    set_number(page, "audio-seed", 11)
+    set_text(page, "audio-seed", 11)
     generate(page, text, tokens=16, min_tokens=16)
     first = wait_new_audio(page)
     by_seed = samples(page, first)

@@ -22,6 +22,13 @@ def set_number(page, elem_id: str, value) -> None:
     box.press("Tab")
 
 
+def set_text(page, elem_id: str, value) -> None:
+    """Type into a Textbox and commit it."""
+    box = page.locator(f"#{elem_id} input, #{elem_id} textarea").first
+    box.fill(str(value))
+    box.press("Tab")
+
+
 def wait_toast(page, pattern: str, timeout: int = LONG):
     toast = page.locator(".toast-body").filter(has_text=re.compile(pattern))
     toast.first.wait_for(timeout=timeout)

@@ -46,8 +46,8 @@ class Form:
     temperature: float
     top_p: float
     top_k: int
-    audio_seed: float | None
-    text_seed: float | None
+    audio_seed: str | None  # seed boxes are text: blank means random
+    text_seed: str | None
     refine: bool
     oral: int
     laugh: int
@@ -64,7 +64,20 @@ class Form:
 
 
 def _seed(value) -> int | None:
-    return None if value is None or value == "" else int(value)
+    """A seed as typed: blank is random (a new draw every time), otherwise a whole number of 0 or more.
+    The boxes are text, not gr.Number: a Number shows and sends 0 for "no value", so blank could never mean random."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    text = (value or "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise InvalidRequest(f"a seed is a whole number of 0 or more, or blank for random; got {text!r}")
+    return int(text)
+
+
+def _seed_text(seed: int | None) -> str:
+    return "" if seed is None else str(seed)
 
 
 def _voice(ctx: AppContext, settings: RuntimeSettings, form: Form, imported_code: str | None) -> Voice:
@@ -233,7 +246,7 @@ def import_card(ui: SynthesisTab, file):
         ui.voice_mode: mode, ui.voice_seed: card.seed, ui.speaker: card.speaker or "",
         ui.sample_text: card.sample_text or "", ui.imported_code: card.sample_audio_code,
         ui.temperature: s.temperature, ui.top_p: s.top_p, ui.top_k: s.top_k,
-        ui.audio_seed: s.audio_seed, ui.text_seed: s.text_seed,
+        ui.audio_seed: _seed_text(s.audio_seed), ui.text_seed: _seed_text(s.text_seed),
         ui.refine: r.enabled, ui.oral: r.oral, ui.laugh: r.laugh, ui.brk: r.break_,
         ui.speed: card.speed, ui.card_name: card.name, ui.card_in: None,
     }
@@ -306,8 +319,8 @@ class SynthesisTab:
     temperature: gr.Slider
     top_p: gr.Slider
     top_k: gr.Slider
-    audio_seed: gr.Number
-    text_seed: gr.Number
+    audio_seed: gr.Textbox
+    text_seed: gr.Textbox
     refine: gr.Checkbox
     oral: gr.Slider
     laugh: gr.Slider
@@ -402,9 +415,10 @@ def _build_layout() -> SynthesisTab:
                     top_p = gr.Slider(0.1, 1.0, value=DEFAULT_SAMPLING.top_p, step=0.05, label="Top-P")
                     top_k = gr.Slider(1, 50, value=DEFAULT_SAMPLING.top_k, step=1, label="Top-K")
                 with gr.Row():
-                    audio_seed = gr.Number(value=None, precision=0, label="Sampling seed (blank: random)", minimum=0,
-                                           elem_id="audio-seed")
-                    text_seed = gr.Number(value=None, precision=0, label="Text seed (refine)", minimum=0)
+                    audio_seed = gr.Textbox("", label="Sampling seed", placeholder="blank: random", max_lines=1,
+                                            elem_id="audio-seed")
+                    text_seed = gr.Textbox("", label="Text seed (refine)", placeholder="blank: random", max_lines=1,
+                                           elem_id="text-seed")
                     speed = gr.Slider(0, 9, value=DEFAULT_REQUEST.speed, step=1, label="Speed")
                 with gr.Row():
                     refine = gr.Checkbox(label="Refine text first", value=DEFAULT_REFINE.enabled)
