@@ -192,19 +192,23 @@ def test_quick_preset_states_the_gain_and_every_panel_sees_the_sweep_without_rel
     assert page.locator("#cmp-a input").first.input_value().startswith(f"#{sweep_id} ")
 
 
+def run_small_sweep(page, batches: str, cells: int, **settings) -> None:
+    """Start an 8-token sweep over `batches` with no warm-up or fidelity pass, once the estimate shows its cells."""
+    fill(page, "sw-batches", batches)
+    fill(page, "sw-tokens", "8")
+    fill(page, "sw-warmup", 0)
+    for name, value in settings.items():
+        fill(page, "sw-" + name.replace("_", "-"), value)
+    page.uncheck("#sw-fidelity input")
+    page.locator("#sw-estimate").filter(has_text=f"{cells} cell(s)").wait_for(timeout=LONG)
+    page.click("#sw-run")
+
+
 def test_stop_keeps_the_finished_rows_and_cancels_the_rest(page, app_dir):
     open_tab(page, "Benchmark")
     # One process per cell (passes 1): twelve cells, and Stop is clicked as soon as the UI shows one finished: the
     # sweep is stopped with cells still to run however fast this machine is.
-    fill(page, "sw-batches", "1-12")
-    fill(page, "sw-tokens", "8")
-    fill(page, "sw-passes", 1)
-    fill(page, "sw-repeats", 1)
-    fill(page, "sw-warmup", 0)
-    fill(page, "sw-min-time", 0)
-    page.uncheck("#sw-fidelity input")
-    page.locator("#sw-estimate").filter(has_text="12 cell(s)").wait_for(timeout=LONG)
-    page.click("#sw-run")
+    run_small_sweep(page, "1-12", 12, passes=1, repeats=1, min_time=0)
     page.wait_for_function("Number(document.querySelector('#sw-progress .sweep-progress')?.dataset.done) >= 1",
                            timeout=LONG)
     page.click("#sw-stop")
@@ -227,13 +231,7 @@ def test_stop_during_interleaved_passes_keeps_every_finished_pass(page, app_dir)
     open_tab(page, "Benchmark")
     # Three cells in more passes than any machine finishes before the Stop lands; Stop is clicked once the second
     # pass has started (the progress element says so), so every cell has finished at least one timed pass.
-    fill(page, "sw-batches", "1-3")
-    fill(page, "sw-tokens", "8")
-    fill(page, "sw-passes", 5000)
-    fill(page, "sw-warmup", 0)
-    page.uncheck("#sw-fidelity input")
-    page.locator("#sw-estimate").filter(has_text="3 cell(s)").wait_for(timeout=LONG)
-    page.click("#sw-run")
+    run_small_sweep(page, "1-3", 3, passes=5000)
     page.wait_for_function("Number(document.querySelector('#sw-progress .sweep-progress')?.dataset.pass) >= 2",
                            timeout=LONG)
     assert "of 5000" in page.locator("#sw-progress").inner_text()
