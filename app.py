@@ -13,7 +13,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 
-from webui import openai_api, present, security  # noqa: E402
+from chattts_lab.batcher import BatchPolicy  # noqa: E402
+from webui import openai_api, present, security, speech  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
 from webui.context import AppContext, bind  # noqa: E402
 from webui.synthesis_tab import apply_settings, build_synthesis_tab  # noqa: E402
@@ -49,6 +50,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--share", action="store_true", help="also open a temporary public gradio.live link")
     p.add_argument("--model", default=os.environ.get("CHATTTS_LAB_MODEL", "auto"),
                    help="auto (default), hf, synthetic, synthetic-tiny or a local folder")
+    p.add_argument("--max-batch", type=int, default=BatchPolicy.max_batch, metavar="N",
+                   help=f"serve requests that arrive together in batches of up to N texts (default "
+                        f"{BatchPolicy.max_batch}; 1 serves one at a time)")
+    p.add_argument("--max-wait-ms", type=float, default=BatchPolicy.max_wait_ms, metavar="MS",
+                   help=f"how long a lone request waits for others to share its batch (default {BatchPolicy.max_wait_ms:g})")
     p.add_argument("--enable-monitoring", action="store_true", help="serve Gradio's /monitoring dashboard (off by default)")
     return p.parse_args(argv)
 
@@ -58,7 +64,12 @@ def main(argv=None) -> None:
     auth = tuple(args.auth.split(":", 1)) if args.auth else None
     if args.auth and ":" not in args.auth:
         raise SystemExit("--auth takes user:pass")
-    ctx = AppContext.from_env(args.model, api_key=args.auth)
+    try:
+        batching = BatchPolicy(args.max_batch, args.max_wait_ms)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    ctx = AppContext.from_env(args.model, api_key=args.auth, batching=batching)
+    speech.preload(ctx, speech.serving_settings(ctx))
     demo = build_app(ctx)
     demo.queue(default_concurrency_limit=4)
     app, _, _ = demo.launch(

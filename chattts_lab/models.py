@@ -187,6 +187,11 @@ def validate(config: LoadConfig) -> torch.device:
     return device
 
 
+def loaded(config: LoadConfig) -> LoadedModel | None:
+    """The model for this configuration if it is already loaded, without loading it."""
+    return _cache.get(replace(config, threads=None))
+
+
 def load_model(config: LoadConfig) -> LoadedModel:
     """Load (or reuse) ChatTTS for this configuration. Raises a clear error for what cannot run."""
     device = validate(config)

@@ -38,6 +38,8 @@ class Measurements:
     effective: dict  # device, dtype per submodule, threads, compile: what actually took effect
     ttfa_s: float | None = None  # time to first audio, when streamed
     interrupted: bool = False
+    queue_wait_s: float = 0.0  # waiting for the model before this call began (served requests)
+    batch_requests: int = 1  # requests served together in this one batched generation
 
     @property
     def rtf(self) -> float | None:
@@ -85,6 +87,12 @@ class StreamChunk:
     audio: list[np.ndarray]  # the new samples of each text since the last chunk
     elapsed_s: float  # since the call started
     index: int
+    synthetic: bool = False  # made by random weights: the timing is real, the audio is noise
+    queue_wait_s: float = 0.0  # served requests: waiting for the model before this batch began
+    batch_requests: int = 1  # served requests: requests sharing this batched generation
+    synthetic: bool = False  # made by random weights: the timing is real, the audio is noise
+    queue_wait_s: float = 0.0  # served requests: waiting for the model before this batch began
+    batch_requests: int = 1  # served requests: requests sharing this batched generation
 
 
 @dataclass
@@ -100,13 +108,15 @@ class _Call:
 
 
 def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | None = None,
-               stop: threading.Event | None = None) -> SynthesisOutput:
+               stop: threading.Event | None = None, checked: bool = False) -> SynthesisOutput:
     """Synthesize every text of the request in one batch and measure it.
 
     `threads` overrides the model's thread count for this call (None keeps it). Setting `stop` (from any
     thread, even before the call begins) ends the generation after the current GPT step, keeping what it has.
+    `checked`: the caller validated the request in parts (requests merged into one batch may together
+    exceed the limits of one request).
     """
-    request = validate_request(request)
+    request = request if checked else validate_request(request)
     with model.lock, _memory_errors_explained(model, request):
         call = _begin(model, request, threads, stop)
         with call.recorder.attached(model.chat), call.memory:
@@ -117,11 +127,12 @@ def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | Non
 
 
 def synthesize_stream(
-    model: LoadedModel, request: SynthesisRequest, threads: int | None = None, stop: threading.Event | None = None
+    model: LoadedModel, request: SynthesisRequest, threads: int | None = None, stop: threading.Event | None = None,
+    checked: bool = False,
 ) -> Iterator[StreamChunk | SynthesisOutput]:
-    """Yield StreamChunk as audio arrives, then one final SynthesisOutput with the whole audio (`stop` as in
-    synthesize)."""
-    request = validate_request(request)
+    """Yield StreamChunk as audio arrives, then one final SynthesisOutput with the whole audio (`stop` and
+    `checked` as in synthesize)."""
+    request = request if checked else validate_request(request)
     with model.lock, _memory_errors_explained(model, request):
         call = _begin(model, request, threads, stop)
         index = 0
@@ -133,7 +144,7 @@ def synthesize_stream(
                     continue
                 elapsed = call.recorder.clock.now() - call.t0
                 call.ttfa_s = elapsed if call.ttfa_s is None else call.ttfa_s
-                yield StreamChunk([w.astype(np.float32) for w in wavs], elapsed, index)
+                yield StreamChunk([w.astype(np.float32) for w in wavs], elapsed, index, model.synthetic)
                 index += 1
             wall = call.recorder.clock.now() - call.t0
         yield _finish(call, wall)

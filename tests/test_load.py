@@ -1,20 +1,20 @@
-"""Load through the real app's queue: concurrent `gradio_client` users, and memory over many requests.
+"""Load through the real app: concurrent users sharing batched generations, and memory over many requests.
 
-The load test reports how many requests were served, failed and lost; lost must be zero. Timings are
-never asserted (the machine is shared); only counts, order (by the server's own file writes) and the
-steady growth of memory are.
+The load tests report how many requests were served, failed and lost; lost must be zero. Timings are
+never asserted (the machine is shared); only counts, batch sizes, exact audio lengths and the steady growth
+of memory are.
 Run with `-rP` (or `-s`) to see the report and the RSS curve in the output.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from pathlib import Path
+import urllib.parse
 
 import pytest
 import soundfile as sf
 
+from tests.conftest import start_app, stop_app
 from tests.reliability_helpers import ascii_curve, rss_mb, server_pid, steady_growth_mb
 
 SYNTH = dict(temperature=0.3, top_p=0.7, top_k=20, audio_seed=1, speed=5, max_new_token=12, split=False)
@@ -22,71 +22,79 @@ USERS = 8
 JOB_DEADLINE_S = 600  # generous: the cores are shared; a job with no answer by then counts as lost
 
 
-def _watch(job, seen: dict) -> None:
-    """Record every queue position the user is shown."""
-    from gradio_client.utils import Status
-
-    while not job.done():
-        st = job.status()
-        if st.code == Status.IN_QUEUE and st.rank is not None:
-            seen["ranks"].append(st.rank)
-        time.sleep(0.01)
-
-
-def _written_ns(app_dir, client_path: str) -> int:
-    """When the server wrote this answer's audio file (the client's copy keeps the server's file name):
-    the server's own order, which polling threads on a busy machine could not tell for jobs done close
-    together."""
-    server_file = app_dir / "outputs" / "audio" / Path(client_path).name
-    assert server_file.is_file(), f"the server's file for {client_path} is not in {server_file.parent}"
-    return server_file.stat().st_mtime_ns
+@pytest.fixture(scope="module")
+def batching_app(tmp_path_factory):
+    """An app whose batches hold 4 requests and wait for company as long as it takes: each batch runs the moment
+    its fourth request arrives, so which requests share a batch is certain on any machine."""
+    tmp = tmp_path_factory.mktemp("batching")
+    url, proc = start_app(tmp, "--max-batch", "4", "--max-wait-ms", "600000")
+    yield url, tmp
+    stop_app(proc)
 
 
-def test_eight_users_at_once_are_all_served_in_order_with_queue_positions(app_url, app_dir):
+def _submit(url: str, text: str):
     from gradio_client import Client
-    from gradio_client.utils import Status
 
-    clients = [Client(app_url, verbose=False) for _ in range(USERS)]  # one session per user
-    clients[0].predict("Warm up.", "Aria", *SYNTH.values(), api_name="/synthesize")
-    jobs, seen, watchers = [], [], []
-    for i, client in enumerate(clients):
-        job = client.submit(f"User {i + 1} asks for this sentence.", "Aria", *SYNTH.values(), api_name="/synthesize")
-        deadline = time.monotonic() + 60
-        while job.status().code in (Status.STARTING, Status.JOINING_QUEUE) and time.monotonic() < deadline:
-            time.sleep(0.005)  # joined the queue before the next user clicks: the order is known
-        assert job.status().code not in (Status.STARTING, Status.JOINING_QUEUE), f"user {i + 1} never joined the queue"
-        record = {"ranks": [], "user": i + 1}
-        watcher = threading.Thread(target=_watch, args=(job, record), daemon=True)
-        watcher.start()
-        jobs.append(job)
-        seen.append(record)
-        watchers.append(watcher)
-    served, failed, lost = [], [], []
-    t_end = time.monotonic() + JOB_DEADLINE_S
-    for job, record in zip(jobs, seen):
+    return Client(url, verbose=False).submit(text, "Aria", *SYNTH.values(), api_name="/synthesize")
+
+
+def test_eight_users_at_once_share_batches_and_a_bad_request_fails_alone(batching_app):
+    url, _ = batching_app
+    jobs = [_submit(url, f"User {i + 1} asks for this sentence.") for i in range(USERS)]
+    bad = _submit(url, " \n ")  # nothing to speak: refused alone, before it could join a batch
+    served, failed, lost, batches = [], [], [], []
+    for i, job in enumerate(jobs):
         try:
-            path, m = job.result(timeout=max(1.0, t_end - time.monotonic()))
+            path, m = job.result(timeout=JOB_DEADLINE_S)
             assert sf.info(path).frames > 0 and m["tokens"][0] > 0
-            record["written_ns"] = _written_ns(app_dir, path)
-            served.append(record["user"])
+            served.append(i + 1)
+            batches.append(m["batch_requests"])
         except TimeoutError:
-            lost.append(record["user"])
+            lost.append(i + 1)
         except Exception as exc:  # noqa: BLE001 - counted and reported
-            failed.append((record["user"], repr(exc)[:200]))
-    for w in watchers:
-        w.join(30)
-    report = (f"load: {USERS} concurrent users -> served {len(served)}, failed {len(failed)}, lost {len(lost)}\n"
-              + "\n".join(f"  user {r['user']}: queue positions shown {sorted(set(r['ranks']), reverse=True)}"
-                          for r in seen))
-    print(report)
+            failed.append((i + 1, repr(exc)[:200]))
+    report = f"load: {USERS} concurrent users -> served {len(served)}, failed {len(failed)}, lost {len(lost)}"
+    print(report, "batch sizes:", batches)
     assert (len(served), failed, lost) == (USERS, [], []), report
-    written = [r["written_ns"] for r in seen]
-    assert written == sorted(written), f"served out of submission order: {report}"
-    shown = [rank for r in seen for rank in r["ranks"]]
-    # the last users waited behind several others' whole syntheses while being polled every 10 ms
-    assert shown and max(shown) >= 1, f"no queue position was shown: {report}"
-    for r in seen:  # nobody is ever told a position behind more people than joined before them
-        assert all(rank <= r["user"] - 1 for rank in r["ranks"]), report
+    assert batches == [4] * USERS, f"8 users should make two full batches of 4: {batches}"
+    with pytest.raises(Exception, match="empty|nothing to speak"):
+        bad.result(timeout=JOB_DEADLINE_S)
+
+
+def test_streams_in_one_batch_are_each_their_own_and_a_hang_up_stops_only_its_own(batching_app):
+    """Four OpenAI-route streams share one batch; one client hangs up after its first bytes. The others still
+    get their whole clips (exact lengths), and the server stops only the abandoned one short."""
+    url, tmp = batching_app
+    tokens = 384
+    body = {"model": "tts-1", "voice": "Aria", "response_format": "pcm", "seed": 3,
+            "min_new_token": tokens, "max_new_token": tokens}
+    results: dict[int, tuple[dict, int]] = {}
+
+    def listen(i: int) -> None:
+        import httpx
+
+        with httpx.stream("POST", url + "v1/audio/speech", json={**body, "input": f"Listener {i} hears this."},
+                          timeout=JOB_DEADLINE_S) as response:
+            if i == 0:  # the one who hangs up
+                next(response.iter_bytes())
+                results[i] = (dict(response.headers), -1)
+                return
+            results[i] = (dict(response.headers), len(response.read()))
+
+    threads = [threading.Thread(target=listen, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOB_DEADLINE_S)
+    assert sorted(results) == [0, 1, 2, 3]
+    assert {h["x-chattts-batch-requests"] for h, _ in results.values()} == {"4"}
+    whole = (2 * tokens - 1) * 256 * 2  # 16-bit samples
+    for i in (1, 2, 3):  # ChatTTS's stream drops near-silent samples: on noise a handful
+        assert whole - whole // 100 <= results[i][1] <= whole, f"listener {i} got {results[i][1]} of {whole} bytes"
+    log = (tmp / f"app-{urllib.parse.urlsplit(url).port}.log").read_text()
+    stopped = [line for line in log.splitlines() if "the client hung up" in line]
+    assert len(stopped) == 1, log[-2000:]
+    assert int(stopped[0].split("after ")[1].split()[0]) < tokens
 
 
 def _rss_curve(app_url: str, requests: int, every: int) -> list[float]:

@@ -9,12 +9,15 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chattts_lab.batcher import BatchPolicy
 from chattts_lab.store import DEFAULT_DB
+from webui.runtime import ServingChoice, serving_choice
 
-# Every event that runs the model joins this Gradio concurrency group (limit 1), so a user's Generate
-# waits in the queue instead of disturbing a running sweep's timings. The OpenAI-compatible route is
-# outside Gradio's queue, so it takes `model_work` as well; the UI handlers take it too.
+# Sweeps and voice-card jobs join this Gradio concurrency group (limit 1) and hold `model_work` while they
+# run, so no request disturbs a sweep's timings. Synthesis requests (Generate, /synthesize, /v1) wait in the
+# app's batcher instead, which holds `model_work` for each batch.
 MODEL_QUEUE = "model"
+SYNTHESIS_QUEUE = "synthesis"
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,8 @@ class AppContext:
     outputs_dir: Path = Path("outputs")
     history_db: Path = DEFAULT_DB  # the same SQLite history `python -m bench` writes
     api_key: str | None = None  # "user:pass" when the app runs with --auth
+    batching: BatchPolicy = BatchPolicy()  # how concurrent requests share batched generations
+    serving: ServingChoice | None = None  # the configuration requests run on by default (None: stock fp32)
     model_work: threading.Lock = field(default_factory=threading.Lock, compare=False)
 
     @property
@@ -38,10 +43,11 @@ class AppContext:
         return self.outputs_dir / "files"
 
     @staticmethod
-    def from_env(model: str, api_key: str | None = None) -> "AppContext":
+    def from_env(model: str, api_key: str | None = None, batching: BatchPolicy = BatchPolicy()) -> "AppContext":
         outputs = Path(os.environ.get("CHATTTS_LAB_OUTPUTS", "outputs")).resolve()
         db = Path(os.environ.get("CHATTTS_LAB_HISTORY", DEFAULT_DB)).resolve()
-        ctx = AppContext(model=model, outputs_dir=outputs, history_db=db, api_key=api_key)
+        ctx = AppContext(model=model, outputs_dir=outputs, history_db=db, api_key=api_key, batching=batching,
+                         serving=serving_choice(db))
         for folder in (ctx.audio_dir, ctx.voices_dir, ctx.files_dir):
             folder.mkdir(parents=True, exist_ok=True)
         return ctx
@@ -58,6 +64,15 @@ def bind(fn, *leading):
         @functools.wraps(fn)
         def bound(*args, **kwargs):
             yield from fn(*leading, *args, **kwargs)
+    elif inspect.isasyncgenfunction(fn):
+        @functools.wraps(fn)
+        async def bound(*args, **kwargs):
+            async for item in fn(*leading, *args, **kwargs):
+                yield item
+    elif inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def bound(*args, **kwargs):
+            return await fn(*leading, *args, **kwargs)
     else:
         @functools.wraps(fn)
         def bound(*args, **kwargs):

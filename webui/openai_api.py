@@ -16,7 +16,6 @@ import asyncio
 import hmac
 import logging
 import math
-import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -37,7 +36,6 @@ from chattts_lab.synthesis import StreamChunk
 from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, split_sentences
 from webui import speech
 from webui.context import AppContext
-from webui.runtime import default_settings
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +131,7 @@ def speech_router(ctx: AppContext) -> APIRouter:
         _check_length(body)
         if body.stream and fmt in audio_io.STREAM_FORMATS:
             return await _streamed(ctx, _sentence_request(ctx, body), fmt, started)
-        return await run_in_threadpool(_whole, ctx, _batch_request(ctx, body), fmt, started)
+        return await _whole(ctx, _batch_request(ctx, body), fmt, started)
 
     @router.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
     def unknown_route(path: str):
@@ -184,19 +182,23 @@ def _sentence_request(ctx: AppContext, body: SpeechBody) -> SynthesisRequest:
         return replace(req, texts=tuple(validate_request(replace(req, texts=(t,))).texts[0] for t in req.texts))
 
 
-def _whole(ctx: AppContext, req: SynthesisRequest, fmt: str, started: float) -> Response:
+async def _whole(ctx: AppContext, req: SynthesisRequest, fmt: str, started: float) -> Response:
     with _refusals():
-        out, _ = speech.run(ctx, default_settings(), req)
-    data = audio_io.encode(audio_io.join(out.audio), fmt)
+        out, _ = await speech.serve(ctx, speech.serving_settings(ctx), req)
+    data = await run_in_threadpool(audio_io.encode, audio_io.join(out.audio), fmt)
     m = out.measurements
-    headers = _made_headers(out.synthetic, time.perf_counter() - started) | {"X-ChatTTS-Wall-S": f"{m.wall_s:.3f}"}
+    headers = _made_headers(out.synthetic, time.perf_counter() - started, m.queue_wait_s, m.batch_requests)
+    headers["X-ChatTTS-Wall-S"] = f"{m.wall_s:.3f}"
     if m.rtf is not None:
         headers["X-ChatTTS-RTF"] = f"{m.rtf:.3f}"
     return Response(data, media_type=audio_io.media_type(fmt), headers=headers)
 
 
-def _made_headers(synthetic: bool, first_audio_s: float) -> dict:
-    return {"X-ChatTTS-First-Audio-S": f"{first_audio_s:.3f}", "X-ChatTTS-Synthetic": str(synthetic).lower()}
+def _made_headers(synthetic: bool, first_audio_s: float, queue_wait_s: float, batch_requests: int) -> dict:
+    """How this response was made: time to its first audio and in the queue (both seconds since the request
+    arrived), and how many requests shared its batched generation."""
+    return {"X-ChatTTS-First-Audio-S": f"{first_audio_s:.3f}", "X-ChatTTS-Queue-S": f"{queue_wait_s:.3f}",
+            "X-ChatTTS-Batch-Requests": str(batch_requests), "X-ChatTTS-Synthetic": str(synthetic).lower()}
 
 
 @contextmanager
@@ -216,24 +218,25 @@ async def _streamed(ctx: AppContext, req: SynthesisRequest, fmt: str, started: f
     """Start the response only once the first audio exists: a failure before it is still an HTTP error,
     and the headers can say how long the first audio took."""
     live = LiveSynthesis(ctx, req)
-    first = await live.next_audio()
+    first = await live.next_chunk()
     if first is None:
         raise OpenAIError(500, "the synthesis produced no audio", kind="server_error")
-    headers = _made_headers(live.synthetic, time.perf_counter() - started)
-    return LiveResponse(live, _encoded(live, first, fmt), media_type=audio_io.media_type(fmt), headers=headers)
+    headers = _made_headers(first.synthetic, time.perf_counter() - started, first.queue_wait_s, first.batch_requests)
+    return LiveResponse(live, _encoded(live, first.audio[0], fmt), media_type=audio_io.media_type(fmt),
+                        headers=headers)
 
 
 async def _encoded(live: "LiveSynthesis", first, fmt: str):
     encoder = audio_io.StreamEncoder(fmt)
     yield encoder.header + encoder.encode(first)
-    while (chunk := await live.next_audio()) is not None:
-        yield encoder.encode(chunk)
+    while (chunk := await live.next_chunk()) is not None:
+        yield encoder.encode(chunk.audio[0])
     yield encoder.flush()
 
 
 class LiveResponse(StreamingResponse):
-    """A streamed response that stops its synthesis however it ends: a client that hangs up frees the model
-    for the next request instead of leaving it generating audio nobody will hear."""
+    """A streamed response that stops its synthesis however it ends: a client that hangs up frees its place
+    in the batch instead of leaving it generating audio nobody will hear."""
 
     def __init__(self, live: "LiveSynthesis", *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -247,59 +250,56 @@ class LiveResponse(StreamingResponse):
 
 
 class LiveSynthesis:
-    """One request's sentences synthesized one after another in a worker thread, each audio chunk handed
-    to the response as soon as it exists."""
+    """One request's sentences synthesized one after another (each in a batch with whatever arrives with it),
+    each audio chunk handed to the response as soon as it exists."""
 
     def __init__(self, ctx: AppContext, req: SynthesisRequest):
-        self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue = asyncio.Queue()
-        self._session = f"v1-{uuid.uuid4().hex}"  # so stop() interrupts this request's synthesis, no other
-        self._stopped = threading.Event()
-        self._done = False
-        self.synthetic: bool | None = None  # known once the model is loaded
-        threading.Thread(target=self._run, args=(ctx, req), name="v1-speech", daemon=True).start()
+        self._session = f"v1-{uuid.uuid4().hex}"  # so stop() interrupts this request's part, no other
+        self._stopped = False
+        self._task = asyncio.ensure_future(self._run(ctx, req))
 
-    async def next_audio(self):
-        """The next chunk of samples, or None at the end; a synthesis error is raised here (as an OpenAIError
-        when it is a refusal)."""
+    async def next_chunk(self) -> StreamChunk | None:
+        """The next chunk, or None at the end; a synthesis error is raised here (as an OpenAIError when it is a
+        refusal)."""
         item = await self._queue.get()
-        if item is None or isinstance(item, Exception):
-            self._done = True
         if isinstance(item, Exception):
             raise item
         return item
 
     def stop(self) -> None:
-        if not self._done:
-            self._stopped.set()
+        """Stop after the current GPT step; the rest of its batch carries on."""
+        if not self._task.done():
+            self._stopped = True
             speech.RUNNING.interrupt(self._session)
 
-    def _put(self, item) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-
-    def _run(self, ctx: AppContext, req: SynthesisRequest) -> None:
+    async def _run(self, ctx: AppContext, req: SynthesisRequest) -> None:
         try:
             with _refusals():
-                for i, text in enumerate(req.texts):
-                    if self._stopped.is_set():
+                last = None
+                for text in req.texts:
+                    if self._stopped:
                         break
-                    if i:
-                        self._put(audio_io.silence(audio_io.SENTENCE_GAP_S))
-                    self._sentence(ctx, replace(req, texts=(text,)))
+                    if last is not None:  # a pause between sentences, labelled like the audio around it
+                        self._queue.put_nowait(replace(last, audio=[audio_io.silence(audio_io.SENTENCE_GAP_S)]))
+                    last = await self._sentence(ctx, replace(req, texts=(text,))) or last
         except Exception as exc:  # handed to the response, which answers or aborts with it
-            self._put(exc)
+            self._queue.put_nowait(exc)
         finally:
-            self._put(None)
+            self._queue.put_nowait(None)
 
-    def _sentence(self, ctx: AppContext, req: SynthesisRequest) -> None:
-        # stop() interrupts the model, so after a hang-up this loop ends within one step.
-        for model, item in speech.run_stream(ctx, default_settings(), req, self._session):
-            self.synthetic = model.synthetic
+    async def _sentence(self, ctx: AppContext, req: SynthesisRequest) -> StreamChunk | None:
+        """Streams one sentence; returns its last chunk (None when it made no audio)."""
+        last = None
+        async for item in speech.serve_stream(ctx, speech.serving_settings(ctx), req, self._session):
             if isinstance(item, StreamChunk):
-                self._put(item.audio[0])
-            elif self._stopped.is_set():
+                self._queue.put_nowait(item)
+                last = item
+            elif self._stopped:
+                out, _ = item
                 log.warning("speech stream: the client hung up; synthesis stopped after %d audio tokens",
-                            sum(item.measurements.tokens))
+                            sum(out.measurements.tokens))
+        return last
 
 
 def install(app, router: APIRouter) -> None:

@@ -26,6 +26,42 @@ class RuntimeSettings:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class ServingChoice:
+    """The configuration requests run on unless a person picks another, and why (the page shows both)."""
+
+    settings: RuntimeSettings
+    reason: str
+    fastest: RuntimeSettings | None = None  # one click away when it is not already in use
+
+
+def serving_choice(history_db) -> ServingChoice:
+    """This machine's latest sweep's recommendation; without one, the fastest configuration that computes the
+    same audio as stock (lab fp32), with lab int8 one click away."""
+    from chattts_lab.recommend import recommend
+    from chattts_lab.store import cells_frame, sweeps_frame
+
+    sweeps = sweeps_frame(history_db)
+    local = sweeps[sweeps["origin"] == "local"] if not sweeps.empty else sweeps
+    for sweep_id in local["id"].head(1):
+        rec = recommend(cells_frame(history_db, [int(sweep_id)]))
+        if rec.settings and rec.settings["device"] in devices():
+            settings = settings_from(**rec.settings)
+            return ServingChoice(settings, f"the recommendation of sweep #{int(sweep_id)} on this machine "
+                                           f"(lowest RTF at batch 1)")
+    cores = max_threads()
+    if "lab" not in engines_for("cpu"):
+        return ServingChoice(RuntimeSettings("cpu", "fp32", cores, "stock"), "no sweep on this machine yet")
+    fastest = settings_from("cpu", "int8", cores, "lab")
+    return ServingChoice(RuntimeSettings("cpu", "fp32", cores, "lab"),
+                         "no sweep on this machine yet: lab fp32 computes the same audio as stock fp32, faster; "
+                         "lab int8 is faster still (its audio differs slightly)", fastest)
+
+
+def describe(settings: RuntimeSettings) -> str:
+    return f"{settings.engine} · {settings.precision} · {settings.device} · {settings.threads} threads"
+
+
 def max_threads() -> int:
     return usable_cores()
 

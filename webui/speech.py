@@ -1,21 +1,29 @@
-"""The one path from a UI or HTTP request to the library: load (cached), lock, synthesize, write audio.
+"""The one path from a UI or HTTP request to the library: validate, batch, load (cached), synthesize.
 
 Every caller (the Generate button, the `/synthesize` API, the OpenAI-compatible route) goes through
-here, so they all share the model lock and the same voice resolution.
+`serve`/`serve_stream`, so requests from all of them that arrive together share one batched generation
+(chattts_lab.batcher), and all model work holds the one model lock a running sweep holds too.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import AsyncIterator
 
-from chattts_lab import LoadedModel, SynthesisRequest, load_model, synthesize, synthesize_stream
-from chattts_lab.synthesis import encode_sample_audio, speaker_from_seed, warm_up
+from chattts_lab import LoadedModel, SynthesisRequest, load_model
+from chattts_lab.batch import Part, shared_settings, synthesize_parts
+from chattts_lab.batcher import Batcher
+from chattts_lab.models import loaded
+from chattts_lab.requests import validate_request
+from chattts_lab.synthesis import StreamChunk, SynthesisOutput, encode_sample_audio, speaker_from_seed, warm_up
 from chattts_lab.voices import VoiceCard
 from webui.context import AppContext
-from webui.runtime import RuntimeSettings
+from webui.runtime import RuntimeSettings, default_settings, describe
 from webui.security import read_audio_upload
 
 log = logging.getLogger(__name__)
@@ -86,20 +94,83 @@ def card_with_embedding(ctx: AppContext, settings: RuntimeSettings, card: VoiceC
     return replace(card, speaker=speaker_for_seed(ctx, settings, card.seed))
 
 
-def run(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None, progress=None):
-    with ctx.model_work:  # loading and synthesis raise chattts_lab.OutOfMemory, a message for the user
-        model = get_model(ctx, settings, progress)
-        if progress is not None:
-            progress(0.3, desc="Synthesizing…")
-        with RUNNING.mark(session) as stop:
-            return synthesize(model, request, stop=stop), model
+def serving_settings(ctx: AppContext) -> RuntimeSettings:
+    """What a request runs on when it does not choose (the API routes, a fresh Synthesis tab)."""
+    return ctx.serving.settings if ctx.serving else default_settings()
 
 
-def run_stream(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None,
-               progress=None):
-    """Yields (model, item) for each StreamChunk and the final SynthesisOutput."""
-    with ctx.model_work:  # loading and synthesis raise chattts_lab.OutOfMemory, a message for the user
-        model = get_model(ctx, settings, progress)
-        with RUNNING.mark(session) as stop:
-            for item in synthesize_stream(model, request, stop=stop):
-                yield model, item
+def waiting_note(ctx: AppContext, settings: RuntimeSettings) -> str:
+    """What a request is about to wait for, in words."""
+    if not is_ready(ctx, settings):
+        return f"Loading and warming up {describe(settings)} (once)…"
+    ahead = batcher(ctx).waiting()
+    if ctx.model_work.locked() and not batcher(ctx).running:
+        return "Waiting: a benchmark sweep has the model; your request runs when it ends…"
+    return f"Queued behind {ahead} request(s)…" if ahead else "Synthesizing…"
+
+
+def is_ready(ctx: AppContext, settings: RuntimeSettings) -> bool:
+    """Loaded and warmed up: a request for these settings starts without start-up work."""
+    model = loaded(settings.load_config(ctx.model))
+    return bool(model is not None and getattr(model, "webui_warmed", False))
+
+
+def preload(ctx: AppContext, settings: RuntimeSettings) -> threading.Thread:
+    """Load and warm up the serving configuration in the background as the app starts, so the first request
+    pays no start-up work (a request that comes sooner waits for it, shown as loading)."""
+    def load():
+        try:
+            with ctx.model_work:
+                get_model(ctx, settings)
+            log.info("preloaded %s %s %s on %s", ctx.model, settings.engine, settings.precision, settings.device)
+        except Exception:  # the first request will load again and report the error to its caller
+            log.exception("preloading the model failed")
+
+    thread = threading.Thread(target=load, name="preload", daemon=True)
+    thread.start()
+    return thread
+
+
+@functools.cache
+def batcher(ctx: AppContext) -> Batcher:
+    """The app's one batcher: every entry point's requests meet here."""
+    def run_batch(key, parts: list[Part]) -> list[tuple[SynthesisOutput, LoadedModel]]:
+        settings, stream, _ = key
+        with ctx.model_work:  # a sweep, or a voice-card job, has the model: the batch waits
+            model = get_model(ctx, settings)
+            return [(out, model) for out in synthesize_parts(model, parts, stream=stream)]
+
+    return Batcher(run_batch, ctx.batching)
+
+
+async def serve(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None,
+                on_chunk=None) -> tuple[SynthesisOutput, LoadedModel]:
+    """One request's result, made in a batch with the requests that arrive with it and can share one.
+
+    A bad request fails here, alone, before it joins a batch. `on_chunk(StreamChunk)` (called from the
+    worker thread) makes it a streamed request. Interrupt (by session) stops only this request."""
+    request = validate_request(request)
+    with RUNNING.mark(session) as stop:
+        key = (settings, on_chunk is not None, shared_settings(request))
+        return await batcher(ctx).submit(key, Part(request, stop, on_chunk))
+
+
+async def serve_stream(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest,
+                       session: str | None = None) -> AsyncIterator[StreamChunk | tuple[SynthesisOutput, LoadedModel]]:
+    """Yields each StreamChunk of this request as its batch makes it, then (SynthesisOutput, LoadedModel)."""
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue = asyncio.Queue()
+    done = asyncio.ensure_future(
+        serve(ctx, settings, request, session, lambda chunk: loop.call_soon_threadsafe(chunks.put_nowait, chunk)))
+    try:
+        while not done.done() or not chunks.empty():
+            getter = asyncio.ensure_future(chunks.get())
+            await asyncio.wait({getter, done}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                yield getter.result()
+            else:
+                getter.cancel()
+        yield done.result()
+    finally:
+        done.cancel()  # the caller went away: its part stops (no effect once finished)
+

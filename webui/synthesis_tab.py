@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import shutil
+import time
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -16,8 +18,9 @@ from chattts_lab.requests import MAX_NEW_TOKEN
 from chattts_lab.synthesis import SAMPLE_RATE, StreamChunk
 from chattts_lab.voices import PRESET_VOICES, VoiceCard, parse_card, resolve_voice, save_card, split_sentences
 from webui import present, speech
-from webui.context import MODEL_QUEUE, AppContext, bind
-from webui.runtime import RuntimeSettings, default_settings, devices, engines_for, max_threads, precisions_for, settings_from
+from webui.context import MODEL_QUEUE, SYNTHESIS_QUEUE, AppContext, bind
+from webui.runtime import (RuntimeSettings, ServingChoice, default_settings, describe, devices, engines_for, max_threads,
+                           precisions_for, settings_from)
 
 VOICE_MODES = ("Seed / preset", "Speaker string", "Sample audio")
 EXAMPLES = [
@@ -116,20 +119,23 @@ def _result(ctx: AppContext, out: SynthesisOutput, model, extra: dict | None = N
     return str(path), m
 
 
-def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request, progress=gr.Progress()):
+async def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request, progress=gr.Progress()):
     """Generate button: yields updates of the player, the stream, the measurements and the banner."""
     form, settings = Form.read(ui, values), values[ui.runtime]
     session = request.session_hash if request else None
     try:
-        req = build_request(ctx, settings, form, values[ui.imported_code])
+        # In a thread: a sample-audio voice is encoded by the model, which may be busy with a sweep.
+        req = await asyncio.to_thread(build_request, ctx, settings, form, values[ui.imported_code])
+        progress(0.1, desc=speech.waiting_note(ctx, settings))
         if not form.stream:
-            out, model = speech.run(ctx, settings, req, session, progress)
+            out, model = await speech.serve(ctx, settings, req, session)
             path, m = _result(ctx, out, model)
             banner = present.banner_html(out.synthetic, model.source.note)
             yield {ui.audio: gr.update(value=path, autoplay=True), ui.measurements: m,
                    ui.metrics: present.metrics_markdown(m), ui.banner: banner}
             return
-        yield from _generate_stream(ctx, ui, settings, req, session, live_playback(), progress)
+        async for update in _generate_stream(ctx, ui, settings, req, session, live_playback()):
+            yield update
     except USER_ERRORS as exc:
         raise gr.Error(str(exc), duration=None) from exc
 
@@ -139,30 +145,32 @@ def live_playback() -> bool:
     return shutil.which("ffmpeg") is not None
 
 
-def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeSettings, req: SynthesisRequest, session,
-                     live: bool, progress=None):
-    # Sentences stream one after another, so playback follows the text's order.
-    parts, measurements, ttfa = [], [], None
+async def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeSettings, req: SynthesisRequest,
+                           session, live: bool):
+    # Sentences stream one after another, so playback follows the text's order. Time to first audio is
+    # what the person waited: the queue included.
+    parts, measurements, ttfa, started = [], [], None, time.perf_counter()
     for text in req.texts:
-        for model, item in speech.run_stream(ctx, settings, replace(req, texts=(text,)), session, progress):
-            banner = present.banner_html(model.synthetic, model.source.note)
+        async for item in speech.serve_stream(ctx, settings, replace(req, texts=(text,)), session):
             if isinstance(item, StreamChunk):
+                banner = present.banner_html(item.synthetic)
                 if ttfa is None:
-                    ttfa = item.elapsed_s
+                    ttfa = time.perf_counter() - started
                     note = "" if live else " (install ffmpeg for live playback; the audio plays when done)"
                     yield {ui.metrics: f"**time to first audio** {ttfa:.2f} s · streaming…{note}", ui.banner: banner}
                 if live:
                     yield {ui.stream_audio: (SAMPLE_RATE, item.audio[0]), ui.banner: banner}
             else:
-                parts.append(item)
-                measurements.append(item.measurements.as_dict())
+                out, model = item
+                parts.append(out)
+                measurements.append(out.measurements.as_dict())
         if parts and parts[-1].measurements.interrupted:
             break
     joined = replace(parts[0], audio=[audio_io.join([a for p in parts for a in p.audio])])
     extra = {"parts": measurements} if len(measurements) > 1 else {}
     path, m = _result(ctx, joined, model, extra)
     yield {ui.audio: gr.update(value=path, autoplay=not live), ui.measurements: m,
-           ui.metrics: present.metrics_markdown(m), ui.banner: banner}
+           ui.metrics: present.metrics_markdown(m), ui.banner: present.banner_html(model.synthetic, model.source.note)}
 
 
 def interrupt(request: gr.Request = None):
@@ -261,8 +269,13 @@ def change_engine(device, engine):
     return gr.update(choices=precisions_for(device, engine), value="fp32")
 
 
-def update_settings(ui: SynthesisTab, values: dict) -> RuntimeSettings:
-    return settings_from(values[ui.device], values[ui.precision], values[ui.threads], values[ui.engine])
+def update_settings(ui: SynthesisTab, values: dict):
+    settings = settings_from(values[ui.device], values[ui.precision], values[ui.threads], values[ui.engine])
+    return {ui.runtime: settings, ui.in_use: in_use_note(settings, "chosen on this page")}
+
+
+def in_use_note(settings: RuntimeSettings, why: str) -> str:
+    return f"**In use:** {describe(settings)} ({why})."
 
 
 def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None):
@@ -276,7 +289,7 @@ def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None):
             ui.threads: s.threads, ui.runtime: s}
 
 
-def api_synthesize(ctx: AppContext, text: str, voice: str = "", temperature: float = DEFAULT_SAMPLING.temperature,
+async def api_synthesize(ctx: AppContext, text: str, voice: str = "", temperature: float = DEFAULT_SAMPLING.temperature,
                    top_p: float = DEFAULT_SAMPLING.top_p, top_k: int = DEFAULT_SAMPLING.top_k,
                    audio_seed: int | None = None, speed: int = DEFAULT_REQUEST.speed,
                    max_new_token: int = DEFAULT_REQUEST.max_new_token, split: bool = False):
@@ -290,7 +303,7 @@ def api_synthesize(ctx: AppContext, text: str, voice: str = "", temperature: flo
             sampling=Sampling(float(temperature), float(top_p), int(top_k), _seed(audio_seed)),
             speed=int(speed), max_new_token=int(max_new_token),
         )
-        out, model = speech.run(ctx, default_settings(), req)
+        out, model = await speech.serve(ctx, speech.serving_settings(ctx), req)
     except USER_ERRORS as exc:
         raise gr.Error(str(exc)) from exc
     return _result(ctx, out, model)
@@ -343,6 +356,8 @@ class SynthesisTab:
     precision: gr.Dropdown
     threads: gr.Slider
     apply_best: gr.Button
+    in_use: gr.Markdown  # which configuration requests run on, and why
+    use_fastest: gr.Button  # one click to the fastest configuration when a safer one is in use
     # results
     generate: gr.Button
     interrupt: gr.Button
@@ -363,14 +378,15 @@ class SynthesisTab:
 
 
 def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:
-    ui = _build_layout()
+    ui = _build_layout(ctx.serving or ServingChoice(default_settings(), "the defaults"))
     _wire(ctx, ui)
     _build_api(ctx)
     return ui
 
 
-def _build_layout() -> SynthesisTab:
-    runtime = gr.State(default_settings())
+def _build_layout(serving: ServingChoice) -> SynthesisTab:
+    start = serving.settings
+    runtime = gr.State(start)
     imported_code = gr.State(None)
     with gr.Row():
         with gr.Column(scale=3):
@@ -430,13 +446,21 @@ def _build_layout() -> SynthesisTab:
                                               label=f"Max audio tokens ({STEPS_PER_AUDIO_SECOND:.1f} per second)", elem_id="max-new-token")
                     min_new_token = gr.Slider(0, MAX_NEW_TOKEN, value=0, step=1, label="Min audio tokens",
                                               elem_id="min-new-token")
-            with gr.Accordion("Runtime", open=False):
+            # Open: controls in a closed accordion are built on first opening and reset to these values then.
+            with gr.Accordion("Runtime", open=True):
+                in_use = gr.Markdown(in_use_note(start, serving.reason), elem_id="in-use")
                 with gr.Row():
-                    device = gr.Dropdown(devices(), value="cpu", label="Device", elem_id="device")
-                    engine = gr.Dropdown(engines_for("cpu"), value="stock", label="Engine", elem_id="engine")
-                    precision = gr.Dropdown(precisions_for("cpu", "stock"), value="fp32", label="Precision", elem_id="precision")
-                    threads = gr.Slider(1, max_threads(), value=max_threads(), step=1, label="Threads", elem_id="threads")
-                apply_best = gr.Button("Apply the best configuration from the benchmark", elem_id="apply-best-synth")
+                    device = gr.Dropdown(devices(), value=start.device, label="Device", elem_id="device")
+                    engine = gr.Dropdown(engines_for(start.device), value=start.engine, label="Engine", elem_id="engine")
+                    precision = gr.Dropdown(precisions_for(start.device, start.engine), value=start.precision,
+                                            label="Precision", elem_id="precision")
+                    threads = gr.Slider(1, max_threads(), value=start.threads or max_threads(), step=1, label="Threads",
+                                        elem_id="threads")
+                with gr.Row():
+                    apply_best = gr.Button("Apply the best configuration from the benchmark", elem_id="apply-best-synth")
+                    fastest = serving.fastest
+                    use_fastest = gr.Button(f"Use the fastest: {describe(fastest)}" if fastest else "Use the fastest",
+                                            visible=fastest is not None, elem_id="use-fastest")
         with gr.Column(scale=2):
             banner = gr.HTML(elem_id="banner")
             stream_audio = gr.Audio(label="Stream", streaming=True, autoplay=True, visible=False, elem_id="stream-audio")
@@ -454,6 +478,7 @@ def _build_layout() -> SynthesisTab:
         preset=preset, dice=dice, show_speaker=show_spk, card_name=card_name, export_card=export_btn,
         save_card=save_btn, card_out=card_out, card_in=card_in,
         device=device, engine=engine, precision=precision, threads=threads, apply_best=apply_best,
+        in_use=in_use, use_fastest=use_fastest,
         generate=generate_btn, interrupt=interrupt_btn, banner=banner, stream_audio=stream_audio, audio=audio,
         metrics=metrics, measurements=measurements,
     )
@@ -464,9 +489,10 @@ def _wire(ctx: AppContext, ui: SynthesisTab) -> None:
     returned as a dict keyed by component, so neither depends on a position."""
     private = dict(api_visibility="private")
     model_work = dict(concurrency_id=MODEL_QUEUE, **private)
+    synthesis_work = dict(concurrency_id=SYNTHESIS_QUEUE, concurrency_limit=synthesis_concurrency(ctx), **private)
     synthesis_inputs = {ui.runtime, ui.imported_code} | ui.form()
     for trigger in (ui.generate.click, ui.text.submit):
-        trigger(bind(generate, ctx, ui), synthesis_inputs, ui.results(), concurrency_limit=1, **model_work)
+        trigger(bind(generate, ctx, ui), synthesis_inputs, ui.results(), **synthesis_work)
     # Queued (in a group of its own, so it never waits for the model): Gradio shows a handler's gr.Info toasts
     # only for queued events, and the toast is how a person learns whether anything was interrupted.
     ui.interrupt.click(interrupt, None, None, concurrency_limit=None, **private)
@@ -487,8 +513,10 @@ def _wire(ctx: AppContext, ui: SynthesisTab) -> None:
     ui.device.change(bind(change_device, ui), ui.device, {ui.engine, ui.precision}, queue=False, **private)
     ui.engine.change(change_engine, [ui.device, ui.engine], ui.precision, queue=False, **private)
     for control in (ui.device, ui.precision, ui.threads, ui.engine):
-        control.change(bind(update_settings, ui), {ui.device, ui.precision, ui.threads, ui.engine}, ui.runtime,
-                       queue=False, **private)
+        control.change(bind(update_settings, ui), {ui.device, ui.precision, ui.threads, ui.engine},
+                       {ui.runtime, ui.in_use}, queue=False, **private)
+    if ctx.serving and ctx.serving.fastest:
+        ui.use_fastest.click(bind(apply_settings, ui, ctx.serving.fastest), None, ui.runtime_controls(), **private)
 
 
 def _build_api(ctx: AppContext) -> None:
@@ -510,4 +538,10 @@ def _build_api(ctx: AppContext) -> None:
         out_json = gr.JSON(label="measurements")
         trigger = gr.Button("synthesize")
     trigger.click(bind(api_synthesize, ctx), inputs, [out_audio, out_json], api_name="synthesize",
-                  concurrency_id=MODEL_QUEUE, concurrency_limit=1)
+                  concurrency_id=SYNTHESIS_QUEUE, concurrency_limit=synthesis_concurrency(ctx))
+
+
+def synthesis_concurrency(ctx: AppContext) -> int:
+    """Requests let through to the batcher at once: enough to fill the next batches; Gradio queues the rest
+    and shows each its place."""
+    return 4 * ctx.batching.max_batch

@@ -1,0 +1,111 @@
+"""Several requests as one batched generation: merged, run once, split back into one result per request.
+
+A batch shares what ChatTTS applies to all of its rows at once: the voice, the sampling settings, the speed
+prompt, the refine pass and the token limits (`shared_settings`). Each request keeps its own texts, its own
+audio and measurements, its own stream and its own stop: an interrupted request's audio ends where it asked
+to stop while the others carry on, and the generation stops early only once every request has asked.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from chattts_lab import metrics
+from chattts_lab.models import LoadedModel
+from chattts_lab.requests import SynthesisRequest
+from chattts_lab.synthesis import SAMPLE_RATE, StreamChunk, SynthesisOutput, synthesize, synthesize_stream
+
+
+@dataclass
+class Part:
+    """One (validated) request inside a batch."""
+
+    request: SynthesisRequest
+    stop: threading.Event
+    on_chunk: Callable[[StreamChunk], None] | None = None  # this request's new audio, when the batch streams
+    queue_wait_s: float = 0.0  # set by the server when the batch starts
+
+    @property
+    def rows(self) -> int:
+        return len(self.request.texts)
+
+
+def shared_settings(request: SynthesisRequest) -> tuple:
+    """What requests must agree on to share one batched generation."""
+    return (request.voice, request.sampling, request.refine, request.speed, request.max_new_token,
+            request.min_new_token, request.normalize_text)
+
+
+def synthesize_parts(model: LoadedModel, parts: list[Part], stream: bool = False) -> list[SynthesisOutput]:
+    """Run the parts (which share `shared_settings`) as one generation; one SynthesisOutput per part, in order."""
+    if len({shared_settings(p.request) for p in parts}) > 1:
+        raise ValueError("these requests cannot share a batch: their voice, sampling, speed or limits differ")
+    merged = replace(parts[0].request, texts=tuple(t for p in parts for t in p.request.texts))
+    stop = _EveryPartStopped(parts)
+    spans = _spans(parts)
+    if not stream:
+        out = synthesize(model, merged, stop=stop, checked=True)  # each part was validated on its own
+        return [_part_output(out, parts, i, spans[i], stop.asked_at.get(i), out.measurements.ttfa_s)
+                for i in range(len(parts))]
+    first_audio: dict[int, float] = {}
+    for item in synthesize_stream(model, merged, stop=stop, checked=True):
+        if isinstance(item, SynthesisOutput):
+            return [_part_output(item, parts, i, spans[i], stop.asked_at.get(i), first_audio.get(i))
+                    for i in range(len(parts))]
+        _hand_out(item, parts, spans, first_audio)
+    raise RuntimeError("the stream ended without its final result")
+
+
+class _EveryPartStopped:
+    """The batch's stop event: set once every part has asked to stop.
+
+    synthesize checks it once per GPT step, so counting the checks counts the steps: a part that asks
+    earlier is noted with the step it asked at, and its audio is cut there afterwards."""
+
+    def __init__(self, parts: list[Part]):
+        self.parts, self.steps, self.asked_at = parts, 0, {}
+
+    def is_set(self) -> bool:
+        self.steps += 1
+        for i, part in enumerate(self.parts):
+            if part.stop.is_set():
+                self.asked_at.setdefault(i, self.steps)
+        return len(self.asked_at) == len(self.parts)
+
+
+def _spans(parts: list[Part]) -> list[tuple[int, int]]:
+    spans, start = [], 0
+    for part in parts:
+        spans.append((start, start + part.rows))
+        start += part.rows
+    return spans
+
+
+def _hand_out(chunk: StreamChunk, parts: list[Part], spans, first_audio: dict[int, float]) -> None:
+    """Give each streaming part the new samples of its own texts (none once it has asked to stop)."""
+    for i, (part, (a, b)) in enumerate(zip(parts, spans)):
+        audio = chunk.audio[a:b]
+        if part.on_chunk is None or part.stop.is_set() or not any(w.size for w in audio):
+            continue
+        first_audio.setdefault(i, chunk.elapsed_s)
+        part.on_chunk(replace(chunk, audio=audio, queue_wait_s=part.queue_wait_s, batch_requests=len(parts)))
+
+
+def _part_output(out: SynthesisOutput, parts: list[Part], i: int, span: tuple[int, int], asked_at: int | None,
+                 ttfa_s: float | None) -> SynthesisOutput:
+    a, b = span
+    m = out.measurements
+    tokens, audio = list(m.tokens[a:b]), list(out.audio[a:b])
+    if asked_at is not None:  # its generation ended at that step, however long the others ran
+        tokens = [min(n, asked_at) for n in tokens]
+        audio = [w[: metrics.samples_for_tokens(n)] for w, n in zip(audio, tokens)]
+    measurements = replace(
+        m, tokens=tokens, audio_s=[len(w) / SAMPLE_RATE for w in audio], ttfa_s=ttfa_s,
+        interrupted=m.interrupted or asked_at is not None, queue_wait_s=parts[i].queue_wait_s,
+        batch_requests=len(parts))
+    return replace(out, audio=[np.asarray(w, dtype=np.float32) for w in audio], measurements=measurements,
+                   texts=out.texts[a:b])
