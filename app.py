@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 
 from chattts_lab.batcher import BatchPolicy  # noqa: E402
+from chattts_lab.devices import DeviceUnavailable, parse_device  # noqa: E402
+from chattts_lab.precision import unsupported_reason  # noqa: E402
 from webui import openai_api, present, security, speech  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
 from webui.context import AppContext, bind  # noqa: E402
+from webui.runtime import RuntimeSettings, ServingChoice, describe  # noqa: E402
 from webui.synthesis_tab import apply_settings, build_synthesis_tab  # noqa: E402
 
 HEADER = """# ChatTTS Lab
@@ -55,8 +59,26 @@ def parse_args(argv=None) -> argparse.Namespace:
                         f"{BatchPolicy.max_batch}; 1 serves one at a time)")
     p.add_argument("--max-wait-ms", type=float, default=BatchPolicy.max_wait_ms, metavar="MS",
                    help=f"how long a lone request waits for others to share its batch (default {BatchPolicy.max_wait_ms:g})")
+    p.add_argument("--engine", help="serve on this engine (default: this machine's benchmark recommendation, else lab)")
+    p.add_argument("--precision", help="serve in this precision (default: as --engine's note says)")
+    p.add_argument("--device", help="serve on this device (default: the recommendation's, else cpu)")
+    p.add_argument("--threads", type=int, help="torch threads per request (default: the usable cores)")
     p.add_argument("--enable-monitoring", action="store_true", help="serve Gradio's /monitoring dashboard (off by default)")
     return p.parse_args(argv)
+
+
+def chosen_on_command_line(serving: ServingChoice, args: argparse.Namespace) -> ServingChoice:
+    """The serving configuration with what the command line named; what cannot run here is an error."""
+    start = serving.settings
+    wanted = RuntimeSettings(args.device or start.device, args.precision or start.precision,
+                             args.threads or start.threads, args.engine or start.engine)
+    try:
+        reason = unsupported_reason(wanted.engine, parse_device(wanted.device), wanted.precision)
+    except DeviceUnavailable as exc:
+        reason = str(exc)
+    if reason:
+        raise SystemExit(f"cannot serve {describe(wanted)} here: {reason}")
+    return ServingChoice(wanted, "chosen on the command line")
 
 
 def main(argv=None) -> None:
@@ -69,6 +91,8 @@ def main(argv=None) -> None:
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     ctx = AppContext.from_env(args.model, api_key=args.auth, batching=batching)
+    if any(v is not None for v in (args.engine, args.precision, args.device, args.threads)):
+        ctx = replace(ctx, serving=chosen_on_command_line(ctx.serving, args))
     speech.preload(ctx, speech.serving_settings(ctx))
     demo = build_app(ctx)
     demo.queue(default_concurrency_limit=4)

@@ -36,6 +36,7 @@ from chattts_lab.synthesis import StreamChunk
 from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, split_sentences
 from webui import speech
 from webui.context import AppContext
+from webui.runtime import describe
 
 log = logging.getLogger(__name__)
 
@@ -187,18 +188,20 @@ async def _whole(ctx: AppContext, req: SynthesisRequest, fmt: str, started: floa
         out, _ = await speech.serve(ctx, speech.serving_settings(ctx), req)
     data = await run_in_threadpool(audio_io.encode, audio_io.join(out.audio), fmt)
     m = out.measurements
-    headers = _made_headers(out.synthetic, time.perf_counter() - started, m.queue_wait_s, m.batch_requests)
+    headers = _made_headers(ctx, out.synthetic, time.perf_counter() - started, m.queue_wait_s, m.batch_requests)
     headers["X-ChatTTS-Wall-S"] = f"{m.wall_s:.3f}"
     if m.rtf is not None:
         headers["X-ChatTTS-RTF"] = f"{m.rtf:.3f}"
     return Response(data, media_type=audio_io.media_type(fmt), headers=headers)
 
 
-def _made_headers(synthetic: bool, first_audio_s: float, queue_wait_s: float, batch_requests: int) -> dict:
+def _made_headers(ctx: AppContext, synthetic: bool, first_audio_s: float, queue_wait_s: float,
+                  batch_requests: int) -> dict:
     """How this response was made: time to its first audio and in the queue (both seconds since the request
-    arrived), and how many requests shared its batched generation."""
+    arrived), how many requests shared its batched generation, and on which configuration."""
     return {"X-ChatTTS-First-Audio-S": f"{first_audio_s:.3f}", "X-ChatTTS-Queue-S": f"{queue_wait_s:.3f}",
-            "X-ChatTTS-Batch-Requests": str(batch_requests), "X-ChatTTS-Synthetic": str(synthetic).lower()}
+            "X-ChatTTS-Batch-Requests": str(batch_requests), "X-ChatTTS-Synthetic": str(synthetic).lower(),
+            "X-ChatTTS-Config": describe(speech.serving_settings(ctx)).replace(" · ", ", ")}  # headers are ASCII
 
 
 @contextmanager
@@ -221,7 +224,8 @@ async def _streamed(ctx: AppContext, req: SynthesisRequest, fmt: str, started: f
     first = await live.next_chunk()
     if first is None:
         raise OpenAIError(500, "the synthesis produced no audio", kind="server_error")
-    headers = _made_headers(first.synthetic, time.perf_counter() - started, first.queue_wait_s, first.batch_requests)
+    headers = _made_headers(ctx, first.synthetic, time.perf_counter() - started, first.queue_wait_s,
+                            first.batch_requests)
     return LiveResponse(live, _encoded(live, first.audio[0], fmt), media_type=audio_io.media_type(fmt),
                         headers=headers)
 

@@ -1,0 +1,394 @@
+"""The serving benchmark: many users against the real app over HTTP, measured per request and per load level.
+
+For each batching setting (`max_batches`: 8 batches requests together, 1 serves them one at a time) the
+benchmark starts the app (`app.py`, or targets a running one with `url`), warms it up, then runs each load
+level: N users at once (closed loop: each user sends its next request when the last one is answered), or an
+open-loop arrival rate. Every request goes to the OpenAI-compatible `/v1/audio/speech` route and records,
+as the client saw it: time to first byte and first audio, latency, audio seconds, and from the server's
+headers its queue wait and how many requests shared its batch.
+
+A run is kept in the same SQLite history as sweeps: a sweep row whose spec has `kind: serve`, with the levels
+and every request in its `serving` note, so bundles export and import it like any other sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from chattts_lab.metrics import SAMPLE_RATE
+from chattts_lab.requests import MAX_NEW_TOKEN
+from chattts_lab.spec import SpecError
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTE = "serving"
+TEXTS = (
+    "Good morning, and welcome to the lab.",
+    "今天天气很好，我们出去走走吧。",
+    "Please read the next sentence slowly and clearly.",
+    "这个问题其实比看起来要简单得多。",
+    "The train to the coast leaves at half past nine.",
+    "我最近在学 English，每天练习半个小时。",
+    "Thank you for waiting; your order is on its way.",
+    "周末我们一起去看电影好不好？",
+)
+REQUEST_DEADLINE_S = 900.0  # a request with no answer by then is lost
+LEVEL_METRICS = ("queue_s", "ttfa_s", "latency_s")
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """One serving benchmark. Lists are levels: every `users` (and every `rates`) for every `max_batches`."""
+
+    model: str = "synthetic"
+    url: str | None = None  # a running app to measure as it is (its own batching); None: start one per max_batch
+    users: tuple[int, ...] = (1, 2, 4, 8)
+    requests_per_user: int = 2  # closed loop: each user's requests, one after another
+    rates: tuple[float, ...] = ()  # open loop: requests per second (Poisson arrivals) ...
+    duration_s: float = 30.0  # ... for this long
+    max_batches: tuple[int, ...] = (8, 1)  # with `url`: (0,), the running app's own setting
+    max_wait_ms: float = 25.0
+    engine: str | None = None  # None: the app's own choice (its recommendation, else lab fp32)
+    precision: str | None = None
+    device: str | None = None
+    threads: int | None = None
+    tokens: int = 64  # audio tokens per request, exactly (min = max), so every level makes the same audio
+    stream: bool = True
+    texts: tuple[str, ...] = TEXTS
+    kind: str = "serve"
+
+    def validate(self) -> "ServeSpec":
+        errors = []
+        if not self.users and not self.rates:
+            errors.append("give at least one load level: --users or --rate")
+        errors += [f"users must be 1..256, got {u}" for u in self.users if not 1 <= u <= 256]
+        errors += [f"a rate must be in (0, 100] requests/s, got {r:g}" for r in self.rates if not 0 < r <= 100]
+        if self.url and self.max_batches != (0,):
+            errors.append("with --url the running app's own batching is measured: give no --max-batch")
+        if not self.url:
+            errors += [f"max batch must be in 1..64, got {b}" for b in self.max_batches if not 1 <= b <= 64]
+            if not self.max_batches:
+                errors.append("give at least one --max-batch")
+        if not 1 <= self.requests_per_user <= 1000:
+            errors.append(f"requests per user must be 1..1000, got {self.requests_per_user}")
+        if not 1 <= self.duration_s <= 24 * 3600:
+            errors.append(f"duration must be 1 s..24 h, got {self.duration_s:g}")
+        if not 1 <= self.tokens <= MAX_NEW_TOKEN:
+            errors.append(f"tokens must be 1..{MAX_NEW_TOKEN}, got {self.tokens}")
+        if not self.texts or not all(t.strip() for t in self.texts):
+            errors.append("the text set is empty or holds an empty text")
+        if errors:
+            raise SpecError("; ".join(errors))
+        return self
+
+    def levels(self) -> list[dict]:
+        return ([{"max_batch": b, "users": u} for b in self.max_batches for u in self.users]
+                + [{"max_batch": b, "rate": r} for b in self.max_batches for r in self.rates])
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(data: dict) -> "ServeSpec":
+        known = {k: v for k, v in data.items() if k in ServeSpec.__dataclass_fields__}
+        for name in ("users", "rates", "max_batches", "texts"):
+            known[name] = tuple(known.get(name) or ())
+        return ServeSpec(**known)
+
+
+# ------------------------------------------------------------------------------------------------
+# Events, as the sweep runner has them: the CLI prints them, the Benchmark tab shows them
+
+
+@dataclass
+class ServeStarted:
+    sweep_id: int
+    levels: int
+
+
+@dataclass
+class LevelStarted:
+    index: int
+    level: dict
+
+
+@dataclass
+class LevelFinished:
+    index: int
+    summary: dict
+
+
+@dataclass
+class ServeFinished:
+    sweep_id: int
+    status: str
+    summaries: list[dict] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------
+# Running
+
+
+def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lambda: False) -> Iterator:
+    """Run the benchmark, storing it as it goes; yields the events above."""
+    from chattts_lab.env import capture_environment
+    from chattts_lab.store import Store
+
+    spec = spec.validate()
+    with Store(db_path) as store:
+        sweep_id = store.create_sweep(spec.as_dict(), capture_environment())
+    levels = spec.levels()
+    yield ServeStarted(sweep_id, len(levels))
+    summaries, requests, status = [], [], "interrupted"  # until every level has run (or a stop was asked)
+    try:
+        for max_batch in spec.max_batches:
+            if should_stop():
+                break
+            with _app(spec, max_batch, db_path) as app:
+                for index, level in enumerate(levels):
+                    if level["max_batch"] != max_batch or should_stop():
+                        continue
+                    yield LevelStarted(index, level)
+                    records, rss = asyncio.run(_measured_level(app, spec, level))
+                    summary = summarize(level, records) | rss
+                    summaries.append(summary)
+                    requests += [{"level": index, **r} for r in records]
+                    _save(db_path, sweep_id, summaries, requests)
+                    yield LevelFinished(index, summary)
+        status = "cancelled" if should_stop() else "finished"
+    finally:  # what was measured is kept, whatever ended the run
+        _save(db_path, sweep_id, summaries, requests, status)
+    yield ServeFinished(sweep_id, status, summaries)
+
+
+def _save(db_path, sweep_id: int, summaries: list[dict], requests: list[dict], status: str | None = None) -> None:
+    from chattts_lab.store import Store
+
+    with Store(db_path) as store:
+        store.set_note(sweep_id, NOTE, {"levels": summaries, "requests": requests})
+        if status:
+            store.set_status(sweep_id, status)
+
+
+class _app:
+    """The app to measure: the given URL as it is, or a fresh `app.py` with this batching, warmed up first."""
+
+    def __init__(self, spec: ServeSpec, max_batch: int, db_path):
+        self.spec, self.max_batch, self.db_path, self.proc, self.log = spec, max_batch, db_path, None, None
+
+    url: str = ""
+
+    def __enter__(self) -> "_app":
+        if self.spec.url:
+            self.url = self.spec.url.rstrip("/") + "/"
+            return self
+        port = _free_port()
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="serve-app-", suffix=".log", delete=False)
+        cmd = [sys.executable, str(ROOT / "app.py"), "--model", self.spec.model, "--port", str(port),
+               "--max-batch", str(self.max_batch), "--max-wait-ms", str(self.spec.max_wait_ms)]
+        for flag in ("engine", "precision", "device", "threads"):
+            if getattr(self.spec, flag) is not None:
+                cmd += [f"--{flag}", str(getattr(self.spec, flag))]
+        # The app's default configuration is the recommendation of the history it reads: this run's.
+        env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1",
+                   CHATTTS_LAB_HISTORY=str(Path(self.db_path).resolve()),
+                   CHATTTS_LAB_OUTPUTS=tempfile.mkdtemp(prefix="serve-app-outputs-"))
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{port}/"
+        self._wait_until_up(self.url)
+        # The app preloads its model; this request waits for that, and pays the first call's costs outside
+        # every level.
+        warm = asyncio.run(_request(self.url, self.spec, self.spec.texts[0], user=-1, t0=time.perf_counter()))
+        if warm["status"] != "ok":
+            raise RuntimeError(f"the app could not serve a first request: {warm['error']}; {self._log_tail()}")
+        return self
+
+    def _wait_until_up(self, url: str, timeout_s: float = 600.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the app exited with {self.proc.returncode}: {self._log_tail()}")
+            try:
+                urllib.request.urlopen(url + "v1/audio/voices", timeout=5).read()
+                return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError(f"the app did not answer within {timeout_s:.0f} s: {self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")[-2000:]
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.log.close()
+            os.unlink(self.log.name)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+RSS_EVERY_S = 2.0
+
+
+async def _measured_level(app: _app, spec: ServeSpec, level: dict) -> tuple[list[dict], dict]:
+    """The level's request records, and the app's memory over the level when this benchmark started the app:
+    RSS at its start and end, and the peak (a long level at a steady rate is a soak test)."""
+    if app.proc is None:
+        return await _run_level(app.url, spec, level), {}
+    import psutil
+
+    process, samples = psutil.Process(app.proc.pid), []
+
+    async def sample() -> None:
+        while True:
+            samples.append(process.memory_info().rss / 2**20)
+            await asyncio.sleep(RSS_EVERY_S)
+
+    sampler = asyncio.ensure_future(sample())
+    try:
+        records = await _run_level(app.url, spec, level)
+    finally:
+        sampler.cancel()
+    samples.append(process.memory_info().rss / 2**20)
+    start, end = samples[0], samples[-1]
+    return records, {"rss_start_mb": start, "rss_end_mb": end, "rss_peak_mb": max(samples),
+                     "rss_growth_pct": 100 * (end - start) / start}
+
+
+async def _run_level(url: str, spec: ServeSpec, level: dict) -> list[dict]:
+    t0 = time.perf_counter()
+    if "users" in level:
+        async def user(u: int) -> list[dict]:
+            return [await _request(url, spec, spec.texts[(u + k * level["users"]) % len(spec.texts)], u, t0)
+                    for k in range(spec.requests_per_user)]
+
+        per_user = await asyncio.gather(*(user(u) for u in range(level["users"])))
+        return [r for records in per_user for r in records]
+    arrivals, t, rng = [], 0.0, random.Random(0)  # the same arrival times for every run of this spec
+    while (t := t + rng.expovariate(level["rate"])) < spec.duration_s:
+        arrivals.append(t)
+
+    async def arrive(i: int, at: float) -> dict:
+        await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
+        return await _request(url, spec, spec.texts[i % len(spec.texts)], i, t0)
+
+    return list(await asyncio.gather(*(arrive(i, at) for i, at in enumerate(arrivals))))
+
+
+async def _request(url: str, spec: ServeSpec, text: str, user: int, t0: float) -> dict:
+    """One request as the client sees it; failures are records too (status error or lost)."""
+    import httpx
+
+    body = {"model": "tts-1", "input": text, "voice": "Aria", "response_format": "pcm", "stream": spec.stream,
+            "min_new_token": spec.tokens, "max_new_token": spec.tokens}
+    start = time.perf_counter()
+    record = {"user": user, "submitted_s": start - t0, "status": "ok", "error": None, "ttfb_s": None,
+              "ttfa_s": None, "latency_s": None, "queue_s": None, "server_first_audio_s": None, "audio_s": 0.0,
+              "batch_requests": None, "config": None}
+    try:
+        async with httpx.AsyncClient(timeout=REQUEST_DEADLINE_S) as client:
+            async with client.stream("POST", url + "v1/audio/speech", json=body) as response:
+                record["ttfb_s"] = time.perf_counter() - start
+                if response.status_code != 200:
+                    error = (await response.aread()).decode(errors="replace")[:300]
+                    return record | {"status": "error", "error": f"HTTP {response.status_code}: {error}"}
+                size = 0
+                async for chunk in response.aiter_bytes():
+                    if chunk and record["ttfa_s"] is None:
+                        record["ttfa_s"] = time.perf_counter() - start
+                    size += len(chunk)
+                headers = response.headers
+        record["latency_s"] = time.perf_counter() - start
+        record["audio_s"] = size / 2 / SAMPLE_RATE  # 16-bit mono pcm
+        record["queue_s"] = _float(headers.get("x-chattts-queue-s"))
+        record["server_first_audio_s"] = _float(headers.get("x-chattts-first-audio-s"))
+        record["batch_requests"] = int(headers.get("x-chattts-batch-requests") or 0) or None
+        record["config"] = headers.get("x-chattts-config")  # what the app ran: engine, precision, device, threads
+        return record
+    except httpx.TimeoutException:
+        return record | {"status": "lost", "error": f"no answer within {REQUEST_DEADLINE_S:.0f} s"}
+    except httpx.HTTPError as exc:
+        return record | {"status": "lost", "error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def _float(text: str | None) -> float | None:
+    return float(text) if text else None
+
+
+# ------------------------------------------------------------------------------------------------
+# Summaries
+
+
+def summarize(level: dict, records: list[dict]) -> dict:
+    """A level's row: counts, percentiles of queue wait, first audio and latency, and audio made per second."""
+    ok = [r for r in records if r["status"] == "ok"]
+    ends = [r["submitted_s"] + r["latency_s"] for r in ok]
+    wall = max(ends) - min(r["submitted_s"] for r in records) if ok else None
+    row = {**level, "users": level.get("users"), "rate": level.get("rate"), "requests": len(records),
+           "ok": len(ok), "errors": sum(r["status"] == "error" for r in records),
+           "lost": sum(r["status"] == "lost" for r in records), "wall_s": wall,
+           "audio_s": sum(r["audio_s"] for r in ok),
+           "batch_sizes": dict(sorted(Counter(r["batch_requests"] for r in ok if r["batch_requests"]).items())),
+           "config": ", ".join(sorted({r["config"] for r in ok if r["config"]})) or None,
+           "errors_seen": sorted({r["error"] for r in records if r["error"]})[:5]}
+    row["audio_s_per_s"] = row["audio_s"] / wall if wall else None
+    for metric in LEVEL_METRICS:
+        values = [r[metric] for r in ok if r[metric] is not None]
+        for q in (50, 90, 99):
+            row[f"{metric.removesuffix('_s')}_p{q}_s"] = float(np.percentile(values, q)) if values else None
+    return row
+
+
+def serving_frame(db_path, sweep_ids: list[int] | None = None):
+    """One row per load level of the given serving runs (all when None), with the machine that ran it."""
+    import pandas as pd
+
+    from chattts_lab.store import Store
+
+    rows = []
+    with Store(db_path) as store:
+        for sweep in store.sweeps_list():
+            if sweep["spec"].get("kind") != "serve" or (sweep_ids is not None and sweep["id"] not in sweep_ids):
+                continue
+            for level in (store.notes(sweep["id"]).get(NOTE) or {}).get("levels", []):
+                rows.append({"sweep_id": sweep["id"], "machine": sweep["machine"], **level})
+    return pd.DataFrame(rows)
+
+
+def batching_gain(summaries: list[dict], users: int) -> str | None:
+    """The sentence the serving benchmark answers: batched against one at a time, at this many users."""
+    at = {s["max_batch"]: s for s in summaries if s.get("users") == users and s["ok"]}
+    if len(at) < 2 or 1 not in at:
+        return None
+    one, best = at[1], at[max(at)]
+    if not (one["audio_s_per_s"] and best["audio_s_per_s"] and one["latency_p90_s"] and best["latency_p90_s"]):
+        return None
+    return (f"{users} users at once, batches of up to {max(at)} against one at a time: "
+            f"{best['audio_s_per_s'] / one['audio_s_per_s']:.2f}x the audio per second "
+            f"({best['audio_s_per_s']:.2f} vs {one['audio_s_per_s']:.2f} audio s/s), p90 latency "
+            f"{best['latency_p90_s'] / one['latency_p90_s']:.2f}x ({best['latency_p90_s']:.1f} s vs "
+            f"{one['latency_p90_s']:.1f} s), time to first audio p90 {best['ttfa_p90_s']:.2f} s vs "
+            f"{one['ttfa_p90_s']:.2f} s.")
