@@ -170,6 +170,8 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             sweep = store.sweep(resume_id)
         if sweep is None:
             parser.error(f"no sweep {resume_id} in {args.db}")
+        if sweep["spec"].get("kind", "sweep") != "sweep":
+            parser.error(f"sweep {resume_id} is a serving benchmark: run `python -m bench serve` again instead")
         if sweep["origin"] != "local":  # measuring here would mix this machine's numbers into another's sweep
             parser.error(f"sweep {resume_id} was imported from another machine; it cannot be resumed here")
         spec = SweepSpec.from_dict(sweep["spec"])
@@ -267,7 +269,7 @@ def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool =
 def _list(db: str) -> int:
     df = sweeps_frame(db)
     df["noisy"] = df["noisy"].map({True: "NOISY", False: "no"})  # blank: drift not checked (fewer than 2 passes)
-    print(markdown_table(df, ("id", "created_at", "status", "origin", "machine", "model", "n_cells", "n_ok",
+    print(markdown_table(df, ("id", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok",
                               "drift_pct", "noisy")))
     return 0
 

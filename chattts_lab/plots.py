@@ -152,3 +152,47 @@ def roofline_by_config(df: pd.DataFrame) -> go.Figure:
 
 
 REPORT_FIGURES = (latency_vs_batch, rtf_by_precision, throughput_vs_latency, peak_memory, roofline_by_config)
+
+
+# ------------------------------------------------------------------------------------------------
+# The serving benchmark: one row per load level (chattts_lab.serving.serving_frame)
+
+SERVING_LABELS = {"users": "concurrent users", "latency_p90_s": "latency p90 (s, queue included)",
+                  "audio_s_per_s": "audio seconds per wall second (all users)", "value": "seconds",
+                  "series": "app (max batch)", "measure": "measure"}
+
+
+def _serving_series(levels: pd.DataFrame) -> pd.DataFrame:
+    closed = levels[levels["users"].notna() & (levels["ok"] > 0)].copy()
+    many_runs = closed["sweep_id"].nunique() > 1
+    closed["series"] = closed.apply(
+        lambda r: (f"#{r['sweep_id']} " if many_runs else "")
+        + ("one at a time" if r["max_batch"] == 1 else "as the app runs" if r["max_batch"] == 0
+           else f"batches of up to {r['max_batch']}"), axis=1)
+    return closed.sort_values("users")
+
+
+def serving_latency(levels: pd.DataFrame) -> go.Figure:
+    """Latency p90 and time to first audio p90 against concurrent users, one line pair per app setting."""
+    title = "Latency and time to first audio vs users"
+    closed = _serving_series(levels) if len(levels) else levels
+    if closed.empty:
+        return _empty(title, "", "no closed-loop levels to plot")
+    long = closed.melt(id_vars=["users", "series"], value_vars=["latency_p90_s", "ttfa_p90_s"], var_name="measure")
+    long["measure"] = long["measure"].map({"latency_p90_s": "latency p90", "ttfa_p90_s": "first audio p90"})
+    fig = px.line(long, x="users", y="value", color="series", line_dash="measure", markers=True,
+                  labels=SERVING_LABELS, title=title)
+    fig.update_xaxes(type="category")
+    return fig
+
+
+def serving_throughput(levels: pd.DataFrame) -> go.Figure:
+    """Audio made per wall second by all users together, against concurrent users."""
+    title = "Throughput vs users"
+    closed = _serving_series(levels) if len(levels) else levels
+    if closed.empty:
+        return _empty(title, "", "no closed-loop levels to plot")
+    fig = px.line(closed, x="users", y="audio_s_per_s", color="series", markers=True, labels=SERVING_LABELS,
+                  title=title)
+    fig.update_xaxes(type="category")
+    return fig

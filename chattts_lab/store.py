@@ -340,14 +340,15 @@ def _sweep_dict(r: sqlite3.Row) -> dict:
 
 
 def sweeps_frame(db_path: str | Path = DEFAULT_DB):
-    """History: one row per sweep (id, created_at, status, machine, origin, n_cells, n_ok, drift_pct, noisy)."""
+    """History: one row per sweep (id, created_at, kind, status, machine, origin, n_cells, n_ok, drift_pct, noisy)."""
     import pandas as pd
 
     with Store(db_path) as store:
         rows = [{**r, "drift": store.notes(r["id"]).get("drift") or {}} for r in store.sweeps_list()]
-    cols = ["id", "uuid", "created_at", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
+    cols = ["id", "uuid", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
             "noisy"]
     return pd.DataFrame([{**{k: r[k] for k in cols if k in r}, "model": r["spec"].get("model"),
+                          "kind": r["spec"].get("kind", "sweep"),  # "serve": a serving benchmark (no cells)
                           "drift_pct": r["drift"].get("drift_pct"), "noisy": r["drift"].get("noisy")} for r in rows],
                         columns=cols)
 
@@ -451,6 +452,7 @@ def read_bundle(path: str | Path) -> dict:
                 raise BundleError(f"{where}, cell {m} has unknown status {result.status!r}")
         if not isinstance(s.get("notes", {}), dict):
             raise BundleError(f"{where}: 'notes' must be an object")
+        _check_serving(s.get("notes", {}).get("serving"), where)
         for f in s["fidelity"]:
             if not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("device", "engine", "precision")):
                 raise BundleError(f"{where}: a fidelity record is malformed")
@@ -461,6 +463,23 @@ def read_bundle(path: str | Path) -> dict:
 # someone else's file, and a crafted one must be refused here rather than crash a report later.
 _ENVIRONMENT_SHAPE = {"cpu": dict, "versions": dict, "blas": dict, "git": dict, "gpus": list, "mem_read_gbps": dict,
                       "mem_read_method": dict}
+
+
+# What plots and tables read from a serving run's levels (the `serving` note): numbers where present.
+_SERVING_NUMBERS = ("max_batch", "users", "rate", "requests", "ok", "errors", "lost", "audio_s_per_s", "latency_p90_s",
+                    "ttfa_p90_s", "queue_p90_s")
+
+
+def _check_serving(serving, where: str) -> None:
+    """Refuse a serving note that tables and plots could not read (a bundle is someone else's file)."""
+    if serving is None:
+        return
+    if not isinstance(serving, dict) or not all(isinstance(serving.get(k, []), list) for k in ("levels", "requests")):
+        raise BundleError(f"{where}: the serving note must hold lists 'levels' and 'requests'")
+    for level in serving.get("levels", []):
+        if not isinstance(level, dict) or not all(level.get(k) is None or isinstance(level[k], (int, float))
+                                                  and not isinstance(level[k], bool) for k in _SERVING_NUMBERS):
+            raise BundleError(f"{where}: a serving level is malformed (its counts and times must be numbers)")
 
 
 def _check_environment(env: dict, where: str) -> None:

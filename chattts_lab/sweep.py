@@ -654,7 +654,8 @@ def resumable_sweep(db_path: str | Path) -> int | None:
     store = Store(db_path)
     try:
         for sweep in store.sweeps_list():
-            if sweep["status"] in ("interrupted", "cancelled") and sweep["origin"] == "local":
+            if (sweep["status"] in ("interrupted", "cancelled") and sweep["origin"] == "local"
+                    and sweep["spec"].get("kind", "sweep") == "sweep"):  # a serving run is run again, not resumed
                 return sweep["id"]
     finally:
         store.close()

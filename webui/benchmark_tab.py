@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 import inspect
 import shlex
-import threading
 import uuid
 from dataclasses import dataclass, field, fields, replace
 from typing import Iterator, Sequence
@@ -36,8 +35,9 @@ from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, ex
 from chattts_lab.sweep import (CellFinished, CellStarted, FidelityStarted, PassStarted, SweepFinished, SweepPlanned,
                                SweepStarted, run_sweep)
 from webui import figures
-from webui.context import MODEL_QUEUE, AppContext, bind
+from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
 from webui.runtime import devices
+from webui.serving_tab import build_serving_tab
 
 COMPARE_METRICS = ["latency_p50_s", "rtf", "audio_s_per_s", "step_ms", "peak_rss_mb", "ttfa_s"]
 ON_OFF = ("off", "on")
@@ -186,27 +186,6 @@ def axes_note() -> str:
 
 # ----------------------------------------------------------------------------------------------
 # Running a sweep
-
-
-@dataclass
-class StopFlags:
-    """Per-session stop requests for running sweeps (the Stop button sets one; the sweep polls it)."""
-
-    _flags: dict
-
-    def start(self, session: str) -> threading.Event:
-        self._flags[session] = flag = threading.Event()
-        return flag
-
-    def stop(self, session: str) -> bool:
-        flag = self._flags.get(session)
-        if flag is None:
-            return False
-        flag.set()
-        return True
-
-    def done(self, session: str) -> None:
-        self._flags.pop(session, None)
 
 
 STOPS = StopFlags({})
@@ -490,7 +469,7 @@ class HistoryView:
     def refresh(self, ctx: AppContext) -> dict:
         frame = sweeps_frame(ctx.history_db)
         choices = _sweep_choices(frame)
-        show = frame[["id", "created_at", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
+        show = frame[["id", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
                       "noisy"]]
         return {self.table: show, **{dd: gr.update(choices=choices) for dd in (self.pick, self.cmp_a, self.cmp_b)}}
 
@@ -605,6 +584,8 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
                     recommend_btn = gr.Button("Recommend", elem_id="recommend")
                 recommendation = gr.Markdown(elem_id="recommendation")
                 apply_best = gr.Button("Apply to the Synthesis tab", variant="primary", elem_id="apply-best")
+        with gr.Tab("Serving", id="serving"):
+            build_serving_tab(ctx)
         with gr.Tab("History", id="history"):
             with gr.Row():
                 refresh_btn = gr.Button("Refresh", elem_id="h-refresh")
@@ -711,6 +692,7 @@ def recommended_or_latest(ctx: AppContext, recommended, budget_mb: float | None 
     if recommended:
         return recommended
     frame = sweeps_frame(ctx.history_db)
+    frame = frame[frame["kind"] == "sweep"]
     if frame.empty:
         raise gr.Error("No recommendation yet: run a sweep in the Benchmark tab first.")
     rec = recommend(cells_frame(ctx.history_db, [int(frame["id"].iloc[0])]), budget_mb)

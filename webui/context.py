@@ -80,3 +80,24 @@ def bind(fn, *leading):
     sig = inspect.signature(fn)
     bound.__signature__ = sig.replace(parameters=list(sig.parameters.values())[len(leading):])
     return bound
+
+
+@dataclass
+class StopFlags:
+    """Per-session stop requests for running sweeps (the Stop button sets one; the sweep polls it)."""
+
+    _flags: dict
+
+    def start(self, session: str) -> threading.Event:
+        self._flags[session] = flag = threading.Event()
+        return flag
+
+    def stop(self, session: str) -> bool:
+        flag = self._flags.get(session)
+        if flag is None:
+            return False
+        flag.set()
+        return True
+
+    def done(self, session: str) -> None:
+        self._flags.pop(session, None)

@@ -42,7 +42,7 @@ def serving_choice(history_db) -> ServingChoice:
     from chattts_lab.store import cells_frame, sweeps_frame
 
     sweeps = sweeps_frame(history_db)
-    local = sweeps[sweeps["origin"] == "local"] if not sweeps.empty else sweeps
+    local = sweeps[(sweeps["origin"] == "local") & (sweeps["kind"] == "sweep")] if not sweeps.empty else sweeps
     for sweep_id in local["id"].head(1):
         rec = recommend(cells_frame(history_db, [int(sweep_id)]))
         if rec.settings and rec.settings["device"] in devices():

@@ -1,0 +1,154 @@
+"""The Benchmark tab's Serving panel: the serving benchmark (`python -m bench serve`) from the browser, and every
+serving run in the history, compared on one plot.
+
+The runs start their own apps (one per batch limit) on this machine, as the command line does; this app's own
+model stays idle meanwhile (the run holds the model lock, as a sweep does), so it does not spoil the timings.
+"""
+
+from __future__ import annotations
+
+import shlex
+import uuid
+
+import gradio as gr
+import pandas as pd
+
+from chattts_lab import grid, plots
+from chattts_lab.serving import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
+                                 run_serving, serving_frame)
+from chattts_lab.spec import SpecError
+from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
+from webui.runtime import engines_for, precisions_for
+
+TABLE = ["sweep_id", "machine", "max_batch", "users", "rate", "ok", "errors", "lost", "audio_s_per_s", "queue_p90_s",
+         "ttfa_p50_s", "ttfa_p90_s", "latency_p50_s", "latency_p90_s", "batch_sizes", "config"]
+APP_DEFAULT = "the app's default"
+STOPS = StopFlags({})
+
+
+def serving_spec(ctx: AppContext, users: str, max_batch: str, requests: int, tokens: int, stream: bool,
+                 engine: str, precision: str) -> ServeSpec:
+    """The same spec `python -m bench serve` builds from the same choices; a bad choice is a gr.Error."""
+    try:
+        return ServeSpec(model=ctx.model, users=grid.int_list(users), max_batches=grid.int_list(max_batch),
+                         requests_per_user=int(requests), tokens=int(tokens), stream=bool(stream),
+                         engine=None if engine == APP_DEFAULT else engine,
+                         precision=None if precision == APP_DEFAULT else precision).validate()
+    except (SpecError, ValueError, TypeError) as exc:
+        raise gr.Error(str(exc)) from None
+
+
+def cli_command(ctx: AppContext, spec: ServeSpec) -> str:
+    parts = ["python -m bench serve", "--model", ctx.model, "--users", ",".join(map(str, spec.users)),
+             "--max-batch", ",".join(map(str, spec.max_batches)), "--requests", str(spec.requests_per_user),
+             "--tokens", str(spec.tokens), "--stream", "on" if spec.stream else "off", "--db", str(ctx.history_db)]
+    for flag in ("engine", "precision"):
+        if getattr(spec, flag):
+            parts += [f"--{flag}", getattr(spec, flag)]
+    return " ".join(shlex.quote(p) if " " in p else p for p in parts)
+
+
+def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, engine, precision, request: gr.Request):
+    """Yields (status, table, latency figure, throughput figure) as each load level finishes."""
+    spec = serving_spec(ctx, users, max_batch, requests, tokens, stream, engine, precision)
+    session = request.session_hash if request else uuid.uuid4().hex
+    flag = STOPS.start(session)
+    levels, status = [], f"Starting: `{cli_command(ctx, spec)}`"
+    yield _view(status, levels)
+    try:
+        with ctx.model_work:  # this app's model stays idle while the measured apps run
+            for event in run_serving(spec, ctx.history_db, should_stop=flag.is_set):
+                if isinstance(event, ServeStarted):
+                    status = f"Serving run {event.sweep_id}: {event.levels} load levels (an app starts per batch limit)."
+                elif isinstance(event, LevelStarted):
+                    status = f"Level {event.index + 1}: {_load(event.level)}, max batch {event.level['max_batch']}…"
+                elif isinstance(event, LevelFinished):
+                    levels.append(event.summary)
+                elif isinstance(event, ServeFinished):
+                    gains = [g for u in spec.users if (g := batching_gain(event.summaries, u))]
+                    status = " ".join([f"Serving run {event.sweep_id} {event.status}.", *gains])
+                yield _view(status, levels)
+    except RuntimeError as exc:  # an app that would not start or serve: its log tail says why
+        raise gr.Error(str(exc)) from None
+    finally:
+        STOPS.done(session)
+
+
+def _load(level: dict) -> str:
+    return f"{level['users']} users" if level.get("users") else f"{level['rate']:g} requests/s"
+
+
+def _view(status: str, levels: list[dict]):
+    frame = pd.DataFrame(levels)
+    if not frame.empty:
+        frame.insert(0, "sweep_id", 0)
+    return status, _table(frame), plots.serving_latency(frame), plots.serving_throughput(frame)
+
+
+def _table(frame: pd.DataFrame) -> pd.DataFrame:
+    if frame.empty:
+        return pd.DataFrame(columns=TABLE)
+    shown = frame.reindex(columns=[c for c in TABLE if c in frame.columns or c != "machine"]).copy()
+    shown["batch_sizes"] = shown["batch_sizes"].map(lambda sizes: ", ".join(f"{k}: {v}" for k, v in sizes.items())
+                                                    if isinstance(sizes, dict) else sizes)
+    return shown.round(3)
+
+
+def runs_choices(ctx: AppContext) -> list[tuple[str, int]]:
+    levels = serving_frame(ctx.history_db)
+    if levels.empty:
+        return []
+    runs = levels.groupby("sweep_id")["machine"].first()
+    return [(f"#{sid} · {machine}", int(sid)) for sid, machine in runs.sort_index(ascending=False).items()]
+
+
+def show_runs(ctx: AppContext, sweep_ids):
+    """Past serving runs (from any machine imported into the history) side by side."""
+    levels = serving_frame(ctx.history_db, [int(s) for s in sweep_ids or []])
+    return _table(levels), plots.serving_latency(levels), plots.serving_throughput(levels)
+
+
+def build_serving_tab(ctx: AppContext) -> None:
+    gr.Markdown("Many users at once against this app's `/v1/audio/speech`, with dynamic batching (batches of up "
+                "to N requests) and without (max batch 1: one request at a time). Each batch limit starts its own "
+                "copy of the app on this machine; the numbers are what its clients saw.")
+    engine_choices = [APP_DEFAULT, *engines_for("cpu")]
+    with gr.Row():
+        users = gr.Textbox("1,2,4,8", label="Concurrent users (list or range)", elem_id="sv-users")
+        max_batch = gr.Textbox("8,1", label="Max batch (one app each; 1 = one at a time)", elem_id="sv-max-batch")
+        requests = gr.Number(2, precision=0, label="Requests per user", elem_id="sv-requests")
+        tokens = gr.Number(64, precision=0, label="Audio tokens per request", elem_id="sv-tokens")
+    with gr.Row():
+        stream = gr.Checkbox(True, label="Stream (measures time to first audio)", elem_id="sv-stream")
+        engine = gr.Dropdown(engine_choices, value=APP_DEFAULT, label="Engine", elem_id="sv-engine")
+        precision = gr.Dropdown([APP_DEFAULT, *precisions_for("cpu", "lab")], value=APP_DEFAULT, label="Precision",
+                                elem_id="sv-precision")
+        run = gr.Button("Run serving benchmark", variant="primary", elem_id="sv-run")
+        stop = gr.Button("Stop", variant="stop", elem_id="sv-stop")
+    status = gr.Markdown(elem_id="sv-status")
+    table = gr.DataFrame(label="Load levels", interactive=False, elem_id="sv-table")
+    with gr.Row():
+        fig_latency = gr.Plot(label="Latency vs users", elem_id="sv-fig-latency")
+        fig_throughput = gr.Plot(label="Throughput vs users", elem_id="sv-fig-throughput")
+    gr.Markdown("### Serving runs in the history")
+    with gr.Row():
+        pick = gr.Dropdown([], multiselect=True, label="Runs", elem_id="sv-pick")
+        show = gr.Button("Show", elem_id="sv-show")
+
+    private = dict(api_visibility="private")
+    inputs = [users, max_batch, requests, tokens, stream, engine, precision]
+    outputs = [status, table, fig_latency, fig_throughput]
+    ran = run.click(bind(run_clicked, ctx), inputs, outputs, concurrency_id=MODEL_QUEUE, concurrency_limit=1,
+                    **private)
+    refresh = dict(fn=lambda: gr.update(choices=runs_choices(ctx)), inputs=None, outputs=pick, **private)
+    ran.then(**refresh)
+    stop.click(_stop, None, None, **private)
+    show.click(bind(show_runs, ctx), pick, [table, fig_latency, fig_throughput], **private)
+    pick.focus(**refresh)
+
+
+def _stop(request: gr.Request = None):
+    if STOPS.stop(request.session_hash if request else ""):
+        gr.Info("Stopping after the current load level: every finished level is kept.")
+    else:
+        gr.Info("No serving run of yours is running.")
