@@ -193,6 +193,7 @@ class _app:
     def __enter__(self) -> "_app":
         if self.spec.url:
             self.url = self.spec.url.rstrip("/") + "/"
+            self._warm_up()
             return self
         port = _free_port()
         self.log = tempfile.NamedTemporaryFile("w+", prefix="serve-app-", suffix=".log", delete=False)
@@ -208,12 +209,21 @@ class _app:
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{port}/"
         self._wait_until_up(self.url)
-        # The app preloads its model; this request waits for that, and pays the first call's costs outside
-        # every level.
-        warm = asyncio.run(_request(self.url, self.spec, self.spec.texts[0], user=-1, t0=time.perf_counter()))
-        if warm["status"] != "ok":
-            raise RuntimeError(f"the app could not serve a first request: {warm['error']}; {self._log_tail()}")
+        self._warm_up()
         return self
+
+    def _warm_up(self) -> None:
+        """One full batch, outside every level: it waits for the app's preload and pays the first call's costs
+        (a full batch also runs at once, however long the app waits for company)."""
+        async def batch() -> list[dict]:
+            t0 = time.perf_counter()
+            texts = self.spec.texts
+            return await asyncio.gather(*(_request(self.url, self.spec, texts[i % len(texts)], -1, t0)
+                                          for i in range(max(1, self.max_batch))))
+
+        failed = [r["error"] for r in asyncio.run(batch()) if r["status"] != "ok"]
+        if failed:
+            raise RuntimeError(f"the app could not serve its first requests: {failed[0]}; {self._log_tail()}")
 
     def _wait_until_up(self, url: str, timeout_s: float = 600.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -228,6 +238,8 @@ class _app:
         raise RuntimeError(f"the app did not answer within {timeout_s:.0f} s: {self._log_tail()}")
 
     def _log_tail(self) -> str:
+        if self.log is None:
+            return "(a running app: see its own log)"
         self.log.flush()
         return Path(self.log.name).read_text(errors="replace")[-2000:]
 
