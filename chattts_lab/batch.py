@@ -1,9 +1,10 @@
 """Several requests as one batched generation: merged, run once, split back into one result per request.
 
-A batch shares what ChatTTS applies to all of its rows at once: the voice, the sampling settings, the speed
-prompt, the refine pass and the token limits (`shared_settings`). Each request keeps its own texts, its own
-audio and measurements, its own stream and its own stop: an interrupted request's audio ends where it asked
-to stop while the others carry on, and the generation stops early only once every request has asked.
+A batch shares what ChatTTS applies to all of its rows at once: the sampling settings, the speed prompt, the
+refine pass, the token limits, and the kind of voice (`shared_settings`). Voices given as a seed or a speaker
+string may differ: each row gets its own embedding. Each request keeps its own texts, its own audio and
+measurements, its own stream and its own stop: an interrupted request's audio ends where it asked to stop while
+the others carry on, and the generation stops early only once every request has asked.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import numpy as np
 
 from chattts_lab import metrics
 from chattts_lab.models import LoadedModel
-from chattts_lab.requests import SynthesisRequest
-from chattts_lab.synthesis import SAMPLE_RATE, StreamChunk, SynthesisOutput, synthesize, synthesize_stream
+from chattts_lab.requests import SynthesisRequest, Voice
+from chattts_lab.synthesis import (SAMPLE_RATE, StreamChunk, SynthesisOutput, speaker_from_seed, synthesize,
+                                   synthesize_stream)
 
 
 @dataclass
@@ -36,23 +38,37 @@ class Part:
 
 def shared_settings(request: SynthesisRequest) -> tuple:
     """What requests must agree on to share one batched generation."""
-    return (request.voice, request.sampling, request.refine, request.speed, request.max_new_token,
+    return (_voice_kind(request.voice), request.sampling, request.refine, request.speed, request.max_new_token,
             request.min_new_token, request.normalize_text)
+
+
+def _voice_kind(voice: Voice):
+    """Voices that are an embedding (a seed or a speaker string) share a batch, each row its own. A sample-audio
+    voice (a prompt for the whole batch) and the random voice share one only with the same voice."""
+    return "embedding" if voice.seed is not None or voice.speaker is not None else voice
+
+
+def _row_speakers(model: LoadedModel, parts: list[Part]) -> tuple[str, ...] | None:
+    """Each text's speaker string when the parts' voices differ (None when every row has the same voice)."""
+    voices = [p.request.voice for p in parts]
+    if len(set(voices)) == 1 or _voice_kind(voices[0]) != "embedding":
+        return None
+    speakers = {v: v.speaker or speaker_from_seed(model, v.seed) for v in set(voices)}
+    return tuple(speakers[p.request.voice] for p in parts for _ in p.request.texts)
 
 
 def synthesize_parts(model: LoadedModel, parts: list[Part], stream: bool = False) -> list[SynthesisOutput]:
     """Run the parts (which share `shared_settings`) as one generation; one SynthesisOutput per part, in order."""
     if len({shared_settings(p.request) for p in parts}) > 1:
-        raise ValueError("these requests cannot share a batch: their voice, sampling, speed or limits differ")
+        raise ValueError("these requests cannot share a batch: their sampling, speed, limits or kind of voice differ")
     merged = replace(parts[0].request, texts=tuple(t for p in parts for t in p.request.texts))
-    stop = _EveryPartStopped(parts)
-    spans = _spans(parts)
-    if not stream:
-        out = synthesize(model, merged, stop=stop, checked=True)  # each part was validated on its own
+    stop, spans, speakers = _EveryPartStopped(parts), _spans(parts), _row_speakers(model, parts)
+    if not stream:  # each part was validated on its own
+        out = synthesize(model, merged, stop=stop, checked=True, row_speakers=speakers)
         return [_part_output(out, parts, i, spans[i], stop.asked_at.get(i), out.measurements.ttfa_s)
                 for i in range(len(parts))]
     first_audio: dict[int, float] = {}
-    for item in synthesize_stream(model, merged, stop=stop, checked=True):
+    for item in synthesize_stream(model, merged, stop=stop, checked=True, row_speakers=speakers):
         if isinstance(item, SynthesisOutput):
             return [_part_output(item, parts, i, spans[i], stop.asked_at.get(i), first_audio.get(i))
                     for i in range(len(parts))]

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from chattts_lab import metrics
 from chattts_lab.limits import out_of_memory_boundary
 from chattts_lab.measure import PeakMemory, Stopwatch
 from chattts_lab.models import LoadedModel, set_threads
-from chattts_lab.requests import InvalidRequest, SynthesisRequest, validate_request
+from chattts_lab.requests import InvalidRequest, SynthesisRequest, decode_speaker, validate_request
 from chattts_lab.stages import StageRecorder, StageTimes
 
 log = logging.getLogger(__name__)
@@ -108,16 +110,18 @@ class _Call:
 
 
 def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | None = None,
-               stop: threading.Event | None = None, checked: bool = False) -> SynthesisOutput:
+               stop: threading.Event | None = None, checked: bool = False,
+               row_speakers: tuple[str, ...] | None = None) -> SynthesisOutput:
     """Synthesize every text of the request in one batch and measure it.
 
     `threads` overrides the model's thread count for this call (None keeps it). Setting `stop` (from any
     thread, even before the call begins) ends the generation after the current GPT step, keeping what it has.
     `checked`: the caller validated the request in parts (requests merged into one batch may together
-    exceed the limits of one request).
+    exceed the limits of one request). `row_speakers`: one speaker string per text, for requests with different
+    voices merged into one batch (the request's own voice is then unused).
     """
     request = request if checked else validate_request(request)
-    with model.lock, _memory_errors_explained(model, request):
+    with model.lock, _memory_errors_explained(model, request), _speakers_per_row(model, row_speakers):
         call = _begin(model, request, threads, stop)
         with call.recorder.attached(model.chat), call.memory:
             call.t0 = call.recorder.clock.now()
@@ -128,12 +132,12 @@ def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | Non
 
 def synthesize_stream(
     model: LoadedModel, request: SynthesisRequest, threads: int | None = None, stop: threading.Event | None = None,
-    checked: bool = False,
+    checked: bool = False, row_speakers: tuple[str, ...] | None = None,
 ) -> Iterator[StreamChunk | SynthesisOutput]:
-    """Yield StreamChunk as audio arrives, then one final SynthesisOutput with the whole audio (`stop` and
-    `checked` as in synthesize)."""
+    """Yield StreamChunk as audio arrives, then one final SynthesisOutput with the whole audio (`stop`,
+    `checked` and `row_speakers` as in synthesize)."""
     request = request if checked else validate_request(request)
-    with model.lock, _memory_errors_explained(model, request):
+    with model.lock, _memory_errors_explained(model, request), _speakers_per_row(model, row_speakers):
         call = _begin(model, request, threads, stop)
         index = 0
         with call.recorder.attached(model.chat), call.memory:
@@ -202,6 +206,28 @@ def _infer(model: LoadedModel, request: SynthesisRequest, stream: bool):
         params_infer_code=params_code,
     )
     return result
+
+
+@contextmanager
+def _speakers_per_row(model: LoadedModel, speakers: tuple[str, ...] | None):
+    """ChatTTS puts one speaker embedding into every row of a batch; for the length of one call, put each row's
+    own instead (the rows are the texts, in order). Only while the model's lock is held, so no other call sees it."""
+    if speakers is None:
+        yield
+        return
+    rows = F.normalize(torch.from_numpy(np.stack([decode_speaker(s) for s in speakers])).float(), p=2.0, dim=1)
+
+    @torch.inference_mode()  # as ChatTTS's own apply: the embeddings are inference tensors
+    def apply(emb, spk_emb, input_ids, spk_emb_ids, device, inplace=True):
+        n = rows.to(device=emb.device, dtype=emb.dtype).unsqueeze(1).expand(emb.shape)
+        at_speaker = input_ids.narrow(-1, 0, 1).eq(spk_emb_ids).expand(emb.shape)
+        return torch.where(at_speaker, n, emb, out=emb if inplace else None)
+
+    model.chat.speaker.apply = apply  # an instance attribute over the class's method...
+    try:
+        yield
+    finally:
+        del model.chat.speaker.apply  # ...and deleting it restores the method
 
 
 def _params(model: LoadedModel, request: SynthesisRequest):
