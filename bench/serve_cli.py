@@ -2,7 +2,7 @@
 
     python -m bench serve --model synthetic --engine lab --precision int8 --users 1,2,4,8 --max-batch 8,1
     python -m bench serve --url http://lan-box:7860/ --users 1,4,16         # a running app, as it is
-    python -m bench serve --model synthetic --rate 0.5 --duration 1800      # a 30-minute soak at 0.5 req/s
+    python -m bench serve --model synthetic --rate 0.5 --duration 1800 --mixed  # a 30-minute soak, mixed requests
 
 Each run is stored in the same history as sweeps (`python -m bench --list`, --export, --import).
 """
@@ -23,7 +23,7 @@ from chattts_lab.serving import (LevelFinished, LevelStarted, ServeFinished, Ser
 from chattts_lab.spec import SpecError
 
 COLUMNS = ("max_batch", "users", "rate", "requests", "ok", "errors", "lost", "audio_s_per_s", "queue_p50_s",
-           "queue_p90_s", "ttfa_p50_s", "ttfa_p90_s", "ttfa_p99_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
+           "queue_p90_s", "ttfb_p90_s", "ttfa_p50_s", "ttfa_p90_s", "ttfa_p99_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
            "batch_sizes", "rss_growth_pct")
 
 
@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=int, default=defaults.tokens, help="audio tokens per request, exactly")
     p.add_argument("--stream", type=_argument(grid.bool_list), default=(defaults.stream,),
                    help="on: streamed responses (time to first audio); off: whole files")
+    p.add_argument("--mixed", action="store_true",
+                   help="vary the requests (voices, streamed or whole, full or half length), as in a soak test")
     p.add_argument("--db", default="results/lab.sqlite", help="SQLite file that keeps every run")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -68,7 +70,7 @@ def spec_from_args(args: argparse.Namespace) -> ServeSpec:
                      rates=args.rate, duration_s=args.duration,
                      max_batches=(0,) if args.url else tuple(args.max_batch), max_wait_ms=args.max_wait_ms,
                      engine=args.engine, precision=args.precision, device=args.device, threads=args.threads,
-                     tokens=args.tokens, stream=args.stream[0]).validate()
+                     tokens=args.tokens, stream=args.stream[0], mixed=args.mixed).validate()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,7 +45,7 @@ TEXTS = (
     "周末我们一起去看电影好不好？",
 )
 REQUEST_DEADLINE_S = 900.0  # a request with no answer by then is lost
-LEVEL_METRICS = ("queue_s", "ttfa_s", "latency_s")
+LEVEL_METRICS = ("queue_s", "ttfb_s", "ttfa_s", "latency_s")
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ class ServeSpec:
     threads: int | None = None
     tokens: int = 64  # audio tokens per request, exactly (min = max), so every level makes the same audio
     stream: bool = True
+    mixed: bool = False  # vary the requests: every other one the other way (streamed or whole), voices, lengths
     texts: tuple[str, ...] = TEXTS
     kind: str = "serve"
 
@@ -294,7 +295,8 @@ async def _run_level(url: str, spec: ServeSpec, level: dict) -> list[dict]:
     t0 = time.perf_counter()
     if "users" in level:
         async def user(u: int) -> list[dict]:
-            return [await _request(url, spec, spec.texts[(u + k * level["users"]) % len(spec.texts)], u, t0)
+            return [await _request(url, spec, spec.texts[(u + k * level["users"]) % len(spec.texts)], u, t0,
+                                   variant=u + k if spec.mixed else 0)
                     for k in range(spec.requests_per_user)]
 
         per_user = await asyncio.gather(*(user(u) for u in range(level["users"])))
@@ -305,19 +307,26 @@ async def _run_level(url: str, spec: ServeSpec, level: dict) -> list[dict]:
 
     async def arrive(i: int, at: float) -> dict:
         await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
-        return await _request(url, spec, spec.texts[i % len(spec.texts)], i, t0)
+        return await _request(url, spec, spec.texts[i % len(spec.texts)], i, t0, variant=i if spec.mixed else 0)
 
     return list(await asyncio.gather(*(arrive(i, at) for i, at in enumerate(arrivals))))
 
 
-async def _request(url: str, spec: ServeSpec, text: str, user: int, t0: float) -> dict:
-    """One request as the client sees it; failures are records too (status error or lost)."""
+MIXED_VOICES = ("Aria", "Bo", "Cleo", "seed:7")
+
+
+async def _request(url: str, spec: ServeSpec, text: str, user: int, t0: float, variant: int = 0) -> dict:
+    """One request as the client sees it; failures are records too (status error or lost). A nonzero `variant`
+    (mixed runs) picks another voice, every other request streamed the other way, every third one half as long."""
     import httpx
 
-    body = {"model": "tts-1", "input": text, "voice": "Aria", "response_format": "pcm", "stream": spec.stream,
-            "min_new_token": spec.tokens, "max_new_token": spec.tokens}
+    stream = spec.stream if variant % 2 == 0 else not spec.stream
+    tokens = spec.tokens if variant % 3 else max(1, spec.tokens // 2)
+    body = {"model": "tts-1", "input": text, "voice": MIXED_VOICES[variant % len(MIXED_VOICES)],
+            "response_format": "pcm", "stream": stream, "min_new_token": tokens, "max_new_token": tokens}
     start = time.perf_counter()
-    record = {"user": user, "submitted_s": start - t0, "status": "ok", "error": None, "ttfb_s": None,
+    record = {"user": user, "submitted_s": start - t0, "stream": stream, "tokens": tokens, "voice": body["voice"],
+              "status": "ok", "error": None, "ttfb_s": None,
               "ttfa_s": None, "latency_s": None, "queue_s": None, "server_first_audio_s": None, "audio_s": 0.0,
               "batch_requests": None, "config": None}
     try:
@@ -398,9 +407,14 @@ def batching_gain(summaries: list[dict], users: int) -> str | None:
     one, best = at[1], at[max(at)]
     if not (one["audio_s_per_s"] and best["audio_s_per_s"] and one["latency_p90_s"] and best["latency_p90_s"]):
         return None
-    return (f"{users} users at once, batches of up to {max(at)} against one at a time: "
-            f"{best['audio_s_per_s'] / one['audio_s_per_s']:.2f}x the audio per second "
-            f"({best['audio_s_per_s']:.2f} vs {one['audio_s_per_s']:.2f} audio s/s), p90 latency "
-            f"{best['latency_p90_s'] / one['latency_p90_s']:.2f}x ({best['latency_p90_s']:.1f} s vs "
-            f"{one['latency_p90_s']:.1f} s), time to first audio p90 {best['ttfa_p90_s']:.2f} s vs "
-            f"{one['ttfa_p90_s']:.2f} s.")
+    sentence = (f"{users} users at once, batches of up to {max(at)} against one at a time: "
+                f"{best['audio_s_per_s'] / one['audio_s_per_s']:.2f}x the audio per second "
+                f"({best['audio_s_per_s']:.2f} vs {one['audio_s_per_s']:.2f} audio s/s), p90 latency "
+                f"{best['latency_p90_s'] / one['latency_p90_s']:.2f}x ({best['latency_p90_s']:.1f} s vs "
+                f"{one['latency_p90_s']:.1f} s), time to first audio p90 {best['ttfa_p90_s']:.2f} s vs "
+                f"{one['ttfa_p90_s']:.2f} s.")
+    alone = [s for s in summaries if s.get("users") == 1 and s["max_batch"] == max(at) and s["ok"] and s["ttfa_p50_s"]]
+    if alone and users > 1 and best["ttfa_p99_s"]:
+        sentence += (f" The slowest first audio of the {users} users ({best['ttfa_p99_s']:.2f} s, p99) is "
+                     f"{best['ttfa_p99_s'] / alone[0]['ttfa_p50_s']:.1f}x a single user's.")
+    return sentence

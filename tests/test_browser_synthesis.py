@@ -206,3 +206,18 @@ def test_bad_input_gets_a_clear_message_then_the_next_request_works(page, tmp_pa
     page.check("#voice-mode input[value='Seed / preset']")
     generate(page, "And now it works.", tokens=16)
     wait_result(page)
+
+
+def test_the_page_says_which_configuration_serves_and_why_and_the_fastest_is_one_click_away(page):
+    in_use = page.locator("#in-use")
+    expect(in_use).to_contain_text("In use:")
+    if "no sweep on this machine yet" in in_use.inner_text():  # this app started before any sweep in its history
+        expect(in_use).to_contain_text("lab · fp32 · cpu")
+        page.click("#use-fastest")
+        expect(in_use).to_contain_text("lab · int8 · cpu", timeout=LONG)
+        expect(in_use).to_contain_text("chosen on this page")
+        generate(page, "The fastest configuration, one click away.", tokens=8)
+        ran = wait_result(page)
+        assert "int8" in ran and "lab engine" in ran, ran
+    else:
+        expect(in_use).to_contain_text("the recommendation of sweep #")

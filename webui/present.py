@@ -35,7 +35,9 @@ def metrics_markdown(m: dict) -> str:
         "",
         f"audio {sum(m.get('audio_s') or [0]):.2f} s from {sum(m.get('tokens') or [0])} tokens · "
         f"ran on {eff.get('device', '?')}, GPT {eff.get('dtype_gpt', '?')}, {eff.get('threads', '?')} threads, "
-        f"{eff.get('engine', '?')} engine",
+        f"{eff.get('engine', '?')} engine"
+        + (f" · waited {m['queue_wait_s']:.2f} s for the model" if m.get("queue_wait_s") else "")
+        + (f" · shared its batch with {m['batch_requests'] - 1} other request(s)" if m.get("batch_requests", 1) > 1 else ""),
         "",
         "| stage | seconds | share |",
         "|---|---:|---:|",

@@ -21,7 +21,7 @@ from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
 from webui.runtime import engines_for, precisions_for
 
 TABLE = ["sweep_id", "machine", "max_batch", "users", "rate", "ok", "errors", "lost", "audio_s_per_s", "queue_p90_s",
-         "ttfa_p50_s", "ttfa_p90_s", "latency_p50_s", "latency_p90_s", "batch_sizes", "config"]
+         "ttfb_p90_s", "ttfa_p50_s", "ttfa_p90_s", "latency_p50_s", "latency_p90_s", "batch_sizes", "config"]
 APP_DEFAULT = "the app's default"
 STOPS = StopFlags({})
 
