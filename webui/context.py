@@ -84,7 +84,7 @@ def bind(fn, *leading):
 
 @dataclass
 class StopFlags:
-    """Per-session stop requests for running sweeps (the Stop button sets one; the sweep polls it)."""
+    """Per-session stop requests for running sweeps and serving runs (Stop sets one; the run polls it)."""
 
     _flags: dict
 

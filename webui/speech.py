@@ -60,15 +60,12 @@ class Running:
 RUNNING = Running()
 
 
-def get_model(ctx: AppContext, settings: RuntimeSettings, progress=None) -> LoadedModel:
+def get_model(ctx: AppContext, settings: RuntimeSettings) -> LoadedModel:
     """The model for these settings, loading it on first use (cached by the library) and warming it up
-    once, so the first result a person sees is not inflated by one-time JIT costs."""
-    if progress is not None:
-        progress(0.05, desc=f"Loading model ({ctx.model}, {settings.device}, {settings.precision})…")
+    once, so the first result a person sees is not inflated by one-time JIT costs (callers say "loading"
+    beforehand: see waiting_note)."""
     model = load_model(settings.load_config(ctx.model))
     if not getattr(model, "webui_warmed", False):  # once per loaded model
-        if progress is not None:
-            progress(0.2, desc="Warming up (one-time compilation)…")
         warm_up(model)
         model.webui_warmed = True
     return model
@@ -103,9 +100,9 @@ def waiting_note(ctx: AppContext, settings: RuntimeSettings) -> str:
     """What a request is about to wait for, in words."""
     if not is_ready(ctx, settings):
         return f"Loading and warming up {describe(settings)} (once)…"
-    ahead = batcher(ctx).waiting()
     if ctx.model_work.locked() and not batcher(ctx).running:
-        return "Waiting: a benchmark sweep has the model; your request runs when it ends…"
+        return "Waiting for the model: a benchmark run (or a voice-card job) has it; your request runs after it…"
+    ahead = batcher(ctx).waiting()
     return f"Queued behind {ahead} request(s)…" if ahead else "Synthesizing…"
 
 

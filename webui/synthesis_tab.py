@@ -290,9 +290,9 @@ def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None):
 
 
 async def api_synthesize(ctx: AppContext, text: str, voice: str = "", temperature: float = DEFAULT_SAMPLING.temperature,
-                   top_p: float = DEFAULT_SAMPLING.top_p, top_k: int = DEFAULT_SAMPLING.top_k,
-                   audio_seed: int | None = None, speed: int = DEFAULT_REQUEST.speed,
-                   max_new_token: int = DEFAULT_REQUEST.max_new_token, split: bool = False):
+                         top_p: float = DEFAULT_SAMPLING.top_p, top_k: int = DEFAULT_SAMPLING.top_k,
+                         audio_seed: int | None = None, speed: int = DEFAULT_REQUEST.speed,
+                         max_new_token: int = DEFAULT_REQUEST.max_new_token, split: bool = False):
     """The `/synthesize` API: text and a voice (preset name, seed:N, speaker string or voice card JSON)
     -> (audio file path, measurements dict). Only `text` is required; the order is the documented one."""
     try:
