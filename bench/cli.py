@@ -128,11 +128,17 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     return spec.validate()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def parse_with_logging(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse a bench command line and log to stderr (INFO with -v), the same for every bench command."""
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parse_with_logging(parser, argv)
     try:
         if args.list:
             return _list(args.db)

@@ -10,12 +10,11 @@ Each run is stored in the same history as sweeps (`python -m bench --list`, --ex
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 import pandas as pd
 
-from bench.cli import _argument, int_list
+from bench.cli import _argument, int_list, parse_with_logging
 from chattts_lab import grid
 from chattts_lab.report import markdown_table
 from chattts_lab.serving import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
@@ -75,9 +74,7 @@ def spec_from_args(args: argparse.Namespace) -> ServeSpec:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
+    args = parse_with_logging(parser, argv)
     try:
         spec = spec_from_args(args)
     except SpecError as exc:
