@@ -361,7 +361,12 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
         if spec is None:
             raise SpecError("run_sweep needs a spec or a sweep to resume")
         spec.validate()
-        environment = {**capture_environment(), **measure_read_bandwidth(spec.devices)}
+        if spec.cluster:
+            from chattts_lab.cluster import check_cluster
+
+            check_cluster(spec)  # an unreachable cluster or an unknown label is refused before the sweep exists
+        # A cluster's cells run elsewhere: the head's own bandwidth would be no floor for them.
+        environment = {**capture_environment(), **({} if spec.cluster else measure_read_bandwidth(spec.devices))}
         sweep_id = store.create_sweep(spec.to_dict(), environment)
     configs = spec.expand()
     done = {r.config.key: r for r in store.results(sweep_id) if r.status in DONE_STATUSES}
@@ -373,7 +378,11 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
     runnable = [(i, c) for i, c in pending if cell_rule(c) is None]
     passes = spec.interleaved_passes(len(runnable))
     try:
-        if passes > 1:
+        if spec.cluster:
+            from chattts_lab.cluster import run_on_cluster  # Ray is optional: imported only for a cluster sweep
+
+            status = yield from run_on_cluster(sweep_id, pending, len(configs), store, spec, stop)
+        elif passes > 1:
             status = yield from _run_ruled_then_interleaved(sweep_id, pending, len(configs), store, spec, stop,
                                                             python, memory_allowance_mb, environment)
         else:
