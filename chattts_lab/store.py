@@ -363,9 +363,18 @@ def cells_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None = 
         rows = []
         for sid in ids:
             for r in store.results(sid, with_samples=False):
-                rows.append({"sweep_id": sid, "machine": sweeps[sid]["machine"],
-                             "created_at": sweeps[sid]["created_at"], **r.row()})
+                row = r.row()
+                rows.append({"sweep_id": sid, "machine": _machine(row, sweeps[sid]["machine"]),
+                             "created_at": sweeps[sid]["created_at"], **row})
     return pd.DataFrame(rows, columns=["sweep_id", "machine", "created_at", *CANONICAL_COLUMNS])
+
+
+def _machine(row: dict, sweep_machine: str) -> str:
+    """Where a row was measured: its cluster node (so comparisons and plots group a fleet sweep by node), else the
+    sweep's machine."""
+    if not row["node"]:
+        return sweep_machine
+    return f"{row['node']} · {row['node_machine']}" if row["node_machine"] else row["node"]
 
 
 def fidelity_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None = None):
