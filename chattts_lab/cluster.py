@@ -1,17 +1,19 @@
-"""Fleet sweeps on Ray: each cell of a sweep is a Ray task on a cluster node, measured there in a fresh worker.
+"""The lab on a Ray cluster: connecting, the nodes and their labels, placing and collecting tasks.
 
-    SweepSpec(cluster="ray[:ADDRESS]", nodes=labels) --expand()--> [RunConfig(node=label)]
-      --a Ray task per cell: num_cpus = its threads (a GPU for cuda), {label: 1}--> on its node: the rule table,
-        then the same CellWorker a local sweep runs --> CellResult with `node` --> the head's Store as each ends
+A fleet sweep (chattts_lab.sweep, `python -m bench --cluster ray[:ADDRESS] --nodes LABELS`) uses it so:
+
+    SweepSpec(cluster, nodes=labels) --expand()--> [RunConfig(node=label)]
+      --TaskPool.submit(one task per cell, placement(cfg): num_cpus = its threads, a GPU for cuda, {label: 1})-->
+        on its node: the rule table, then the same CellWorker a local sweep runs --> CellResult with `node`
+      --TaskPool.ended()--> the head's Store, each row as its task ends (a node that died: a `lost` row)
 
 Placement is Ray's: a cell asks for as many CPUs as it runs threads, so two cells never share a node's cores;
 a label is a custom resource that one machine carries (`ray start --resources '{"gpu-box": 1}'`), and with
-one unit of it that machine measures one cell at a time. A node that leaves the cluster while its cell runs
-gives that cell a `lost` row with the reason; `--resume` measures it again. The cells run the head's own
-`chattts_lab` code (shipped to every node as a Ray py_module), in the Python that started the node's Ray.
+one unit of it that machine measures one cell at a time. Tasks run the head's own `chattts_lab` code (shipped
+to every node as a Ray py_module) in the Python that started the node's Ray.
 
-Ray is optional (requirements-cluster.txt) and imported only when a sweep asks for a cluster. `connect`,
-`live_nodes` and `placement` are not sweep-specific: any Ray workload of the lab can reuse them.
+Ray is optional (requirements-cluster.txt) and imported only when asked for a cluster. Nothing here knows
+about sweeps but the spec's check: `connect`, `live_nodes`, `placement` and `TaskPool` serve any Ray workload.
 """
 
 from __future__ import annotations
@@ -21,18 +23,14 @@ import os
 import re
 import socket
 import time
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from chattts_lab.env import capture_environment
-from chattts_lab.results import CellResult, RunConfig
-from chattts_lab.spec import SpecError, SweepSpec, cell_rule
-from chattts_lab.store import Store
-from chattts_lab.sweep import CellFinished, CellStarted, CellWorker, SweepEvent, SweepPlanned, WorkerEnded, result_of
-from chattts_lab.worker import repeat_until
+from chattts_lab.results import RunConfig
+from chattts_lab.spec import SpecError, SweepSpec
 
-log = logging.getLogger(__name__)
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Set on a node (the environment `ray start` runs in), each of its cells waits once its worker is loaded until
 # `<dir>/<cell>.release` exists, having written `<dir>/<cell>.running` (the worker's pid). It lets a test or a
@@ -102,58 +100,6 @@ def unplaceable(cfg: RunConfig, nodes: list[dict]) -> tuple[str, str] | None:
     return None
 
 
-# ----------------------------------------------------------------------------------------------
-# On the node
-
-
-def measure_on_node(config: dict) -> dict:
-    """One cell on the node this Ray task runs on: as a local sweep measures it, plus where it ran (to_dict)."""
-    cfg = RunConfig.from_dict(config)
-    ray = ray_module()
-    node = {"label": cfg.node, "hostname": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
-            "environment": capture_environment()}
-    return replace(measure_here(cfg), node=node).to_dict()
-
-
-def measure_here(cfg: RunConfig, never: Callable[[], bool] = lambda: False) -> CellResult:
-    """The rule table judged on this node (its devices and cores), else a fresh CellWorker: loaded, then timed
-    `repeats` calls for at least `min_time_s`, one after another (a cluster sweep has no interleaved passes)."""
-    ruled = cell_rule(cfg)
-    if ruled:
-        return CellResult(cfg, *ruled)
-    worker = CellWorker(cfg)
-    try:
-        ready = worker.ready(never)
-        hold_if_asked(cfg, ready["pid"])
-        repeat_until(lambda: worker.repeat({}, never), cfg.repeats, cfg.min_time_s, cfg.max_repeats)
-        outcome = worker.finish(never)
-    except WorkerEnded as ended:
-        outcome = ended.outcome
-    finally:
-        worker.kill()
-    return result_of(cfg, outcome)
-
-
-def hold_if_asked(cfg: RunConfig, worker_pid: int, poll_s: float = 0.1) -> None:
-    """Wait (at most the cell's timeout) for the release file when this node sets HOLD_DIR_VAR; see its comment."""
-    folder = os.environ.get(HOLD_DIR_VAR)
-    if not folder:
-        return
-    name = hold_name(cfg)
-    (Path(folder) / f"{name}.running").write_text(str(worker_pid))
-    release, t0 = Path(folder) / f"{name}.release", time.monotonic()
-    while not release.exists() and time.monotonic() - t0 < cfg.timeout_s:
-        time.sleep(poll_s)
-
-
-def hold_name(cfg: RunConfig) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=-]", "_", cfg.key)
-
-
-# ----------------------------------------------------------------------------------------------
-# On the head
-
-
 def check_cluster(spec: SweepSpec) -> None:
     """Before a new sweep is created: the cluster answers and carries every label the sweep names."""
     nodes = live_nodes(connect(spec.cluster))
@@ -163,68 +109,8 @@ def check_cluster(spec: SweepSpec) -> None:
                         f"{', '.join(sorted({label for n in nodes for label in labels(n)})) or 'no labels'}")
 
 
-def run_on_cluster(sweep_id: int, pending: list, total: int, store: Store, spec: SweepSpec,
-                   stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[SweepEvent]:
-    """Submit every pending cell as a Ray task, commit each row as its task ends; returns (as the generator's value)
-    `cancelled` when stopped, `interrupted` when a cell was lost with its node (resume measures it), else `finished`.
-    On resume a label no live node carries gives `lost` rows again, with how to bring the node back."""
-    ray = connect(spec.cluster)
-    nodes = live_nodes(ray)
-    task = ray.remote(max_retries=0)(measure_on_node)
-    running, n_done, lost = {}, total - len(pending), 0
-    try:
-        for index, cfg in pending:
-            yield CellStarted(sweep_id, index, total, cfg, None)
-            ruled = unplaceable(cfg, nodes)
-            if ruled:
-                result = CellResult(cfg, *ruled, node={"label": cfg.node} if cfg.node else {})
-                store.add_cell(sweep_id, index, result)
-                n_done, lost = n_done + (result.status != "lost"), lost + (result.status == "lost")
-                yield CellFinished(sweep_id, index, total, result, n_done, None)
-            else:
-                running[task.options(**placement(cfg)).remote(cfg.to_dict())] = (index, cfg)
-        plan = plan_sentence(ray, len(running), nodes)
-        store.set_note(sweep_id, "plan", plan)
-        yield SweepPlanned(sweep_id, plan)
-        while running:
-            if stop():
-                yield from _cancel(ray, running, sweep_id, total, n_done, store)
-                return "cancelled"
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=poll_s)
-            for ref in ready:
-                index, cfg = running.pop(ref)
-                result = collect(ray, ref, cfg)
-                store.add_cell(sweep_id, index, result)
-                n_done, lost = n_done + (result.status != "lost"), lost + (result.status == "lost")
-                yield CellFinished(sweep_id, index, total, result, n_done, None)
-    finally:  # an exception or the generator closed: no task keeps measuring for a sweep that is gone
-        for ref in running:
-            ray.cancel(ref, force=True)
-    return "interrupted" if lost else "finished"
-
-
-def collect(ray, ref, cfg: RunConfig) -> CellResult:
-    """The row a finished task gave back, or why it gave none: its node (or its process there) died -> `lost`."""
-    try:
-        return CellResult.from_dict(ray.get(ref))
-    except ray.exceptions.RayTaskError as exc:  # the lab's own code raised on the node: a bug, with its traceback
-        return CellResult(cfg, "error", f"the cell's Ray task raised {type(exc.cause).__name__}: {exc.cause}"[:800],
-                          traceback=str(exc)[-4000:], node={"label": cfg.node} if cfg.node else {})
-    except ray.exceptions.RayError as exc:  # node died, its raylet or the task's worker process was killed
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        where = f"node {cfg.node!r}" if cfg.node else "its node"
-        return CellResult(cfg, "lost", f"{where} was lost while the cell ran ({type(exc).__name__}: {first})"[:800],
-                          node={"label": cfg.node} if cfg.node else {})
-
-
-def _cancel(ray, running: dict, sweep_id: int, total: int, n_done: int, store: Store) -> Iterator[CellFinished]:
-    for ref, (index, cfg) in list(running.items()):
-        ray.cancel(ref, force=True)  # kills the task's process; its worker dies with it (PR_SET_PDEATHSIG)
-        del running[ref]
-        result = CellResult(cfg, "cancelled", "stopped by the user while this cell ran or waited for a node",
-                            node={"label": cfg.node} if cfg.node else {})
-        store.add_cell(sweep_id, index, result)
-        yield CellFinished(sweep_id, index, total, result, n_done, None)
+def labels(node: dict) -> list[str]:
+    return [r for r in node["resources"] if not _is_builtin(r)]
 
 
 def _is_builtin(resource: str) -> bool:
@@ -232,12 +118,90 @@ def _is_builtin(resource: str) -> bool:
     return resource in ("CPU", "GPU", "memory", "object_store_memory") or resource.startswith(("node:", "accelerator_type"))
 
 
-def labels(node: dict) -> list[str]:
-    return [r for r in node["resources"] if not _is_builtin(r)]
-
-
-def plan_sentence(ray, tasks: int, nodes: list[dict]) -> str:
+def describe(ray, nodes: list[dict]) -> str:
+    """The cluster in a sentence: its address and each node with its CPUs and labels."""
     described = "; ".join(f"{n['hostname']} {n['node_id'][:8]} ({n['resources'].get('CPU', 0):g} CPUs"
                           + "".join(f", {label}" for label in labels(n)) + ")" for n in nodes)
-    return (f"{tasks} cell(s) as Ray tasks on the cluster at {ray.get_runtime_context().gcs_address}, each in a fresh "
-            f"worker process on its node with the CPUs of its threads to itself; nodes: {described}.")
+    return f"the Ray cluster at {ray.get_runtime_context().gcs_address}: {described}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Tasks
+
+
+@dataclass(frozen=True)
+class TaskEnd:
+    """How one task ended: `value` it returned, or `failure` (`raised`: the function raised on its node, with
+    the traceback in `detail`; `oom`: Ray's memory monitor killed it, the node being short of memory; `lost`:
+    its node, or its process there, died) with a one-line `reason`."""
+
+    tag: object
+    value: object = None
+    failure: str | None = None
+    reason: str = ""
+    detail: str = ""
+
+
+class TaskPool:
+    """Ray tasks in flight, each with a tag of the caller's, collected as they end (no retries: a task whose
+    node dies is reported `lost`, and the caller decides whether to run it again)."""
+
+    def __init__(self, ray):
+        self.ray = ray
+        self.running: dict = {}
+
+    def submit(self, fn: Callable, payload, tag, **options) -> None:
+        ref = self.ray.remote(max_retries=0)(fn).options(**options).remote(payload)
+        self.running[ref] = tag
+
+    def ended(self, timeout_s: float) -> list[TaskEnd]:
+        """The tasks that ended within `timeout_s` (at least one if any did; possibly none)."""
+        if not self.running:
+            return []
+        ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=timeout_s)
+        return [self._end(ref, self.running.pop(ref)) for ref in ready]
+
+    def _end(self, ref, tag) -> TaskEnd:
+        exceptions = self.ray.exceptions
+        try:
+            return TaskEnd(tag, self.ray.get(ref))
+        except exceptions.RayTaskError as exc:  # the function itself raised on its node
+            return TaskEnd(tag, failure="raised", reason=f"{type(exc.cause).__name__}: {exc.cause}", detail=str(exc))
+        except exceptions.RayError as exc:  # the node died, or its raylet, or the task's worker process
+            first = (str(exc).strip().splitlines() or [""])[0]
+            failure = "oom" if isinstance(exc, exceptions.OutOfMemoryError) else "lost"
+            return TaskEnd(tag, failure=failure, reason=f"{type(exc).__name__}: {first}")
+
+    def cancel_all(self) -> list:
+        """Kill every task still in flight (their processes with them); returns their tags."""
+        tags = list(self.running.values())
+        for ref in self.running:
+            self.ray.cancel(ref, force=True)
+        self.running.clear()
+        return tags
+
+    def __len__(self) -> int:
+        return len(self.running)
+
+
+# ----------------------------------------------------------------------------------------------
+# On a node
+
+
+def node_here(label: str | None) -> dict:
+    """The node this code runs on (inside a Ray task): its label, hostname, Ray node id and environment."""
+    ray = ray_module()
+    return {"label": label, "hostname": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
+            "environment": capture_environment()}
+
+
+def hold_if_asked(cfg: RunConfig, worker_pid: int, poll_s: float = 0.1) -> None:
+    """Wait (at most the cell's timeout) for the release file when this node sets HOLD_DIR_VAR; see its comment."""
+    folder = os.environ.get(HOLD_DIR_VAR)
+    if not folder:
+        return
+    name = re.sub(r"[^A-Za-z0-9_.=-]", "_", cfg.key)
+    (Path(folder) / f"{name}.running").write_text(str(worker_pid))
+    release, t0 = Path(folder) / f"{name}.release", time.monotonic()
+    while not release.exists() and time.monotonic() - t0 < cfg.timeout_s:
+        time.sleep(poll_s)

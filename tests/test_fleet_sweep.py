@@ -25,8 +25,10 @@ from chattts_lab.store import cells_frame
 from tests.conftest import ROOT, TINY
 
 # Ray notices a node that stopped answering after period x threshold: about a second here, not its default 30 s.
-FAST_HEALTH_CHECK = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
-                     "health_check_timeout_ms": 500, "health_check_failure_threshold": 2}
+# Its memory monitor is off: on a machine whose memory other work fills, it would kill the cells (an `oom` row).
+TEST_CLUSTER_CONFIG = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
+                       "health_check_timeout_ms": 500, "health_check_failure_threshold": 2,
+                       "memory_monitor_refresh_ms": 0}
 WAIT_S = 300  # an upper bound for a slow shared machine, never a synchronisation: each wait ends on its condition
 
 
@@ -65,7 +67,7 @@ def scenario(tmp_path_factory):
     hold, db = tmp / "hold", tmp / "lab.sqlite"
     hold.mkdir()
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": {"node_a": 1}, "include_dashboard": False, "_system_config": FAST_HEALTH_CHECK})
+        "num_cpus": 1, "resources": {"node_a": 1}, "include_dashboard": False, "_system_config": TEST_CLUSTER_CONFIG})
     try:
         node_b = cluster.add_node(num_cpus=1, resources={"node_b": 1}, env_vars={HOLD_DIR_VAR: str(hold)})
         sweep = bench("--model", TINY, "--cluster", f"ray:{cluster.address}", "--nodes", "node_a,node_b",
