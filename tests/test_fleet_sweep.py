@@ -21,7 +21,11 @@ import ray
 from ray.cluster_utils import Cluster
 
 from chattts_lab.cluster import HOLD_DIR_VAR
-from chattts_lab.store import cells_frame
+from chattts_lab.report import markdown_table, results_frame
+from chattts_lab.results import CellResult, RunConfig
+from chattts_lab.spec import SpecError, SweepSpec
+from chattts_lab.store import Store, cells_frame, compare_frame
+from chattts_lab.sweep import run_sweep
 from tests.conftest import ROOT, TINY
 
 # Ray notices a node that stopped answering after period x threshold: about a second here, not its default 30 s.
@@ -88,14 +92,14 @@ def scenario(tmp_path_factory):
         resumed = {"code": resume.returncode, "out": out, "rows": rows(db),
                    "a_cell_id": sqlite3.connect(db).execute("SELECT id FROM cells WHERE cell_key LIKE "
                                                             "'%node=node_a'").fetchone()[0]}
-        yield after_loss, resumed, db
+        yield after_loss, resumed, db, cluster.address
     finally:
         ray.shutdown()
         cluster.shutdown()
 
 
 def test_a_node_lost_mid_cell_leaves_the_finished_row_and_a_lost_row_with_its_reason(scenario):
-    after_loss, _, _ = scenario
+    after_loss, _, _, _ = scenario
     assert after_loss["code"] == 1, after_loss["out"]  # the sweep is not finished: it is resumable
     assert "--resume" in after_loss["out"]
     a, b = after_loss["rows"]["node_a"], after_loss["rows"]["node_b"]
@@ -106,7 +110,7 @@ def test_a_node_lost_mid_cell_leaves_the_finished_row_and_a_lost_row_with_its_re
 
 
 def test_resume_measures_the_lost_cell_and_keeps_the_finished_one(scenario):
-    after_loss, resumed, _ = scenario
+    after_loss, resumed, _, _ = scenario
     assert resumed["code"] == 0, resumed["out"]
     assert "1 of 2 cells to measure" in resumed["out"]
     assert resumed["a_cell_id"] == after_loss["a_cell_id"]  # node_a's row was not measured again
@@ -114,7 +118,7 @@ def test_resume_measures_the_lost_cell_and_keeps_the_finished_one(scenario):
 
 
 def test_each_row_records_its_node_and_that_nodes_environment(scenario):
-    _, resumed, db = scenario
+    _, resumed, db, _ = scenario
     a, b = resumed["rows"]["node_a"], resumed["rows"]["node_b"]
     assert a["node_id"] != b["node_id"] and all(len(r["node_id"]) > 16 for r in (a, b))
     for row in (a, b):
@@ -122,3 +126,41 @@ def test_each_row_records_its_node_and_that_nodes_environment(scenario):
     (body,) = [json.loads(r[0]) for r in sqlite3.connect(db).execute(
         "SELECT result_json FROM cells WHERE cell_key LIKE '%node=node_b'")]
     assert body["node"]["label"] == "node_b" and body["node"]["environment"]["cpu"]["usable_cores"] >= 1
+
+
+def test_a_label_no_node_carries_is_refused_before_a_sweep_exists(scenario, tmp_path):
+    *_, address = scenario
+    spec = SweepSpec(model=TINY, threads=(1,), tokens=(8,), fidelity=False, cluster=f"ray:{address}",
+                     nodes=("node_a", "node_c"))
+    with pytest.raises(SpecError, match="no live node of the cluster carries the label.s. node_c; the nodes carry "
+                                        "node_a, node_b"):
+        next(run_sweep(spec, tmp_path / "lab.sqlite"))
+    with Store(tmp_path / "lab.sqlite") as store:
+        assert store.sweeps_list() == []
+
+
+def test_node_labels_need_a_cluster_and_a_cluster_is_ray():
+    assert SweepSpec(nodes=("gpu-box",)).errors() == ["node labels need a cluster (--cluster ray[:ADDRESS])"]
+    assert SweepSpec(cluster="dask:1.2.3.4").errors()[0].startswith("cluster must be ray or ray:ADDRESS")
+    assert SweepSpec(cluster="ray", nodes=("a b",)).errors()[0].startswith("node label 'a b' is not")
+
+
+def test_a_fleet_sweeps_rows_are_shown_and_compared_by_node(tmp_path):
+    """Stored rows of two nodes (no Ray needed): the table leads with `node`, a comparison has a column per node."""
+    def row(node: str, elapsed_s: float) -> CellResult:
+        cfg = RunConfig(TINY, "cpu", "fp32", 1, 1, 8, node=node)
+        env = {"hostname": f"host-{node}", "cpu": {"model": "Xeon", "usable_cores": 4}, "ram_gb": 16, "gpus": []}
+        return CellResult(cfg, "ok", elapsed_s=elapsed_s, node={"label": node, "node_id": f"id-{node}", "environment": env})
+
+    db = tmp_path / "lab.sqlite"
+    with Store(db) as store:
+        sid = store.create_sweep(SweepSpec(cluster="ray", nodes=("a", "b")).to_dict(), {"hostname": "head"})
+        for i, (node, elapsed_s) in enumerate((("a", 1.0), ("b", 2.0))):
+            store.add_cell(sid, i, row(node, elapsed_s))
+        results = store.results(sid)
+    one_machine = CellResult(RunConfig(TINY, "cpu", "fp32", 1, 1, 8), "ok")
+    assert markdown_table(results_frame(results)).splitlines()[0].startswith("| node | engine |")
+    assert markdown_table(results_frame([one_machine])).splitlines()[0].startswith("| engine |")
+    table = compare_frame(db, [sid], "elapsed_s")
+    machine = "Xeon x4, 16 GB, no GPU, torch None"
+    assert table[[f"{sid}: a · {machine}", f"{sid}: b · {machine}"]].values.tolist() == [[1.0, 2.0]]
