@@ -93,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "workers that do not fit are reloaded before their turn in each pass")
     m.add_argument("--fidelity", type=bool_list, default=(True,), help="measure drift from fp32 once per precision")
     m.add_argument("--fidelity-tokens", type=int, default=32)
+    c = p.add_argument_group("fleet (Ray; pip install -r requirements-cluster.txt)")
+    c.add_argument("--cluster", default=None, metavar="ray[:ADDRESS]",
+                   help="run the cells as Ray tasks on a cluster's nodes: ray (a cluster started on this machine, or "
+                        "this machine alone) or ray:HOST:PORT of its head")
+    c.add_argument("--nodes", type=str_list, default=(), metavar="LABELS",
+                   help="measure every cell on each machine carrying one of these Ray resource labels "
+                        "(ray start --resources '{\"LABEL\": 1}')")
     o = p.add_argument_group("results")
     o.add_argument("--db", default="results/lab.sqlite", help="SQLite file that keeps every sweep")
     o.add_argument("--out", default=None, help="report folder (default results/sweep-<id>)")
@@ -123,7 +130,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         streams=args.stream, warmup=args.warmup, repeats=args.repeats, min_time_s=args.min_time,
         max_repeats=max(args.max_repeats, args.repeats), timeout_s=args.timeout, fidelity=all(args.fidelity),
         fidelity_tokens=args.fidelity_tokens, memory_budget_mb=args.memory_budget_mb, passes=args.passes,
-        drift_threshold_pct=args.drift_threshold,
+        drift_threshold_pct=args.drift_threshold, cluster=args.cluster, nodes=tuple(args.nodes),
     )
     return spec.validate()
 
@@ -245,6 +252,9 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
     out = args.out or str(Path(args.db).parent / f"sweep-{final.sweep_id}")
     _write(args.db, final.sweep_id, out, args.format, print_table=True)
     print(f"sweep {final.sweep_id} {final.status}", file=sys.stderr)
+    if any(r.status == "lost" for r in final.results):
+        print("cells lost with their node are kept as `lost` rows; bring the node back and run --resume",
+              file=sys.stderr)
     return 0 if final.status == "finished" else 1
 
 

@@ -6,6 +6,8 @@ knowing what differs. Nothing here loads a model; importing torch is the heavies
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import platform
@@ -148,3 +150,13 @@ def summary(env: dict) -> str:
     gpus = ", ".join(g["name"] for g in env.get("gpus") or []) or "no GPU"
     torch_v = env.get("versions", {}).get("torch")
     return f"{cpu.get('model', '?')} x{cpu.get('usable_cores', '?')}, {env.get('ram_gb', '?')} GB, {gpus}, torch {torch_v}"
+
+
+# Parts of an environment that change from moment to moment, not with the machine or its software.
+_TRANSIENT = ("load_avg",)
+
+
+def fingerprint(env: dict) -> str:
+    """12 hex digits naming a machine with its software: equal for two rows measured on the same setup."""
+    stable = {k: v for k, v in env.items() if k not in _TRANSIENT}
+    return hashlib.sha256(json.dumps(stable, sort_keys=True, default=str).encode()).hexdigest()[:12]

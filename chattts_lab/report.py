@@ -45,8 +45,13 @@ def _fmt(v) -> str:
     return str(v).replace("|", "/").replace("\n", " ")
 
 
-def markdown_table(df: pd.DataFrame, columns: Iterable[str] = TABLE_COLUMNS) -> str:
-    cols = [c for c in columns if c in df.columns]
+def shown_columns(df: pd.DataFrame) -> tuple[str, ...]:
+    """TABLE_COLUMNS, led by the cluster node when the rows come from a fleet sweep."""
+    return ("node",) * bool("node" in df and df["node"].notna().any()) + TABLE_COLUMNS
+
+
+def markdown_table(df: pd.DataFrame, columns: Iterable[str] | None = None) -> str:
+    cols = [c for c in (shown_columns(df) if columns is None else columns) if c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for _, row in df.iterrows():
         lines.append("| " + " | ".join(_fmt(row[c]) for c in cols) + " |")
@@ -137,7 +142,7 @@ def html_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict |
         fig = make(df)
         figures.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), default_width="100%",
                                    default_height="480px"))
-    table = df[[c for c in TABLE_COLUMNS if c in df]].to_html(index=False, na_rep="", float_format=lambda x: f"{x:.4g}",
+    table = df[[c for c in shown_columns(df) if c in df]].to_html(index=False, na_rep="", float_format=lambda x: f"{x:.4g}",
                                                              classes="results", border=0)
     fid = pd.DataFrame(fidelity)
     fid_html = fid[[c for c in FIDELITY_COLUMNS if c in fid]].to_html(index=False, na_rep="", border=0) if fidelity else ""

@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from chattts_lab import metrics
+from chattts_lab.env import fingerprint, summary
 from chattts_lab.stats import Latency, median
 
 # `timeout` (killed past the per-cell limit) is apart from `crashed` (the worker died by itself): one
-# asks for a larger --timeout, the other for a bug report or more memory.
-STATUSES = ("ok", "skipped", "unsupported", "oom", "error", "crashed", "timeout", "cancelled")
-DONE_STATUSES = tuple(s for s in STATUSES if s != "cancelled")  # `cancelled` cells are measured again on resume
+# asks for a larger --timeout, the other for a bug report or more memory. `lost`: the cluster node running the
+# cell left the cluster (chattts_lab.cluster); like `cancelled`, not the cell's own doing, so measured again on resume.
+STATUSES = ("ok", "skipped", "unsupported", "oom", "error", "crashed", "timeout", "cancelled", "lost")
+DONE_STATUSES = tuple(s for s in STATUSES if s not in ("cancelled", "lost"))  # the others are measured again on resume
 BENCH_TEXT = "The quick brown fox jumps over the lazy dog, and then it takes a short rest."
 VOICE_SEED = 2  # the speaker every benchmark call uses, so cells differ only in what the grid varies
 AUDIO_SEED = 42
@@ -45,12 +47,14 @@ class RunConfig:
     text: str = BENCH_TEXT
     # Address space the worker may add once its runtime is imported (RLIMIT_AS, see chattts_lab.limits); None: no cap.
     memory_budget_mb: float | None = None
+    node: str | None = None  # a cluster node's label (a Ray resource) the cell must run on; None: any node, or here
 
     @property
     def key(self) -> str:
         """The cell's identity inside a sweep (what --resume matches on)."""
-        return (f"{self.device}|{self.precision}|b{self.batch_size}|t{self.threads}|n{self.tokens}|"
-                f"{self.engine}|compile={int(self.compile)}|stream={int(self.stream)}")
+        key = (f"{self.device}|{self.precision}|b{self.batch_size}|t{self.threads}|n{self.tokens}|"
+               f"{self.engine}|compile={int(self.compile)}|stream={int(self.stream)}")
+        return key + (f"|node={self.node}" if self.node else "")  # unlabelled keys stay as older sweeps stored them
 
     @property
     def label(self) -> str:
@@ -58,6 +62,7 @@ class RunConfig:
                  f"{self.tokens} tok"]
         parts += ["compile"] if self.compile else []
         parts += ["stream"] if self.stream else []
+        parts += [f"on {self.node}"] if self.node else []
         return " ".join(parts)
 
     def to_dict(self) -> dict:
@@ -100,6 +105,8 @@ class CellResult:
     samples: tuple[dict, ...] = ()  # raw per-run measurements, phases cold / warmup / timed
     elapsed_s: float = 0.0  # wall time the cell took, process start to end
     traceback: str = ""  # where an `error` or `crashed` cell failed: the worker's traceback or last stderr lines
+    # Where a cluster sweep ran the cell: {"label", "hostname", "node_id", "environment"} (empty: the sweep's machine)
+    node: dict = field(default_factory=dict)
 
     def row(self) -> dict:
         """The canonical flat record (snake_case keys) used by the store, reports and plots."""
@@ -118,8 +125,15 @@ class CellResult:
             "device_effective": eff.get("device"), "dtype_gpt": eff.get("dtype_gpt"),
             "threads_effective": eff.get("threads"), "compile_effective": eff.get("compile"),
             "elapsed_s": self.elapsed_s, "memory_budget_mb": c.memory_budget_mb, "traceback": self.traceback,
-            **self._roofline(),
+            **self._roofline(), **self._node(),
         }
+
+    def _node(self) -> dict:
+        """The cluster node the cell ran on: its label (else hostname), Ray id, and its environment's fingerprint."""
+        n, node_env = self.node, self.node.get("environment")
+        return {"node": n.get("label") or n.get("hostname"), "node_id": n.get("node_id"),
+                "node_machine": summary(node_env) if node_env else None,
+                "node_fingerprint": fingerprint(node_env) if node_env else None}
 
     def _roofline(self) -> dict:
         """The step's floor at this machine's bandwidth and how close the step came; empty for failed cells."""
@@ -133,7 +147,7 @@ class CellResult:
         return {
             "config": self.config.to_dict(), "status": self.status, "reason": self.reason,
             "latency": self.latency.as_dict() if self.latency else None,
-            **{k: getattr(self, k) for k in (*_METRIC_FIELDS, "effective", "extra", "elapsed_s", "traceback")},
+            **{k: getattr(self, k) for k in (*_METRIC_FIELDS, "effective", "extra", "elapsed_s", "traceback", "node")},
             "samples": list(self.samples),
         }
 
@@ -146,7 +160,7 @@ class CellResult:
             passes=data.get("passes") or 0,
             effective=data.get("effective") or {}, extra=data.get("extra") or {},
             samples=tuple(data.get("samples") or ()), elapsed_s=data.get("elapsed_s") or 0.0,
-            traceback=data.get("traceback") or "",
+            traceback=data.get("traceback") or "", node=data.get("node") or {},
         )
 
 

@@ -19,6 +19,8 @@ from chattts_lab.requests import MAX_BATCH, MAX_NEW_TOKEN
 from chattts_lab.results import BENCH_TEXT, RunConfig
 
 DEVICE_PATTERN = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+CLUSTER_PATTERN = re.compile(r"^ray(:\S+)?$")  # ray (a cluster started here, or this machine alone) or ray:ADDRESS
+NODE_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")  # a Ray custom resource name
 MAX_THREADS = 4096
 
 
@@ -53,6 +55,10 @@ class SweepSpec:
     # passes > 1 the timed calls of a cell are its passes (repeats and min_time_s apply to passes == 1 only).
     passes: int = 3
     drift_threshold_pct: float = 5.0  # the sweep is `noisy` when the passes drift more (chattts_lab.compare.drift)
+    # A fleet sweep (chattts_lab.cluster): its cells run as Ray tasks on the cluster's nodes. `nodes` is one more
+    # grid axis: each label is a Ray custom resource one machine carries, and every cell is measured on each.
+    cluster: str | None = None
+    nodes: tuple[str, ...] = ()
 
     def errors(self) -> list[str]:
         """Everything wrong with the spec (empty when it can run). No side effects."""
@@ -84,6 +90,12 @@ class SweepSpec:
             errs.append(f"passes must be at least 1, got {self.passes}")
         if not (isinstance(self.drift_threshold_pct, (int, float)) and self.drift_threshold_pct > 0):
             errs.append(f"drift_threshold_pct must be positive, got {self.drift_threshold_pct}")
+        if self.cluster is not None and not CLUSTER_PATTERN.match(str(self.cluster)):
+            errs.append(f"cluster must be ray or ray:ADDRESS (e.g. ray:10.0.0.5:6379), got {self.cluster!r}")
+        if self.nodes and self.cluster is None:
+            errs.append("node labels need a cluster (--cluster ray[:ADDRESS])")
+        errs += [f"node label {n!r} is not a resource name (letters, digits, _ . -)" for n in self.nodes
+                 if not NODE_LABEL_PATTERN.match(str(n))]
         budget = memory_budget_error(self.memory_budget_mb)
         return errs + ([budget] if budget else [])
 
@@ -97,21 +109,23 @@ class SweepSpec:
         """Every combination, in a stable order (the order llama-bench uses: the last list varies fastest)."""
         self.validate()
         cells = []
-        for engine, device, precision, compile_, stream, tokens, threads, batch in itertools.product(
-            _dedup(self.engines), _dedup(self.devices), _dedup(self.precisions), _dedup(self.compiles),
-            _dedup(self.streams), _dedup(self.tokens), _dedup(self.threads), _dedup(self.batches),
+        for node, engine, device, precision, compile_, stream, tokens, threads, batch in itertools.product(
+            _dedup(self.nodes) or [None], _dedup(self.engines), _dedup(self.devices), _dedup(self.precisions),
+            _dedup(self.compiles), _dedup(self.streams), _dedup(self.tokens), _dedup(self.threads),
+            _dedup(self.batches),
         ):
             cells.append(RunConfig(
                 model=self.model, device=device, precision=precision, batch_size=int(batch), threads=int(threads),
                 tokens=int(tokens), engine=engine, compile=bool(compile_), stream=bool(stream), warmup=self.warmup,
                 repeats=self.repeats, min_time_s=float(self.min_time_s), max_repeats=self.max_repeats,
-                timeout_s=float(self.timeout_s), text=self.text, memory_budget_mb=self.memory_budget_mb,
+                timeout_s=float(self.timeout_s), text=self.text, memory_budget_mb=self.memory_budget_mb, node=node,
             ))
         return cells
 
     def interleaved_passes(self, runnable_cells: int) -> int:
-        """Passes to interleave: 1 (each cell in its own process, back to back) when there is nothing to interleave."""
-        return self.passes if runnable_cells > 1 else 1
+        """Passes to interleave: 1 (each cell in its own process, back to back) when there is nothing to interleave,
+        or on a cluster, where cells on different machines cannot share a pass."""
+        return self.passes if runnable_cells > 1 and self.cluster is None else 1
 
     def fidelity_pairs(self) -> list[tuple[str, str, str]]:
         """(device, engine, precision) triples whose drift from fp32 stock is measured once per sweep."""

@@ -33,14 +33,15 @@ log = logging.getLogger(__name__)
 # cells.passes, table sweep_notes (the interleaving plan and each pass's order). Files are kept across releases,
 # so upgrades add the canonical columns and tables an older file lacks (see Store._migrate), by name rather than
 # by number: a development build wrote 4 for the version-5 additions alone, and that file upgrades too. A newer
-# file than this build knows is refused rather than misread.
-SCHEMA_VERSION = 5
+# file than this build knows is refused rather than misread. 6 = cells.node, node_id, node_machine and
+# node_fingerprint (where a cluster sweep ran each cell, chattts_lab.cluster).
+SCHEMA_VERSION = 6
 SWEEP_STATUSES = ("running", "finished", "interrupted", "cancelled")
 BUNDLE_FORMAT = "chattts-lab-bundle"
 BUNDLE_VERSION = 1
 DEFAULT_DB = Path("results") / "lab.sqlite"
 _TEXT_COLUMNS = {"device", "precision", "engine", "status", "reason", "model", "device_effective", "dtype_gpt",
-                 "traceback"}
+                 "traceback", "node", "node_id", "node_machine", "node_fingerprint"}
 _INT_COLUMNS = {"batch_size", "threads", "tokens", "compile", "stream", "repeats", "threads_effective",
                 "compile_effective", "passes"}
 
@@ -363,9 +364,18 @@ def cells_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None = 
         rows = []
         for sid in ids:
             for r in store.results(sid, with_samples=False):
-                rows.append({"sweep_id": sid, "machine": sweeps[sid]["machine"],
-                             "created_at": sweeps[sid]["created_at"], **r.row()})
+                row = r.row()
+                rows.append({"sweep_id": sid, "machine": _machine(row, sweeps[sid]["machine"]),
+                             "created_at": sweeps[sid]["created_at"], **row})
     return pd.DataFrame(rows, columns=["sweep_id", "machine", "created_at", *CANONICAL_COLUMNS])
+
+
+def _machine(row: dict, sweep_machine: str) -> str:
+    """Where a row was measured: its cluster node (so comparisons and plots group a fleet sweep by node), else the
+    sweep's machine."""
+    if not row["node"]:
+        return sweep_machine
+    return f"{row['node']} · {row['node_machine']}" if row["node_machine"] else row["node"]
 
 
 def fidelity_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None = None):

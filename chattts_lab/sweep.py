@@ -25,12 +25,13 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
 import psutil
 
+from chattts_lab import cluster
 from chattts_lab.compare import sweep_drift
 from chattts_lab.env import capture_environment
 from chattts_lab.limits import crash_under_budget
@@ -38,6 +39,7 @@ from chattts_lab.results import DONE_STATUSES, PASS_MARKER, RESULT_MARKER, CellR
 from chattts_lab.roofline import measure_read_bandwidth, with_bandwidth
 from chattts_lab.spec import SpecError, SweepSpec, absent_device_reason, cell_rule
 from chattts_lab.store import Store
+from chattts_lab.worker import repeat_until
 
 log = logging.getLogger(__name__)
 STDERR_KEPT_CHARS = 4000  # what a crashed cell keeps of its worker's stderr (the end, where the error is)
@@ -361,7 +363,10 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
         if spec is None:
             raise SpecError("run_sweep needs a spec or a sweep to resume")
         spec.validate()
-        environment = {**capture_environment(), **measure_read_bandwidth(spec.devices)}
+        if spec.cluster:
+            cluster.check_cluster(spec)  # an unreachable cluster or an unknown label is refused before the sweep exists
+        # A cluster's cells run elsewhere: the head's own bandwidth would be no floor for them.
+        environment = {**capture_environment(), **({} if spec.cluster else measure_read_bandwidth(spec.devices))}
         sweep_id = store.create_sweep(spec.to_dict(), environment)
     configs = spec.expand()
     done = {r.config.key: r for r in store.results(sweep_id) if r.status in DONE_STATUSES}
@@ -373,7 +378,9 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
     runnable = [(i, c) for i, c in pending if cell_rule(c) is None]
     passes = spec.interleaved_passes(len(runnable))
     try:
-        if passes > 1:
+        if spec.cluster:
+            status = yield from _run_on_cluster(sweep_id, pending, len(configs), store, spec, stop)
+        elif passes > 1:
             status = yield from _run_ruled_then_interleaved(sweep_id, pending, len(configs), store, spec, stop,
                                                             python, memory_allowance_mb, environment)
         else:
@@ -619,6 +626,94 @@ def _eta(durations: list[float], cells_left: int) -> float | None:
     if not durations or cells_left <= 0:
         return 0.0 if cells_left <= 0 else None
     return sum(durations) / len(durations) * cells_left
+
+
+# ----------------------------------------------------------------------------------------------
+# A fleet sweep: every cell a Ray task on a cluster node (chattts_lab.cluster places and collects them)
+
+
+def _run_on_cluster(sweep_id: int, pending: list, total: int, store: Store, spec: SweepSpec,
+                    stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[SweepEvent]:
+    """Submit every pending cell, commit each row as its task ends. Returns `cancelled` when stopped, `interrupted`
+    when a cell was lost with its node (resume measures it again), else `finished`."""
+    ray = cluster.connect(spec.cluster)
+    nodes, pool = cluster.live_nodes(ray), cluster.TaskPool(ray)
+    n_done, lost = total - len(pending), 0
+
+    def finished(index: int, result: CellResult) -> CellFinished:
+        nonlocal n_done, lost
+        store.add_cell(sweep_id, index, result)
+        n_done, lost = n_done + (result.status not in ("lost", "cancelled")), lost + (result.status == "lost")
+        return CellFinished(sweep_id, index, total, result, n_done, None)
+
+    try:
+        for index, cfg in pending:
+            yield CellStarted(sweep_id, index, total, cfg, None)
+            ruled = cluster.unplaceable(cfg, nodes)  # Ray would queue it forever: a row with the reason instead
+            if ruled:
+                yield finished(index, CellResult(cfg, *ruled, node=_label_only(cfg)))
+            else:
+                pool.submit(measure_on_node, cfg.to_dict(), (index, cfg), **cluster.placement(cfg))
+        plan = (f"{len(pool)} cell(s) as Ray tasks on {cluster.describe(ray, nodes)}; each in a fresh worker process "
+                "on its node, with the CPUs of its threads to itself, its timed calls back to back.")
+        store.set_note(sweep_id, "plan", plan)
+        yield SweepPlanned(sweep_id, plan)
+        while len(pool):
+            if stop():
+                for index, cfg in pool.cancel_all():
+                    yield finished(index, CellResult(cfg, "cancelled", "stopped by the user while this cell ran or "
+                                                     "waited for its node", node=_label_only(cfg)))
+                return "cancelled"
+            for end in pool.ended(poll_s):
+                yield finished(end.tag[0], _fleet_result(end))
+    finally:  # an exception or the generator closed: no task keeps measuring for a sweep that is gone
+        pool.cancel_all()
+    return "interrupted" if lost else "finished"
+
+
+def _fleet_result(end) -> CellResult:
+    """A cell's row from how its task ended: its own row, or why there is none."""
+    index, cfg = end.tag
+    if end.failure is None:
+        return CellResult.from_dict(end.value)
+    if end.failure == "raised":  # the lab's code failed on the node, outside the worker: a bug, with its traceback
+        return CellResult(cfg, "error", f"the cell's Ray task raised {end.reason}"[:800], traceback=end.detail[-4000:],
+                          node=_label_only(cfg))
+    if end.failure == "oom":
+        return CellResult(cfg, "oom", f"Ray killed the cell's task, its node short of memory ({end.reason})"[:800],
+                          node=_label_only(cfg))
+    where = f"node {cfg.node!r}" if cfg.node else "its node"
+    return CellResult(cfg, "lost", f"{where} was lost while the cell ran ({end.reason})"[:800], node=_label_only(cfg))
+
+
+def _label_only(cfg: RunConfig) -> dict:
+    return {"label": cfg.node} if cfg.node else {}
+
+
+def measure_on_node(config: dict) -> dict:
+    """A Ray task on a cluster node: the cell measured there, and where it ran (a CellResult as a dict)."""
+    cfg = RunConfig.from_dict(config)
+    node = cluster.node_here(cfg.node)
+    return replace(measure_back_to_back(cfg), node=node).to_dict()
+
+
+def measure_back_to_back(cfg: RunConfig, never: Callable[[], bool] = lambda: False) -> CellResult:
+    """The rule table judged here (this machine's devices and cores), else one fresh CellWorker: loaded and warmed
+    up, then `repeats` timed calls for at least `min_time_s`, one after another."""
+    ruled = cell_rule(cfg)
+    if ruled:
+        return CellResult(cfg, *ruled)
+    worker = CellWorker(cfg)
+    try:
+        ready = worker.ready(never)
+        cluster.hold_if_asked(cfg, ready["pid"])
+        repeat_until(lambda: worker.repeat({}, never), cfg.repeats, cfg.min_time_s, cfg.max_repeats)
+        outcome = worker.finish(never)
+    except WorkerEnded as ended:
+        outcome = ended.outcome
+    finally:
+        worker.kill()
+    return result_of(cfg, outcome)
 
 
 def _run_fidelity(spec: SweepSpec, sweep_id: int, store, stop, python) -> Iterator[SweepEvent]:

@@ -93,27 +93,32 @@ _SCHEMA_ADDITIONS = {
 }
 
 
-@pytest.mark.parametrize("version", ["2", "3", "4-roofline", "4-passes"])
+_UPGRADE_STEPS = {"2": ["2"], "3": ["2", "3"], "4-roofline": ["2", "3", "4-roofline"],
+                  "4-passes": ["2", "3", "4-passes"], "5": ["2", "3", "4-roofline", "4-passes"]}
+
+
+@pytest.mark.parametrize("version", list(_UPGRADE_STEPS))
 def test_a_database_of_every_older_schema_upgrades_keeping_its_rows(tmp_path, version):
     db = tmp_path / f"v{version}.sqlite"
     with sqlite3.connect(db) as conn:
         conn.executescript((Path(__file__).resolve().parent / "data" / "lab-schema-v1.sql").read_text())
-        steps = ["2", "3", version] if version.startswith("4") else ["2", "3"][:int(version) - 1]
-        for step in steps:
+        for step in _UPGRADE_STEPS[version]:
             for statement in _SCHEMA_ADDITIONS[step]:
                 conn.execute(statement)
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version[0],))
     before = sqlite3.connect(db).execute("SELECT cell_key, status, latency_p50_s FROM cells").fetchall()
     with Store(db) as store:
         (sweep,) = store.sweeps_list()
-        store.add_cell(sweep["id"], 1, replace(_result("int8"), cpu_share=1.5, passes=3, mem_read_gbps=20.0))
+        store.add_cell(sweep["id"], 1, replace(_result("int8"), cpu_share=1.5, passes=3, mem_read_gbps=20.0,
+                                               node={"label": "gpu-box", "node_id": "ab12"}))
         store.set_note(sweep["id"], "plan", "3 interleaved passes")
         assert store.notes(sweep["id"]) == {"plan": "3 interleaved passes"}
         new = next(r for r in store.results(sweep["id"]) if r.config.precision == "int8")
         assert (new.cpu_share, new.passes, new.mem_read_gbps) == (1.5, 3, 20.0)
+        assert (new.row()["node"], new.row()["node_id"]) == ("gpu-box", "ab12")
     conn = sqlite3.connect(db)
     meta = dict(conn.execute("SELECT key, value FROM meta"))
-    assert meta["schema_version"] == str(SCHEMA_VERSION) == "5" and meta["upgraded_from"] == version[0]
+    assert meta["schema_version"] == str(SCHEMA_VERSION) == "6" and meta["upgraded_from"] == version[0]
     assert set(CANONICAL_COLUMNS) - {"status"} <= {r[1] for r in conn.execute("PRAGMA table_info(cells)")}
     assert conn.execute("SELECT cell_key, status, latency_p50_s FROM cells WHERE idx != 1").fetchall() == before
 

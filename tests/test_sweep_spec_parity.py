@@ -37,6 +37,9 @@ CASES = {
         dict(batches="1,2", passes=5, drift_threshold_pct=7.5), ["--batch", "1,2", "--passes", "5",
                                                                   "--drift-threshold", "7.5"]),
     "one process per cell (passes 1)": (dict(batches="1,2", passes=1), ["--batch", "1,2", "--passes", "1"]),
+    "a fleet sweep: every cell on each labelled machine of a Ray cluster": (
+        dict(cluster="ray:10.0.0.5:6379", nodes="gpu-box, laptop"),
+        ["--cluster", "ray:10.0.0.5:6379", "--nodes", "gpu-box,laptop"]),
 }
 # The quick preset on a CPU that runs fp32 and int8 with both engines (the machines of this project do).
 QUICK_ARGV = ["--engine", "stock,lab", "--precision", "fp32,int8", "--batch", "1", "--tokens", "32", "--repeats", "2",

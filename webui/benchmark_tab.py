@@ -24,11 +24,11 @@ from chattts_lab.compare import compare_sweeps as compare_ratios
 from chattts_lab.compare import sweep_comparison
 from chattts_lab.devices import parse_device
 from chattts_lab.env import usable_cores
-from chattts_lab.grid import bool_list, describe, estimate_grid, int_list, refuse_huge_grid
+from chattts_lab.grid import bool_list, describe, estimate_grid, int_list, refuse_huge_grid, str_list
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.precision import ENGINES, PRECISIONS, extra_precisions, unsupported_reason
 from chattts_lab.recommend import recommend
-from chattts_lab.report import TABLE_COLUMNS, environment_lines, results_frame, write_reports
+from chattts_lab.report import environment_lines, results_frame, shown_columns, write_reports
 from chattts_lab.results import STATUSES, CellResult
 from chattts_lab.spec import SpecError, SweepSpec
 from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
@@ -73,6 +73,8 @@ class SweepForm:
     fidelity_tokens: int = 32
     passes: int = SweepSpec.passes  # interleaved passes; 1 runs each cell in its own process, back to back
     drift_threshold_pct: float = SweepSpec.drift_threshold_pct
+    cluster: str = ""  # blank: this machine; ray or ray:HOST:PORT: a fleet sweep on that Ray cluster
+    nodes: str = ""  # Ray resource labels of the machines to measure every cell on (comma list)
 
 
 def quick_form() -> SweepForm:
@@ -109,11 +111,17 @@ def spec_from_form(model: str, form: SweepForm, history_db=None) -> SweepSpec:
             memory_budget_mb=None if form.memory_budget_mb in (None, "") else float(form.memory_budget_mb),
             passes=_number(form.passes, "passes", int),
             drift_threshold_pct=_number(form.drift_threshold_pct, "drift threshold"),
+            cluster=str(form.cluster or "").strip() or None, nodes=str_list(form.nodes) if _given(form.nodes) else (),
         )
         refuse_huge_grid(spec.validate(), history_db)  # too large to finish: refused with the estimate
         return spec
     except (SpecError, TypeError, ValueError) as exc:
         raise gr.Error(f"Sweep settings: {exc}") from exc
+
+
+def _given(text) -> bool:
+    """A text box with something in it."""
+    return bool(str(text or "").strip())
 
 
 def cli_command(model: str, db: str, form: SweepForm) -> str:
@@ -129,6 +137,8 @@ def cli_command(model: str, db: str, form: SweepForm) -> str:
              "--drift-threshold", f"{float(form.drift_threshold_pct):g}"]
     if form.memory_budget_mb not in (None, ""):
         args += ["--memory-budget-mb", f"{float(form.memory_budget_mb):g}"]
+    args += ["--cluster", str(form.cluster).strip()] if _given(form.cluster) else []
+    args += ["--nodes", str(form.nodes).strip()] if _given(form.nodes) else []
     return "python -m bench " + shlex.join(args)
 
 
@@ -227,7 +237,7 @@ class Progress:
 
 def display_frame(df: pd.DataFrame) -> pd.DataFrame:
     """What the table shows: the report's columns, numbers rounded, failed cells kept with their reason."""
-    cols = ["sweep_id"] * ("sweep_id" in df) + [c for c in TABLE_COLUMNS if c in df]
+    cols = ["sweep_id"] * ("sweep_id" in df) + [c for c in shown_columns(df) if c in df]
     out = df[cols].copy()
     for c in out.columns:
         if out[c].dtype.kind == "f":
@@ -541,6 +551,14 @@ def build_sweep_controls(form: SweepForm) -> SweepControls:
             c["drift_threshold_pct"] = gr.Number(form.drift_threshold_pct, minimum=0.1, label="Drift threshold (%)",
                                                  info="above it the sweep is marked noisy",
                                                  elem_id="sw-drift-threshold")
+    with gr.Accordion("Fleet: run the cells on a Ray cluster's machines (README: fleet sweeps)", open=False):
+        with gr.Row():
+            c["cluster"] = gr.Textbox(form.cluster, label="Ray cluster", placeholder="blank: this machine",
+                                      info="ray (a cluster started on this machine) or ray:HOST:PORT of its head",
+                                      elem_id="sw-cluster")
+            c["nodes"] = gr.Textbox(form.nodes, label="Machines (node labels)", placeholder="blank: any node",
+                                    info="every cell is measured on each machine carrying one of these Ray "
+                                         "resource labels", elem_id="sw-nodes")
     gr.Markdown(axes_note(), elem_id="sw-axes-note")
     missing = {f.name for f in fields(SweepForm)} ^ set(c)
     assert not missing, f"SweepForm fields without a control (or the reverse): {missing}"

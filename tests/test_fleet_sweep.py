@@ -1,0 +1,166 @@
+"""A fleet sweep on a real local Ray cluster: a head carrying the label node_a and a second node carrying node_b.
+
+`python -m bench --cluster ray:ADDRESS --nodes node_a,node_b` measures one cell on each node. node_b's cell holds
+once its worker is loaded (chattts_lab.cluster.HOLD_DIR_VAR, set on that node only), so the node is taken away
+while the cell surely runs: the finished row of node_a stays, node_b's cell is a `lost` row with its reason, and
+once a node_b is back `--resume` measures it. One cluster and one scenario serve every test here (Ray starts slowly).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from chattts_lab.cluster import HOLD_DIR_VAR
+from chattts_lab.report import markdown_table, results_frame
+from chattts_lab.results import CellResult, RunConfig
+from chattts_lab.spec import SpecError, SweepSpec
+from chattts_lab.store import Store, cells_frame, compare_frame
+from chattts_lab.sweep import run_sweep
+from tests.conftest import ROOT, TINY
+
+# Ray notices a node that stopped answering after period x threshold: about a second here, not its default 30 s.
+# Its memory monitor is off: on a machine whose memory other work fills, it would kill the cells (an `oom` row).
+TEST_CLUSTER_CONFIG = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
+                       "health_check_timeout_ms": 500, "health_check_failure_threshold": 2,
+                       "memory_monitor_refresh_ms": 0}
+WAIT_S = 300  # an upper bound for a slow shared machine, never a synchronisation: each wait ends on its condition
+
+
+def bench(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def wait_for_file(folder: Path, pattern: str, proc: subprocess.Popen) -> Path:
+    deadline = time.monotonic() + WAIT_S
+    while not list(folder.glob(pattern)):
+        if proc.poll() is not None:
+            pytest.fail(f"the sweep ended before its node_b cell held:\n{proc.stdout.read()}")
+        assert time.monotonic() < deadline, f"no {pattern} in {folder} after {WAIT_S} s"
+        time.sleep(0.1)  # polling a file the node writes: the condition itself, however long it takes
+    return next(folder.glob(pattern))
+
+
+def process_ended(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return True
+    return not psutil.wait_procs([proc], timeout=WAIT_S)[1]
+
+
+def rows(db: Path) -> dict:
+    """node label -> the cell's row, as the history reads it."""
+    return {r["node"]: r for r in cells_frame(db).to_dict("records")}
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    """Run the sweep, lose node_b while its cell runs, bring node_b back, resume; what each step left."""
+    tmp = tmp_path_factory.mktemp("fleet")
+    hold, db = tmp / "hold", tmp / "lab.sqlite"
+    hold.mkdir()
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"node_a": 1}, "include_dashboard": False, "_system_config": TEST_CLUSTER_CONFIG})
+    try:
+        node_b = cluster.add_node(num_cpus=1, resources={"node_b": 1}, env_vars={HOLD_DIR_VAR: str(hold)})
+        sweep = bench("--model", TINY, "--cluster", f"ray:{cluster.address}", "--nodes", "node_a,node_b",
+                      "--threads", "1", "--tokens", "8", "--repeats", "1", "--min-time", "0", "--warmup", "0",
+                      "--fidelity", "off", "--db", str(db), "--format", "json")
+        held = wait_for_file(hold, "*node=node_b.running", sweep)
+        worker_pid = int(held.read_text())
+        assert psutil.pid_exists(worker_pid)
+        cluster.remove_node(node_b, allow_graceful=False)  # the raylet and every process of node_b, killed
+        out, _ = sweep.communicate(timeout=WAIT_S)
+        after_loss = {"code": sweep.returncode, "out": out, "rows": rows(db),
+                      "worker_gone": process_ended(worker_pid),
+                      "a_cell_id": sqlite3.connect(db).execute("SELECT id FROM cells WHERE cell_key LIKE "
+                                                               "'%node=node_a'").fetchone()[0]}
+        cluster.add_node(num_cpus=1, resources={"node_b": 1})  # the machine is back (and holds no more)
+        resume = bench("--db", str(db), "--resume", "--format", "json")
+        out, _ = resume.communicate(timeout=WAIT_S)
+        resumed = {"code": resume.returncode, "out": out, "rows": rows(db),
+                   "a_cell_id": sqlite3.connect(db).execute("SELECT id FROM cells WHERE cell_key LIKE "
+                                                            "'%node=node_a'").fetchone()[0]}
+        yield after_loss, resumed, db, cluster.address
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_a_node_lost_mid_cell_leaves_the_finished_row_and_a_lost_row_with_its_reason(scenario):
+    after_loss, _, _, _ = scenario
+    assert after_loss["code"] == 1, after_loss["out"]  # the sweep is not finished: it is resumable
+    assert "--resume" in after_loss["out"]
+    a, b = after_loss["rows"]["node_a"], after_loss["rows"]["node_b"]
+    assert a["status"] == "ok" and a["latency_p50_s"] > 0
+    assert b["status"] == "lost"
+    assert "node 'node_b' was lost while the cell ran" in b["reason"]
+    assert after_loss["worker_gone"], "the lost cell's worker process outlived its node"
+
+
+def test_resume_measures_the_lost_cell_and_keeps_the_finished_one(scenario):
+    after_loss, resumed, _, _ = scenario
+    assert resumed["code"] == 0, resumed["out"]
+    assert "1 of 2 cells to measure" in resumed["out"]
+    assert resumed["a_cell_id"] == after_loss["a_cell_id"]  # node_a's row was not measured again
+    assert {label: r["status"] for label, r in resumed["rows"].items()} == {"node_a": "ok", "node_b": "ok"}
+
+
+def test_each_row_records_its_node_and_that_nodes_environment(scenario):
+    _, resumed, db, _ = scenario
+    a, b = resumed["rows"]["node_a"], resumed["rows"]["node_b"]
+    assert a["node_id"] != b["node_id"] and all(len(r["node_id"]) > 16 for r in (a, b))
+    for row in (a, b):
+        assert len(row["node_fingerprint"]) == 12 and "GB" in row["node_machine"]
+    (body,) = [json.loads(r[0]) for r in sqlite3.connect(db).execute(
+        "SELECT result_json FROM cells WHERE cell_key LIKE '%node=node_b'")]
+    assert body["node"]["label"] == "node_b" and body["node"]["environment"]["cpu"]["usable_cores"] >= 1
+
+
+def test_a_label_no_node_carries_is_refused_before_a_sweep_exists(scenario, tmp_path):
+    *_, address = scenario
+    spec = SweepSpec(model=TINY, threads=(1,), tokens=(8,), fidelity=False, cluster=f"ray:{address}",
+                     nodes=("node_a", "node_c"))
+    with pytest.raises(SpecError, match="no live node of the cluster carries the label.s. node_c; the nodes carry "
+                                        "node_a, node_b"):
+        next(run_sweep(spec, tmp_path / "lab.sqlite"))
+    with Store(tmp_path / "lab.sqlite") as store:
+        assert store.sweeps_list() == []
+
+
+def test_node_labels_need_a_cluster_and_a_cluster_is_ray():
+    assert SweepSpec(nodes=("gpu-box",)).errors() == ["node labels need a cluster (--cluster ray[:ADDRESS])"]
+    assert SweepSpec(cluster="dask:1.2.3.4").errors()[0].startswith("cluster must be ray or ray:ADDRESS")
+    assert SweepSpec(cluster="ray", nodes=("a b",)).errors()[0].startswith("node label 'a b' is not")
+
+
+def test_a_fleet_sweeps_rows_are_shown_and_compared_by_node(tmp_path):
+    """Stored rows of two nodes (no Ray needed): the table leads with `node`, a comparison has a column per node."""
+    def row(node: str, elapsed_s: float) -> CellResult:
+        cfg = RunConfig(TINY, "cpu", "fp32", 1, 1, 8, node=node)
+        env = {"hostname": f"host-{node}", "cpu": {"model": "Xeon", "usable_cores": 4}, "ram_gb": 16, "gpus": []}
+        return CellResult(cfg, "ok", elapsed_s=elapsed_s, node={"label": node, "node_id": f"id-{node}", "environment": env})
+
+    db = tmp_path / "lab.sqlite"
+    with Store(db) as store:
+        sid = store.create_sweep(SweepSpec(cluster="ray", nodes=("a", "b")).to_dict(), {"hostname": "head"})
+        for i, (node, elapsed_s) in enumerate((("a", 1.0), ("b", 2.0))):
+            store.add_cell(sid, i, row(node, elapsed_s))
+        results = store.results(sid)
+    one_machine = CellResult(RunConfig(TINY, "cpu", "fp32", 1, 1, 8), "ok")
+    assert markdown_table(results_frame(results)).splitlines()[0].startswith("| node | engine |")
+    assert markdown_table(results_frame([one_machine])).splitlines()[0].startswith("| engine |")
+    table = compare_frame(db, [sid], "elapsed_s")
+    machine = "Xeon x4, 16 GB, no GPU, torch None"
+    assert table[[f"{sid}: a · {machine}", f"{sid}: b · {machine}"]].values.tolist() == [[1.0, 2.0]]
