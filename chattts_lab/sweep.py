@@ -693,18 +693,28 @@ def _label_only(cfg: RunConfig) -> dict:
 def measure_on_node(config: dict) -> dict:
     """A Ray task on a cluster node: the cell measured there, and where it ran (a CellResult as a dict)."""
     cfg = RunConfig.from_dict(config)
-    node = cluster.node_here(cfg.node)
-    return replace(measure_back_to_back(cfg), node=node).to_dict()
+    node: dict = {}
+
+    def note_node() -> None:  # imports torch for the environment: done while the worker loads, never while timed
+        node.update(cluster.node_here(cfg.node))
+
+    result = measure_back_to_back(cfg, while_loading=note_node)
+    if not node:  # a cell the rule table stopped started no worker
+        note_node()
+    return replace(result, node=node).to_dict()
 
 
-def measure_back_to_back(cfg: RunConfig, never: Callable[[], bool] = lambda: False) -> CellResult:
+def measure_back_to_back(cfg: RunConfig, while_loading: Callable[[], None] = lambda: None,
+                         never: Callable[[], bool] = lambda: False) -> CellResult:
     """The rule table judged here (this machine's devices and cores), else one fresh CellWorker: loaded and warmed
-    up, then `repeats` timed calls for at least `min_time_s`, one after another."""
+    up (`while_loading` runs meanwhile, untimed), then `repeats` timed calls for at least `min_time_s`, one after
+    another."""
     ruled = cell_rule(cfg)
     if ruled:
         return CellResult(cfg, *ruled)
     worker = CellWorker(cfg)
     try:
+        while_loading()
         ready = worker.ready(never)
         cluster.hold_if_asked(cfg, ready["pid"])
         repeat_until(lambda: worker.repeat({}, never), cfg.repeats, cfg.min_time_s, cfg.max_repeats)
