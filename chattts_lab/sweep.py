@@ -364,7 +364,7 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
             raise SpecError("run_sweep needs a spec or a sweep to resume")
         spec.validate()
         if spec.cluster:
-            cluster.check_cluster(spec)  # an unreachable cluster or an unknown label is refused before the sweep exists
+            cluster.check_cluster(spec)  # an unreachable cluster or an unknown label: refused before the sweep exists
         # A cluster's cells run elsewhere: the head's own bandwidth would be no floor for them.
         environment = {**capture_environment(), **({} if spec.cluster else measure_read_bandwidth(spec.devices))}
         sweep_id = store.create_sweep(spec.to_dict(), environment)
@@ -673,7 +673,7 @@ def _run_on_cluster(sweep_id: int, pending: list, total: int, store: Store, spec
 
 def _fleet_result(end) -> CellResult:
     """A cell's row from how its task ended: its own row, or why there is none."""
-    index, cfg = end.tag
+    cfg = end.tag[1]
     if end.failure is None:
         return CellResult.from_dict(end.value)
     if end.failure == "raised":  # the lab's code failed on the node, outside the worker: a bug, with its traceback

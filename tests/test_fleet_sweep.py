@@ -150,7 +150,8 @@ def test_a_fleet_sweeps_rows_are_shown_and_compared_by_node(tmp_path):
     def row(node: str, elapsed_s: float) -> CellResult:
         cfg = RunConfig(TINY, "cpu", "fp32", 1, 1, 8, node=node)
         env = {"hostname": f"host-{node}", "cpu": {"model": "Xeon", "usable_cores": 4}, "ram_gb": 16, "gpus": []}
-        return CellResult(cfg, "ok", elapsed_s=elapsed_s, node={"label": node, "node_id": f"id-{node}", "environment": env})
+        where = {"label": node, "node_id": f"id-{node}", "environment": env}
+        return CellResult(cfg, "ok", elapsed_s=elapsed_s, node=where)
 
     db = tmp_path / "lab.sqlite"
     with Store(db) as store:
