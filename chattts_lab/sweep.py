@@ -665,13 +665,13 @@ def _run_on_cluster(sweep_id: int, pending: list, total: int, store: Store, spec
                                                      "waited for its node", node=_label_only(cfg)))
                 return "cancelled"
             for end in pool.ended(poll_s):
-                yield finished(end.tag[0], _fleet_result(end))
+                yield finished(end.tag[0], fleet_result(end))
     finally:  # an exception or the generator closed: no task keeps measuring for a sweep that is gone
         pool.cancel_all()
     return "interrupted" if lost else "finished"
 
 
-def _fleet_result(end) -> CellResult:
+def fleet_result(end) -> CellResult:
     """A cell's row from how its task ended: its own row, or why there is none."""
     cfg = end.tag[1]
     if end.failure is None:
