@@ -202,6 +202,8 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"warning: the machine is busy (load average {busy:.1f} on {usable_cores()} cores); timings will be "
               "noisy and multi-threaded cells suffer most", file=sys.stderr)
     if args.dry_run:
+        if spec.cluster:
+            print("(the rules are judged on this machine here; on the cluster each node judges its own cells)")
         for c in spec.expand():
             rule = cell_rule(c)
             print(f"{c.label}{'  -> ' + rule[0] + ': ' + rule[1] if rule else ''}")

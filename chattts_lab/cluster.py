@@ -115,7 +115,8 @@ def labels(node: dict) -> list[str]:
 
 def _is_builtin(resource: str) -> bool:
     """Ray's own resources (CPU, GPU, memory, node:<ip>, ...), as opposed to the labels people give machines."""
-    return resource in ("CPU", "GPU", "memory", "object_store_memory") or resource.startswith(("node:", "accelerator_type"))
+    builtin = resource in ("CPU", "GPU", "memory", "object_store_memory")
+    return builtin or resource.startswith(("node:", "accelerator_type"))
 
 
 def describe(ray, nodes: list[dict]) -> str:

@@ -142,8 +142,9 @@ def html_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict |
         fig = make(df)
         figures.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), default_width="100%",
                                    default_height="480px"))
-    table = df[[c for c in shown_columns(df) if c in df]].to_html(index=False, na_rep="", float_format=lambda x: f"{x:.4g}",
-                                                             classes="results", border=0)
+    table = df[[c for c in shown_columns(df) if c in df]].to_html(index=False, na_rep="",
+                                                                float_format=lambda x: f"{x:.4g}", classes="results",
+                                                                border=0)
     fid = pd.DataFrame(fidelity)
     fid_html = fid[[c for c in FIDELITY_COLUMNS if c in fid]].to_html(index=False, na_rep="", border=0) if fidelity else ""
     raw = passes_frame(comparisons)

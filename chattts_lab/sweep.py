@@ -364,7 +364,7 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
             raise SpecError("run_sweep needs a spec or a sweep to resume")
         spec.validate()
         if spec.cluster:
-            cluster.check_cluster(spec)  # an unreachable cluster or an unknown label is refused before the sweep exists
+            cluster.check_cluster(spec)  # an unreachable cluster or an unknown label: refused before the sweep exists
         # A cluster's cells run elsewhere: the head's own bandwidth would be no floor for them.
         environment = {**capture_environment(), **({} if spec.cluster else measure_read_bandwidth(spec.devices))}
         sweep_id = store.create_sweep(spec.to_dict(), environment)
@@ -665,15 +665,15 @@ def _run_on_cluster(sweep_id: int, pending: list, total: int, store: Store, spec
                                                      "waited for its node", node=_label_only(cfg)))
                 return "cancelled"
             for end in pool.ended(poll_s):
-                yield finished(end.tag[0], _fleet_result(end))
+                yield finished(end.tag[0], fleet_result(end))
     finally:  # an exception or the generator closed: no task keeps measuring for a sweep that is gone
         pool.cancel_all()
     return "interrupted" if lost else "finished"
 
 
-def _fleet_result(end) -> CellResult:
+def fleet_result(end) -> CellResult:
     """A cell's row from how its task ended: its own row, or why there is none."""
-    index, cfg = end.tag
+    cfg = end.tag[1]
     if end.failure is None:
         return CellResult.from_dict(end.value)
     if end.failure == "raised":  # the lab's code failed on the node, outside the worker: a bug, with its traceback
@@ -693,18 +693,28 @@ def _label_only(cfg: RunConfig) -> dict:
 def measure_on_node(config: dict) -> dict:
     """A Ray task on a cluster node: the cell measured there, and where it ran (a CellResult as a dict)."""
     cfg = RunConfig.from_dict(config)
-    node = cluster.node_here(cfg.node)
-    return replace(measure_back_to_back(cfg), node=node).to_dict()
+    node: dict = {}
+
+    def note_node() -> None:  # imports torch for the environment: done while the worker loads, never while timed
+        node.update(cluster.node_here(cfg.node))
+
+    result = measure_back_to_back(cfg, while_loading=note_node)
+    if not node:  # a cell the rule table stopped started no worker
+        note_node()
+    return replace(result, node=node).to_dict()
 
 
-def measure_back_to_back(cfg: RunConfig, never: Callable[[], bool] = lambda: False) -> CellResult:
+def measure_back_to_back(cfg: RunConfig, while_loading: Callable[[], None] = lambda: None,
+                         never: Callable[[], bool] = lambda: False) -> CellResult:
     """The rule table judged here (this machine's devices and cores), else one fresh CellWorker: loaded and warmed
-    up, then `repeats` timed calls for at least `min_time_s`, one after another."""
+    up (`while_loading` runs meanwhile, untimed), then `repeats` timed calls for at least `min_time_s`, one after
+    another."""
     ruled = cell_rule(cfg)
     if ruled:
         return CellResult(cfg, *ruled)
     worker = CellWorker(cfg)
     try:
+        while_loading()
         ready = worker.ready(never)
         cluster.hold_if_asked(cfg, ready["pid"])
         repeat_until(lambda: worker.repeat({}, never), cfg.repeats, cfg.min_time_s, cfg.max_repeats)

@@ -20,12 +20,13 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
+from chattts_lab import cluster as lab_cluster
 from chattts_lab.cluster import HOLD_DIR_VAR
 from chattts_lab.report import markdown_table, results_frame
 from chattts_lab.results import CellResult, RunConfig
 from chattts_lab.spec import SpecError, SweepSpec
 from chattts_lab.store import Store, cells_frame, compare_frame
-from chattts_lab.sweep import run_sweep
+from chattts_lab.sweep import fleet_result, measure_on_node, run_sweep
 from tests.conftest import ROOT, TINY
 
 # Ray notices a node that stopped answering after period x threshold: about a second here, not its default 30 s.
@@ -139,6 +140,21 @@ def test_a_label_no_node_carries_is_refused_before_a_sweep_exists(scenario, tmp_
         assert store.sweeps_list() == []
 
 
+def test_a_task_that_raises_on_its_node_is_an_error_row_with_the_nodes_traceback(scenario):
+    *_, address = scenario
+    pool = lab_cluster.TaskPool(lab_cluster.connect(f"ray:{address}"))
+    cfg = RunConfig(TINY, "cpu", "fp32", 1, 1, 8, node="node_a")
+    pool.submit(measure_on_node, {"model": TINY}, (0, cfg), **lab_cluster.placement(cfg))  # not a whole config
+    ends = []
+    while len(pool):
+        ends += pool.ended(timeout_s=1.0)
+    (end,) = ends
+    assert end.failure == "raised" and end.reason.startswith("TypeError")
+    row = fleet_result(end)
+    assert row.status == "error" and row.reason.startswith("the cell's Ray task raised TypeError")
+    assert "measure_on_node" in row.traceback and row.node == {"label": "node_a"}
+
+
 def test_node_labels_need_a_cluster_and_a_cluster_is_ray():
     assert SweepSpec(nodes=("gpu-box",)).errors() == ["node labels need a cluster (--cluster ray[:ADDRESS])"]
     assert SweepSpec(cluster="dask:1.2.3.4").errors()[0].startswith("cluster must be ray or ray:ADDRESS")
@@ -150,7 +166,8 @@ def test_a_fleet_sweeps_rows_are_shown_and_compared_by_node(tmp_path):
     def row(node: str, elapsed_s: float) -> CellResult:
         cfg = RunConfig(TINY, "cpu", "fp32", 1, 1, 8, node=node)
         env = {"hostname": f"host-{node}", "cpu": {"model": "Xeon", "usable_cores": 4}, "ram_gb": 16, "gpus": []}
-        return CellResult(cfg, "ok", elapsed_s=elapsed_s, node={"label": node, "node_id": f"id-{node}", "environment": env})
+        where = {"label": node, "node_id": f"id-{node}", "environment": env}
+        return CellResult(cfg, "ok", elapsed_s=elapsed_s, node=where)
 
     db = tmp_path / "lab.sqlite"
     with Store(db) as store:
