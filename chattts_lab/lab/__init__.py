@@ -68,13 +68,14 @@ def install_lab_engine(chat, device, precision: str, compile: bool = False) -> L
         model = LeanLlama(gpt.gpt, precision, gpt_device, _compute_dtype(gpt_device, precision))
         del gpt.gpt  # the fp32 LlamaModel (now emptied layer by layer) goes; nothing else in ChatTTS uses it
         gpt.lab_gpt = model
-        heads = Heads(chat.embed, gpt_device)
+        heads = Heads(chat.embed, gpt_device, precision)
         release_freed_memory()
     engine = LabEngine(model, heads, gpt_device, precision, convert_s=time.perf_counter() - t0)
     engine.compiled = _try_compile(engine, compile)
     gpt.__dict__["generate"] = functools.partial(lab_generate, chat, engine)
     chat.lab_engine = engine
-    log.info("lab engine: %s on %s in %.2f s (compiled: %s)", precision, gpt_device, engine.convert_s, engine.compiled)
+    log.info("lab engine: %s on %s in %.2f s (compiled: %s; kernels: %s)", precision, gpt_device, engine.convert_s,
+             engine.compiled, engine.kernels)
     return engine
 
 

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
+from chattts_lab.lab.linear import make_linear
 from chattts_lab.lab.model import LeanLlama
 from chattts_lab.lab.sampler import Sampler
 
@@ -26,13 +27,18 @@ COMPUTE_DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfl
 
 
 class Heads(nn.Module):
-    """ChatTTS's weight-normed heads, materialised once: 4 code heads as one [4*626, 768] matrix."""
+    """ChatTTS's weight-normed heads, materialised once: 4 code heads as one [4*626, 768] projection.
 
-    def __init__(self, embed, device: torch.device):
+    Under int8/int4 weights the code heads are int8 too: every step reads them, and at fp32 their 7.7 MB
+    pushed the layers' weights out of cache between steps.
+    """
+
+    def __init__(self, embed, device: torch.device, precision: str):
         super().__init__()
         with torch.no_grad(), parametrize.cached():
             code = torch.cat([h.weight.detach().float() for h in embed.head_code])
-        self.register_buffer("code", code.to(device).contiguous())
+        head_precision = "int8" if precision in ("int8", "int4") else "fp32"
+        self.code = make_linear(code, head_precision, device, torch.float32)
         self.num_vq = len(embed.head_code)
         self.head_text = embed.head_text  # refine pass only: left as ChatTTS has it
         # one table for the 4 code embeddings: ids + offsets index it in one lookup
@@ -45,7 +51,7 @@ class Heads(nn.Module):
 
     def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [B, dim] -> [B * num_vq, vocab], rows ordered (item, codebook) as stock's
-        return torch.nn.functional.linear(hidden, self.code).view(-1, self.num_vq, self.vocab).reshape(-1, self.vocab)
+        return self.code(hidden).view(-1, self.num_vq, self.vocab).reshape(-1, self.vocab)
 
     def text_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         with parametrize.cached():
@@ -69,6 +75,14 @@ class LabEngine:
     convert_s: float = 0.0
     stream_first_chunk: int | None = None  # set by lab streaming: yield the first chunk this early
     notes: list = field(default_factory=list)
+
+    @property
+    def kernels(self) -> str:
+        """Which kernels a decode step runs, e.g. 'fbgemm-int8 avx512_vnni; fused-decode avx512; kv-cache bf16'."""
+        model = self.gpt_module
+        glue = f"fused-decode {model.fused.simd()}" if model.fused is not None else "torch-ops"
+        cache = str(model.cache_dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float", "fp")
+        return f"{model.layers[0].qkv.kernel}; {glue}; kv-cache {cache}"
 
     @contextmanager
     def first_chunk(self, steps: int):

@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from chattts_lab.lab import cpu
+
 log = logging.getLogger(__name__)
 
 
@@ -29,6 +31,7 @@ class FloatLinear(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(weight.to(dtype).contiguous(), requires_grad=False)
         self.effective_dtype = str(dtype).replace("torch.", "")
+        self.kernel = cpu.float_matmul_kernel(self.effective_dtype) if weight.device.type == "cpu" else f"{weight.device.type}-matmul"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight)
@@ -63,6 +66,7 @@ class FbgemmInt8Linear(nn.Module):
 
     def __init__(self, weight: torch.Tensor):
         super().__init__()
+        self.kernel = cpu.fbgemm_int8_kernel()
         q, scales = per_channel_int8(weight)
         zeros = torch.zeros(scales.numel(), dtype=torch.long)
         with warnings.catch_warnings():
@@ -82,6 +86,7 @@ class WeightOnlyInt8Linear(nn.Module):
     """int8 weights scaled per output channel; activations stay in the compute dtype (CUDA, MPS)."""
 
     effective_dtype = "int8"
+    kernel = "weight-only-int8"
 
     def __init__(self, weight: torch.Tensor):
         super().__init__()
@@ -109,6 +114,7 @@ class Int4Linear(nn.Module):
 
     def __init__(self, weight: torch.Tensor, group: int = INT4_GROUP):
         super().__init__()
+        self.kernel = f"int4pack-bf16 {cpu.torch_capability()}"
         w = weight.float()
         n, k = w.shape
         g = w.reshape(n, k // group, group)
@@ -134,7 +140,8 @@ def make_linear(weight: torch.Tensor, precision: str, device: torch.device, comp
     """One projection in the lab's format for this precision and device."""
     weight = weight.to(device)
     if precision == "int8":
-        if device.type == "cpu" and fbgemm_available():
+        # fbgemm only where it has a SIMD path: without AVX2 its reference loops lose to weight-only int8
+        if device.type == "cpu" and cpu.detect().int8_isa and fbgemm_available():
             return FbgemmInt8Linear(weight)
         return WeightOnlyInt8Linear(weight)
     if precision == "int4":
