@@ -40,7 +40,7 @@ BUNDLE_FORMAT = "chattts-lab-bundle"
 BUNDLE_VERSION = 1
 DEFAULT_DB = Path("results") / "lab.sqlite"
 _TEXT_COLUMNS = {"device", "precision", "engine", "status", "reason", "model", "device_effective", "dtype_gpt",
-                 "traceback"}
+                 "kernels", "traceback"}
 _INT_COLUMNS = {"batch_size", "threads", "tokens", "compile", "stream", "repeats", "threads_effective",
                 "compile_effective", "passes"}
 
