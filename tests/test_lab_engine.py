@@ -171,6 +171,24 @@ def test_lab_int8_records_the_fbgemm_level_this_cpu_runs():
     unload_all()
 
 
+def test_lab_int8_keeps_one_int8_copy_of_the_text_tables_and_still_refines():
+    """Under lab int8 ChatTTS's text embedding and text head are int8 (its fp32 ones are gone from the
+    Chat: the GPT's bound methods included), and the prompt and refine pass run through them."""
+    from chattts_lab.lab.linear import Int8Embedding
+
+    unload_all()
+    model = load("lab", "int8")
+    chat = model.chat
+    assert isinstance(chat.embed.emb_text, Int8Embedding) and chat.gpt.emb_text.__self__ is chat.embed.emb_text
+    assert chat.gpt.head_text.__self__ is chat.embed.head_text and chat.embed.head_text.effective_dtype == "int8"
+    assert not [n for n, p in chat.embed.named_parameters() if "text" in n]  # no fp32 text table left
+    ids = refine_tokens(model, TEXTS[0], seed=3)
+    assert len(ids[0]) == REFINE_TOKENS
+    out = synthesize(model, SynthesisRequest.of(TEXTS[0], max_new_token=4, min_new_token=4, sampling=Sampling(audio_seed=1)))
+    assert out.measurements.tokens == [4] and np.isfinite(out.audio[0]).all()
+    unload_all()
+
+
 def test_int8_isa_follows_fbgemm_dispatch_order():
     from chattts_lab.lab.cpu import CpuFeatures
 

@@ -15,7 +15,7 @@ import time
 import torch
 
 from chattts_lab.lab import kernels
-from chattts_lab.lab.engine import COMPUTE_DTYPE, Heads, LabEngine, lab_generate
+from chattts_lab.lab.engine import COMPUTE_DTYPE, Heads, LabEngine, lab_generate, quantize_text_tables
 from chattts_lab.lab.linear import int4_available
 from chattts_lab.lab.model import LeanLlama, release_freed_memory
 from chattts_lab.lab.stream import stream_infer
@@ -68,6 +68,8 @@ def install_lab_engine(chat, device, precision: str, compile: bool = False) -> L
         model = LeanLlama(gpt.gpt, precision, gpt_device, _compute_dtype(gpt_device, precision))
         del gpt.gpt  # the fp32 LlamaModel (now emptied layer by layer) goes; nothing else in ChatTTS uses it
         gpt.lab_gpt = model
+        if precision in ("int8", "int4"):
+            quantize_text_tables(chat, gpt_device)
         heads = Heads(chat.embed, gpt_device, precision)
         release_freed_memory()
     engine = LabEngine(model, heads, gpt_device, precision, convert_s=time.perf_counter() - t0)

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
-from chattts_lab.lab.linear import make_linear
+from chattts_lab.lab.linear import Int8Embedding, make_linear
 from chattts_lab.lab.model import LeanLlama
 from chattts_lab.lab.sampler import Sampler
 
@@ -40,14 +40,13 @@ class Heads(nn.Module):
         head_precision = "int8" if precision in ("int8", "int4") else "fp32"
         self.code = make_linear(code, head_precision, device, torch.float32)
         self.num_vq = len(embed.head_code)
-        self.head_text = embed.head_text  # refine pass only: left as ChatTTS has it
         # one table for the 4 code embeddings: ids + offsets index it in one lookup
         codes = [e.weight.detach() for e in embed.emb_code]
         self.vocab = codes[0].shape[0]
         self.register_buffer("offsets", torch.arange(self.num_vq, device=device) * self.vocab)
         self.emb_code_table = torch.cat(codes).to(device)
-        self.emb_text = embed.emb_text
-        self.text_vocab = embed.head_text.out_features
+        self.text_vocab = embed.emb_text.weight.shape[0]
+        self.head_text, self.emb_text = embed.head_text, embed.emb_text  # int8 after quantize_text_tables
 
     def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [B, dim] -> [B * num_vq, vocab], rows ordered (item, codebook) as stock's
@@ -63,6 +62,22 @@ class Heads(nn.Module):
 
     def embed_text(self, ids: torch.Tensor) -> torch.Tensor:
         return self.emb_text(ids[:, :1])
+
+
+def quantize_text_tables(chat, device: torch.device) -> None:
+    """int8 text embedding and text head (prompts and the refine pass: 130 MB of fp32 together) for ChatTTS.
+
+    One table at a time, each fp32 original dropped before the next is made, so the load's peak RSS stays
+    near what is kept. ChatTTS's GPT holds bound methods of both tables: those are replaced too.
+    """
+    embed, gpt = chat.embed, chat.gpt
+    embed.emb_text = Int8Embedding(embed.emb_text.weight.detach().to(device))
+    gpt.emb_text = embed.emb_text.__call__
+    with torch.no_grad(), parametrize.cached():
+        weight = embed.head_text.weight.detach().to(device)  # weight norm applied once
+    embed.head_text = gpt.head_text = None  # the weight-normed originals go before the int8 copy is made
+    embed.head_text = make_linear(weight, "int8", device, torch.float32)
+    gpt.head_text = embed.head_text.__call__
 
 
 @dataclass

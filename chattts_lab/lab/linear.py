@@ -37,11 +37,19 @@ class FloatLinear(nn.Module):
         return F.linear(x, self.weight)
 
 
-def per_channel_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-output-channel int8: weight ~= q * scales[:, None]."""
-    w = weight.float()
-    scales = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
-    q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
+def per_channel_int8(weight: torch.Tensor, rows_per_chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel int8: weight ~= q * scales[:, None].
+
+    A chunk of rows at a time, so quantizing a large table (the 65 MB text embedding) holds a few MB of
+    float temporaries rather than two more copies of the table (the process's peak RSS counts them).
+    """
+    q = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+    scales = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
+    for start in range(0, weight.shape[0], rows_per_chunk):
+        w = weight[start : start + rows_per_chunk].float()
+        s = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
+        q[start : start + rows_per_chunk] = torch.round(w / s[:, None]).clamp_(-127, 127)
+        scales[start : start + rows_per_chunk] = s
     return q, scales
 
 
@@ -96,6 +104,20 @@ class WeightOnlyInt8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight.to(x.dtype)) * self.scales.to(x.dtype)
+
+
+class Int8Embedding(nn.Module):
+    """An embedding table as int8 rows with a float32 scale per row; looks rows up as float32."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        q, scales = per_channel_int8(weight)
+        self.register_buffer("weight", q)
+        self.register_buffer("scales", scales)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = ids.to(self.weight.device)
+        return (F.embedding(rows, self.weight).float() * self.scales[rows, None]).to(ids.device)
 
 
 INT4_GROUP = 64
