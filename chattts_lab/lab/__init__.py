@@ -65,11 +65,11 @@ def install_lab_engine(chat, device, precision: str, compile: bool = False) -> L
     gpt = chat.gpt
     gpt_device = torch.device(chat.device_gpt)
     with torch.no_grad():
+        if precision in ("int8", "int4"):  # first: their fp32 originals must not sit through the GPT's peak
+            quantize_text_tables(chat, gpt_device)
         model = LeanLlama(gpt.gpt, precision, gpt_device, _compute_dtype(gpt_device, precision))
         del gpt.gpt  # the fp32 LlamaModel (now emptied layer by layer) goes; nothing else in ChatTTS uses it
         gpt.lab_gpt = model
-        if precision in ("int8", "int4"):
-            quantize_text_tables(chat, gpt_device)
         heads = Heads(chat.embed, gpt_device, precision)
         release_freed_memory()
     engine = LabEngine(model, heads, gpt_device, precision, convert_s=time.perf_counter() - t0)
