@@ -184,7 +184,8 @@ def test_lab_int8_keeps_one_int8_copy_of_the_text_tables_and_still_refines():
     assert not [n for n, p in chat.embed.named_parameters() if "text" in n]  # no fp32 text table left
     ids = refine_tokens(model, TEXTS[0], seed=3)
     assert len(ids[0]) == REFINE_TOKENS
-    out = synthesize(model, SynthesisRequest.of(TEXTS[0], max_new_token=4, min_new_token=4, sampling=Sampling(audio_seed=1)))
+    req = SynthesisRequest.of(TEXTS[0], max_new_token=4, min_new_token=4, sampling=Sampling(audio_seed=1))
+    out = synthesize(model, req)
     assert out.measurements.tokens == [4] and np.isfinite(out.audio[0]).all()
     unload_all()
 

@@ -31,7 +31,8 @@ class FloatLinear(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(weight.to(dtype).contiguous(), requires_grad=False)
         self.effective_dtype = str(dtype).replace("torch.", "")
-        self.kernel = cpu.float_matmul_kernel(self.effective_dtype) if weight.device.type == "cpu" else f"{weight.device.type}-matmul"
+        on_cpu = weight.device.type == "cpu"
+        self.kernel = cpu.float_matmul_kernel(self.effective_dtype) if on_cpu else f"{weight.device.type}-matmul"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight)
