@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 # CPU flags that change which kernels run (bf16/int8 paths in oneDNN and fbgemm).
 FLAGS_THAT_MATTER = (
-    "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
+    "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
     "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8", "amx_tile", "asimd", "sve",
 )
 PACKAGES = ("torch", "torchaudio", "chattts", "transformers", "numpy", "vocos", "gradio")

@@ -21,7 +21,8 @@ import torch
 from chattts_lab import synthetic
 from chattts_lab.devices import parse_device
 from chattts_lab.limits import out_of_memory_boundary
-from chattts_lab.precision import UnsupportedPrecision, apply_stock_precision, module_dtype, unsupported_reason
+from chattts_lab.precision import (UnsupportedPrecision, apply_stock_precision, module_dtype, stock_kernels,
+                                   unsupported_reason)
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +272,5 @@ def _effective(chat, config: LoadConfig, threads: int, compiled: bool) -> dict:
         "threads": threads,
         "compile": bool(getattr(lab_state, "compiled", compiled)),
         "compile_requested": config.compile,
-        # the lab's decode glue: fused C++ kernels where they built here, else torch ops (same maths)
-        "lab_kernels": ("fused" if lab_state.gpt_module.fused is not None else "torch") if lab_state else None,
+        "kernels": lab_state.kernels if lab_state else stock_kernels(chat, config.precision),
     }

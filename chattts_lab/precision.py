@@ -98,3 +98,15 @@ def module_dtype(module: torch.nn.Module) -> str:
     for p in module.parameters():
         return str(p.dtype).replace("torch.", "")
     return "none"
+
+
+def stock_kernels(chat, precision: str) -> str:
+    """The kernels stock ChatTTS's GPT runs here, named as the lab engine names its own."""
+    device = torch.device(chat.device_gpt)
+    dtype = module_dtype(chat.gpt.gpt)
+    if device.type != "cpu":
+        return f"{device.type}-matmul {dtype}"
+    from chattts_lab.lab import cpu
+
+    # quantize_dynamic's Linear calls the same fbgemm GEMM as the lab's int8 (x86 quantized engine)
+    return cpu.fbgemm_int8_kernel() if precision == "int8" else cpu.float_matmul_kernel(dtype)

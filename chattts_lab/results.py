@@ -122,7 +122,7 @@ class CellResult:
             "step_ms": self.step_ms, "ttfa_s": self.ttfa_s, "peak_rss_mb": self.peak_rss_mb,
             "peak_device_mb": self.peak_device_mb, "load_s": self.load_s, "cold_s": self.cold_s,
             "audio_s": self.audio_s, "cpu_share": self.cpu_share, "passes": self.passes, "model": c.model,
-            "device_effective": eff.get("device"), "dtype_gpt": eff.get("dtype_gpt"),
+            "device_effective": eff.get("device"), "dtype_gpt": eff.get("dtype_gpt"), "kernels": eff.get("kernels"),
             "threads_effective": eff.get("threads"), "compile_effective": eff.get("compile"),
             "elapsed_s": self.elapsed_s, "memory_budget_mb": c.memory_budget_mb, "traceback": self.traceback,
             **self._roofline(), **self._node(),

@@ -140,7 +140,7 @@ def decode_weight_bytes(chat) -> int:
     Counted: the 20 (or, for synthetic-tiny, 2) transformer layers' projections and norms, the final
     norm, and the 4 code heads that turn the hidden state into logits, as the loaded model holds
     them (fp16/bf16 GPTs at 2 bytes, int8 as int8 values plus per-channel scales, int4 as its packed
-    nibbles plus group scales; the heads stay fp32 in both engines). Not counted: the text embedding
+    nibbles plus group scales; the code heads fp32, or int8 under lab int8/int4). Not counted: the text embedding
     table and the text head (the refine pass, not this step), and the code embeddings (a step looks
     up 4 rows of them, not the table). Non-persistent buffers (rotary frequencies) are a few hundred
     bytes and are not weights. The KV cache a step also reads grows with position and batch and is not
@@ -150,7 +150,7 @@ def decode_weight_bytes(chat) -> int:
     """
     lab = getattr(chat, "lab_engine", None)
     if lab is not None:
-        return module_weight_bytes(lab.gpt_module) + tensor_bytes(lab.heads.code)
+        return module_weight_bytes(lab.gpt_module) + module_weight_bytes(lab.heads.code)
     return module_weight_bytes(chat.gpt.gpt) + sum(module_weight_bytes(h) for h in chat.embed.head_code)
 
 

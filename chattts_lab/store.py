@@ -34,14 +34,15 @@ log = logging.getLogger(__name__)
 # so upgrades add the canonical columns and tables an older file lacks (see Store._migrate), by name rather than
 # by number: a development build wrote 4 for the version-5 additions alone, and that file upgrades too. A newer
 # file than this build knows is refused rather than misread. 6 = cells.node, node_id, node_machine and
-# node_fingerprint (where a cluster sweep ran each cell, chattts_lab.cluster).
+# node_fingerprint (where a cluster sweep ran each cell, chattts_lab.cluster), and cells.kernels (which kernels
+# the GPT step ran, from the effective settings).
 SCHEMA_VERSION = 6
 SWEEP_STATUSES = ("running", "finished", "interrupted", "cancelled")
 BUNDLE_FORMAT = "chattts-lab-bundle"
 BUNDLE_VERSION = 1
 DEFAULT_DB = Path("results") / "lab.sqlite"
 _TEXT_COLUMNS = {"device", "precision", "engine", "status", "reason", "model", "device_effective", "dtype_gpt",
-                 "traceback", "node", "node_id", "node_machine", "node_fingerprint"}
+                 "kernels", "traceback", "node", "node_id", "node_machine", "node_fingerprint"}
 _INT_COLUMNS = {"batch_size", "threads", "tokens", "compile", "stream", "repeats", "threads_effective",
                 "compile_effective", "passes"}
 

@@ -105,7 +105,7 @@ def test_fused_cpu_kernels_compute_what_the_torch_ops_compute(stock_runs, lab_fp
     model = lab_fp32.chat.lab_engine.gpt_module
     if kernels.load() is None:
         pytest.skip("no C++ toolchain here: the lab runs its torch-op path (tested by the stock comparisons)")
-    assert lab_fp32.effective["lab_kernels"] == "fused" and model.fused is not None
+    assert "fused-decode" in lab_fp32.effective["kernels"] and model.fused is not None
     seed = stock_runs["batch"][2]
     fused_ids, fused_hid = code_tokens(lab_fp32, TEXTS, 40, seed=seed)
     model.fused = None
@@ -117,6 +117,29 @@ def test_fused_cpu_kernels_compute_what_the_torch_ops_compute(stock_runs, lab_fp
         assert torch.equal(a, b)
     for a, b in zip(fused_hid, torch_hid):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_attention_reads_a_bf16_cache_as_the_widened_fp32_values():
+    """The bf16 KV cache (lab int8/int4) against an fp32 cache holding the same bf16-rounded values."""
+    from chattts_lab.lab import kernels
+
+    fused = kernels.load()
+    if fused is None:
+        pytest.skip("no C++ toolchain here: the torch path widens the bf16 cache itself")
+    torch.manual_seed(0)
+    B, H, T, Dh, slot = 2, 3, 10, 8, 6
+    qkv = torch.randn(B, 3 * H * Dh)
+    angle = torch.rand(B, Dh // 2) * 3
+    rot = torch.stack([angle.cos(), angle.sin()], -1).contiguous()
+    valid = torch.ones(B, T, dtype=torch.bool)
+    valid[1, :2] = False  # a padded prompt
+    k16, v16 = torch.randn(B, H, T, Dh).bfloat16(), torch.randn(B, H, T, Dh).bfloat16()
+    k32, v32 = k16.float(), v16.float()
+    got = fused.decode_attention(qkv, rot, k16, v16, slot, slot + 1, valid)
+    want = fused.decode_attention(qkv, rot, k32, v32, slot, slot + 1, valid)
+    assert torch.equal(k16[:, :, slot].float(), k32[:, :, slot].bfloat16().float())  # the new k, rounded once
+    assert torch.equal(v16[:, :, slot].float(), v32[:, :, slot].bfloat16().float())
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)  # only the current slot's rounding differs
 
 
 def test_fused_kernels_can_be_switched_off(monkeypatch):
@@ -131,6 +154,60 @@ def test_lab_engine_reports_what_took_effect(lab_fp32):
     eff = lab_fp32.effective
     assert eff["engine"] == "lab" and eff["dtype_gpt"] == "float32" and eff["compile"] is False
     assert lab_fp32.chat.lab_engine.compiled is False
+    assert eff["kernels"].startswith("float32-matmul ") and eff["kernels"].endswith("kv-cache fp32")
+
+
+@x86_64_only
+def test_lab_int8_records_the_fbgemm_level_this_cpu_runs():
+    from chattts_lab.lab import cpu
+
+    isa = cpu.detect().int8_isa
+    if isa is None:
+        pytest.skip("this CPU has no AVX2: lab int8 runs weight-only int8 (see the fake-CPU test below)")
+    unload_all()
+    eff = load("lab", "int8").effective
+    assert eff["kernels"].startswith(f"fbgemm-int8 {isa}; ") and eff["kernels"].endswith("kv-cache bf16")
+    assert load("stock", "int8").effective["kernels"] == f"fbgemm-int8 {isa}"
+    unload_all()
+
+
+def test_lab_int8_keeps_one_int8_copy_of_the_text_tables_and_still_refines():
+    """Under lab int8 ChatTTS's text embedding and text head are int8 (its fp32 ones are gone from the
+    Chat: the GPT's bound methods included), and the prompt and refine pass run through them."""
+    from chattts_lab.lab.linear import Int8Embedding
+
+    unload_all()
+    model = load("lab", "int8")
+    chat = model.chat
+    assert isinstance(chat.embed.emb_text, Int8Embedding) and chat.gpt.emb_text.__self__ is chat.embed.emb_text
+    assert chat.gpt.head_text.__self__ is chat.embed.head_text and chat.embed.head_text.effective_dtype == "int8"
+    assert not [n for n, p in chat.embed.named_parameters() if "text" in n]  # no fp32 text table left
+    ids = refine_tokens(model, TEXTS[0], seed=3)
+    assert len(ids[0]) == REFINE_TOKENS
+    req = SynthesisRequest.of(TEXTS[0], max_new_token=4, min_new_token=4, sampling=Sampling(audio_seed=1))
+    out = synthesize(model, req)
+    assert out.measurements.tokens == [4] and np.isfinite(out.audio[0]).all()
+    unload_all()
+
+
+def test_int8_isa_follows_fbgemm_dispatch_order():
+    from chattts_lab.lab.cpu import CpuFeatures
+
+    avx512 = {"avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl"}
+    assert CpuFeatures(frozenset(avx512 | {"avx512_vnni"})).int8_isa == "avx512_vnni"
+    assert CpuFeatures(frozenset(avx512)).int8_isa == "avx512"
+    assert CpuFeatures(frozenset({"avx2", "fma", "avx_vnni"})).int8_isa == "avx2"
+    assert CpuFeatures(frozenset({"asimd"})).int8_isa is None
+
+
+def test_fake_cpu_without_avx2_gets_weight_only_int8(monkeypatch):
+    """FAKE CPU flags (this machine has AVX2): where fbgemm has only reference loops, int8 is weight-only."""
+    from chattts_lab.lab import cpu
+    from chattts_lab.lab.linear import make_linear
+
+    monkeypatch.setattr(cpu, "detect", lambda: cpu.CpuFeatures(frozenset({"asimd"})))
+    module = make_linear(torch.randn(16, 8), "int8", CPU, torch.float32)
+    assert isinstance(module, WeightOnlyInt8Linear) and module.kernel == "weight-only-int8"
 
 
 def test_lab_refine_pass_matches_stock_and_is_timed_as_its_own_stage(stock_runs, lab_fp32):

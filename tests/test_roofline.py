@@ -131,7 +131,8 @@ def test_failed_cells_keep_the_roofline_columns_empty(tiny_sweep):
 
 
 def test_lab_int8_counts_one_int8_copy_and_per_channel_scales():
-    """fbgemm packs the lab's int8 weights; they are counted once, as int8 values plus a float32 scale per row."""
+    """fbgemm packs the lab's int8 weights (code heads included); they are counted once, as int8 values plus a
+    float32 scale per row."""
     from chattts_lab.models import LoadConfig, load_model, unload_all
 
     shapes = _checkpoint_shapes()
@@ -144,7 +145,8 @@ def test_lab_int8_counts_one_int8_copy_and_per_channel_scales():
                                                                     "up_proj.weight")))
     other_rows = sum(s[0] for k, s in shapes.items() if k.endswith(("o_proj.weight", "down_proj.weight")))
     expected = (sum(_numel(s) for s in projections) + 4 * (fused_rows + other_rows)
-                + 4 * sum(_numel(s) for s in norms) + 4 * sum(_numel(s) for s in heads))
+                + 4 * sum(_numel(s) for s in norms)
+                + sum(_numel(s) + 4 * s[0] for s in heads))  # the code heads are int8 under lab int8 too
     try:
         model = load_model(LoadConfig(model="synthetic-tiny", engine="lab", precision="int8", threads=1))
         assert roofline.decode_weight_bytes(model.chat) == expected

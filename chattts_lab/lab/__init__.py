@@ -15,7 +15,7 @@ import time
 import torch
 
 from chattts_lab.lab import kernels
-from chattts_lab.lab.engine import COMPUTE_DTYPE, Heads, LabEngine, lab_generate
+from chattts_lab.lab.engine import COMPUTE_DTYPE, Heads, LabEngine, lab_generate, quantize_text_tables
 from chattts_lab.lab.linear import int4_available
 from chattts_lab.lab.model import LeanLlama, release_freed_memory
 from chattts_lab.lab.stream import stream_infer
@@ -65,16 +65,19 @@ def install_lab_engine(chat, device, precision: str, compile: bool = False) -> L
     gpt = chat.gpt
     gpt_device = torch.device(chat.device_gpt)
     with torch.no_grad():
+        if precision in ("int8", "int4"):  # first: their fp32 originals must not sit through the GPT's peak
+            quantize_text_tables(chat, gpt_device)
         model = LeanLlama(gpt.gpt, precision, gpt_device, _compute_dtype(gpt_device, precision))
         del gpt.gpt  # the fp32 LlamaModel (now emptied layer by layer) goes; nothing else in ChatTTS uses it
         gpt.lab_gpt = model
-        heads = Heads(chat.embed, gpt_device)
+        heads = Heads(chat.embed, gpt_device, precision)
         release_freed_memory()
     engine = LabEngine(model, heads, gpt_device, precision, convert_s=time.perf_counter() - t0)
     engine.compiled = _try_compile(engine, compile)
     gpt.__dict__["generate"] = functools.partial(lab_generate, chat, engine)
     chat.lab_engine = engine
-    log.info("lab engine: %s on %s in %.2f s (compiled: %s)", precision, gpt_device, engine.convert_s, engine.compiled)
+    log.info("lab engine: %s on %s in %.2f s (compiled: %s; kernels: %s)", precision, gpt_device, engine.convert_s,
+             engine.compiled, engine.kernels)
     return engine
 
 

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
+from chattts_lab.lab.linear import Int8Embedding, make_linear
 from chattts_lab.lab.model import LeanLlama
 from chattts_lab.lab.sampler import Sampler
 
@@ -26,26 +27,30 @@ COMPUTE_DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfl
 
 
 class Heads(nn.Module):
-    """ChatTTS's weight-normed heads, materialised once: 4 code heads as one [4*626, 768] matrix."""
+    """ChatTTS's weight-normed heads, materialised once: 4 code heads as one [4*626, 768] projection.
 
-    def __init__(self, embed, device: torch.device):
+    Under int8/int4 weights the code heads are int8 too: every step reads them, and at fp32 their 7.7 MB
+    pushed the layers' weights out of cache between steps.
+    """
+
+    def __init__(self, embed, device: torch.device, precision: str):
         super().__init__()
         with torch.no_grad(), parametrize.cached():
             code = torch.cat([h.weight.detach().float() for h in embed.head_code])
-        self.register_buffer("code", code.to(device).contiguous())
+        head_precision = "int8" if precision in ("int8", "int4") else "fp32"
+        self.code = make_linear(code, head_precision, device, torch.float32)
         self.num_vq = len(embed.head_code)
-        self.head_text = embed.head_text  # refine pass only: left as ChatTTS has it
         # one table for the 4 code embeddings: ids + offsets index it in one lookup
         codes = [e.weight.detach() for e in embed.emb_code]
         self.vocab = codes[0].shape[0]
         self.register_buffer("offsets", torch.arange(self.num_vq, device=device) * self.vocab)
         self.emb_code_table = torch.cat(codes).to(device)
-        self.emb_text = embed.emb_text
-        self.text_vocab = embed.head_text.out_features
+        self.text_vocab = embed.emb_text.weight.shape[0]
+        self.head_text, self.emb_text = embed.head_text, embed.emb_text  # int8 after quantize_text_tables
 
     def code_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # hidden: [B, dim] -> [B * num_vq, vocab], rows ordered (item, codebook) as stock's
-        return torch.nn.functional.linear(hidden, self.code).view(-1, self.num_vq, self.vocab).reshape(-1, self.vocab)
+        return self.code(hidden).view(-1, self.num_vq, self.vocab).reshape(-1, self.vocab)
 
     def text_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         with parametrize.cached():
@@ -59,6 +64,22 @@ class Heads(nn.Module):
         return self.emb_text(ids[:, :1])
 
 
+def quantize_text_tables(chat, device: torch.device) -> None:
+    """int8 text embedding and text head (prompts and the refine pass: 130 MB of fp32 together) for ChatTTS.
+
+    One table at a time, each fp32 original dropped before the next is made, so the load's peak RSS stays
+    near what is kept. ChatTTS's GPT holds bound methods of both tables: those are replaced too.
+    """
+    embed, gpt = chat.embed, chat.gpt
+    embed.emb_text = Int8Embedding(embed.emb_text.weight.detach().to(device))
+    gpt.emb_text = embed.emb_text.__call__
+    with torch.no_grad(), parametrize.cached():
+        weight = embed.head_text.weight.detach().to(device)  # weight norm applied once
+    embed.head_text = gpt.head_text = None  # the weight-normed originals go before the int8 copy is made
+    embed.head_text = make_linear(weight, "int8", device, torch.float32)
+    gpt.head_text = embed.head_text.__call__
+
+
 @dataclass
 class LabEngine:
     gpt_module: LeanLlama
@@ -69,6 +90,14 @@ class LabEngine:
     convert_s: float = 0.0
     stream_first_chunk: int | None = None  # set by lab streaming: yield the first chunk this early
     notes: list = field(default_factory=list)
+
+    @property
+    def kernels(self) -> str:
+        """Which kernels a decode step runs, e.g. 'fbgemm-int8 avx512_vnni; fused-decode avx512; kv-cache bf16'."""
+        model = self.gpt_module
+        glue = f"fused-decode {model.fused.simd()}" if model.fused is not None else "torch-ops"
+        cache = str(model.cache_dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float", "fp")
+        return f"{model.layers[0].qkv.kernel}; {glue}; kv-cache {cache}"
 
     @contextmanager
     def first_chunk(self, steps: int):

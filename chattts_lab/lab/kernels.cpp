@@ -1,9 +1,13 @@
-// Fused CPU kernels for the lab engine's batch-decode step (one new token per item, fp32).
+// Fused CPU kernels for the lab engine's batch-decode step (one new token per item, fp32 activations).
 //
 // Why: at one token per step a layer's non-matmul work is ~30 tiny ATen ops (RMSNorm alone is five,
-// rotary and the cache writes another ten, then SDPA), each paying dispatch and thread start-up; on
-// two cores that was ~11 ms of a 27 ms int8 step. These kernels do the same maths in one pass each.
-// Numerics: fp32 throughout, same formulas as the torch path; only summation order differs.
+// rotary and the cache writes another ten, then SDPA, the SwiGLU's chunk/silu/mul, the residual adds),
+// each paying dispatch and thread start-up; on two cores that was ~11 ms of a 27 ms int8 step. These
+// kernels do the same maths in one pass each.
+// Numerics: fp32 throughout, same formulas as the torch path (exp from the SLEEF build torch's own
+// silu uses); only summation order differs. The KV cache may be bf16 (int8/int4 steps, where the cache
+// read is a third of a batch-8 step's memory traffic): values are rounded once when written and
+// widened exactly when read.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -11,18 +15,38 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+#include <sleef.h>  // torch's libtorch_cpu exports these; its own Vectorized<float>::exp calls them
 #endif
+
+// The SIMD width this build compiled to (it is built with -march=native for the machine it runs on).
+std::string simd() {
+#if defined(__AVX512F__)
+  return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+  return "avx2";
+#else
+  return "scalar";
+#endif
+}
 
 // a . b over n floats (8 lanes at a time where the CPU has AVX2 + FMA; the compiler cannot
 // vectorise a float sum by itself without licence to reorder it).
 static inline float dot(const float* a, const float* b, int64_t n) {
   int64_t i = 0;
   float sum = 0.f;
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+  }
+  sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#elif defined(__AVX2__) && defined(__FMA__)
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
@@ -41,7 +65,11 @@ static inline float dot(const float* a, const float* b, int64_t n) {
 // out += w * v over n floats
 static inline void axpy(float* out, float w, const float* v, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__)
+  const __m512 wv = _mm512_set1_ps(w);
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_fmadd_ps(wv, _mm512_loadu_ps(v + i), _mm512_loadu_ps(out + i)));
+#elif defined(__AVX2__) && defined(__FMA__)
   const __m256 wv = _mm256_set1_ps(w);
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(out + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
@@ -49,74 +77,124 @@ static inline void axpy(float* out, float w, const float* v, int64_t n) {
   for (; i < n; ++i) out[i] += w * v[i];
 }
 
+// o = r * rsqrt(mean(r^2) + eps) * w over one row of D floats
+static inline void rms_norm_row(const float* r, const float* w, float* o, int64_t D, float eps) {
+  const float inv = 1.f / std::sqrt(dot(r, r, D) / static_cast<float>(D) + eps);
+  for (int64_t i = 0; i < D; ++i) o[i] = r[i] * inv * w[i];
+}
+
+static void check_fp32(const torch::Tensor& t, const char* what) {
+  TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), what, ": contiguous fp32 only");
+}
+
 // out = x * rsqrt(mean(x^2) + eps) * w, per row of a contiguous fp32 [N, D].
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat, "rms_norm: fp32 only");
-  auto xc = x.contiguous();
-  auto out = torch::empty_like(xc);
-  const int64_t D = xc.size(-1), N = xc.numel() / D;
-  const float* px = xc.data_ptr<float>();
-  const float* pw = w.data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  for (int64_t n = 0; n < N; ++n) {
-    const float* r = px + n * D;
-    float* o = po + n * D;
-    const float ss = dot(r, r, D);
-    const float inv = 1.f / std::sqrt(ss / static_cast<float>(D) + static_cast<float>(eps));
-    for (int64_t i = 0; i < D; ++i) o[i] = r[i] * inv * pw[i];
-  }
+  check_fp32(x, "rms_norm");
+  check_fp32(w, "rms_norm");
+  auto out = torch::empty_like(x);
+  const int64_t D = x.size(-1), N = x.numel() / D;
+  for (int64_t n = 0; n < N; ++n)
+    rms_norm_row(x.data_ptr<float>() + n * D, w.data_ptr<float>(), out.data_ptr<float>() + n * D, D, eps);
   return out;
+}
+
+// The residual add and the next RMSNorm in one pass: (x + delta, rms_norm(x + delta, w)), rows [N, D].
+std::vector<torch::Tensor> add_rms_norm(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& w,
+                                        double eps) {
+  check_fp32(x, "add_rms_norm");
+  check_fp32(delta, "add_rms_norm");
+  check_fp32(w, "add_rms_norm");
+  TORCH_CHECK(x.numel() == delta.numel(), "add_rms_norm: x and delta differ in size");
+  auto sum = torch::empty_like(x), normed = torch::empty_like(x);
+  const int64_t D = x.size(-1), N = x.numel() / D, total = N * D;
+  const float *px = x.data_ptr<float>(), *pd = delta.data_ptr<float>();
+  float* ps = sum.data_ptr<float>();
+  for (int64_t i = 0; i < total; ++i) ps[i] = px[i] + pd[i];
+  for (int64_t n = 0; n < N; ++n)
+    rms_norm_row(ps + n * D, w.data_ptr<float>(), normed.data_ptr<float>() + n * D, D, eps);
+  return {sum, normed};
+}
+
+// SwiGLU's middle: gate_up [N, 2F] (gate then up, as one fused projection) -> silu(gate) * up [N, F].
+torch::Tensor silu_mul(const torch::Tensor& gate_up) {
+  check_fp32(gate_up, "silu_mul");
+  const int64_t F = gate_up.size(-1) / 2, N = gate_up.numel() / (2 * F);
+  auto sizes = gate_up.sizes().vec();
+  sizes.back() = F;
+  auto out = torch::empty(sizes, gate_up.options());
+  const float* pg = gate_up.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  at::parallel_for(0, N, 1, [&](int64_t begin, int64_t stop) {
+    for (int64_t n = begin; n < stop; ++n) {
+      const float *g = pg + n * 2 * F, *u = g + F;
+      float* o = po + n * F;
+      int64_t i = 0;
+#if defined(__AVX512F__)
+      const __m512 one = _mm512_set1_ps(1.f);
+      for (; i + 16 <= F; i += 16) {  // x / (1 + exp(-x)), as torch's vectorised silu
+        const __m512 x = _mm512_loadu_ps(g + i);
+        const __m512 e = Sleef_expf16_u10(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
+      }
+#elif defined(__AVX2__) && defined(__FMA__)
+      const __m256 one = _mm256_set1_ps(1.f);
+      for (; i + 8 <= F; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i);
+        const __m256 e = Sleef_expf8_u10(_mm256_sub_ps(_mm256_setzero_ps(), x));
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+      }
+#endif
+      for (; i < F; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    }
+  });
+  return out;
+}
+
+// A cache row as floats: fp32 rows are read in place, bf16 rows widened into `tmp` (exact).
+static inline const float* cache_row(const float* row, float*, int64_t) { return row; }
+static inline const float* cache_row(const at::BFloat16* row, float* tmp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) tmp[i] = static_cast<float>(row[i]);
+  return tmp;
 }
 
 // One decode step of attention for every (item, head):
 //   qkv [B, 3*H*Dh]: the fused projection of this step's token (q and k rows rotary-paired);
 //   rot [B, Dh/2, 2]: cos and sin (times rope scaling) at each item's position;
-//   k_cache, v_cache [B, H, T, Dh]: this step's rotated k and v are written at `slot`;
+//   k_cache, v_cache [B, H, T, Dh], fp32 or bf16: this step's rotated k and v are written at `slot`;
 //   valid [B, >=end] bool or an empty tensor: which cache slots each item may attend to.
-// Returns softmax(q.k / sqrt(Dh)) . v over slots [0, end) as [B, H*Dh].
-torch::Tensor decode_attention(const torch::Tensor& qkv, const torch::Tensor& rot, torch::Tensor k_cache,
-                               torch::Tensor v_cache, int64_t slot, int64_t end, const torch::Tensor& valid) {
-  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "decode_attention: contiguous caches");
-  TORCH_CHECK(qkv.is_contiguous() && rot.is_contiguous(), "decode_attention: contiguous inputs");
-  const int64_t B = k_cache.size(0), H = k_cache.size(1), T = k_cache.size(2), Dh = k_cache.size(3);
-  TORCH_CHECK(slot >= 0 && slot < end && end <= T, "decode_attention: slot/end outside the cache");
-  auto out = torch::empty({B, H * Dh}, qkv.options());
-  const float* pqkv = qkv.data_ptr<float>();
-  const float* prot = rot.data_ptr<float>();
-  float* pk = k_cache.data_ptr<float>();
-  float* pv = v_cache.data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  const bool masked = valid.numel() > 0;
-  const bool* pvalid = masked ? valid.data_ptr<bool>() : nullptr;
-  const int64_t valid_stride = masked ? valid.stride(0) : 0;
+// Returns softmax(q.k / sqrt(Dh)) . v over slots [0, end) as [B, H*Dh] fp32.
+template <typename T>
+static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po, const bool* pvalid,
+                   int64_t valid_stride, int64_t B, int64_t H, int64_t T_, int64_t Dh, int64_t slot, int64_t end) {
   const float scale = 1.f / std::sqrt(static_cast<float>(Dh));
-
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t stop) {
-    std::vector<float> q(Dh), p(end);
+    std::vector<float> q(Dh), k(Dh), tmp(Dh), p(end);
     for (int64_t bh = begin; bh < stop; ++bh) {
       const int64_t b = bh / H, h = bh % H;
       const float* src = pqkv + b * 3 * H * Dh;
       const float *qs = src + h * Dh, *ks = src + (H + h) * Dh, *vs = src + (2 * H + h) * Dh;
       const float* r = prot + b * Dh;
-      float* kbase = pk + bh * T * Dh;
-      float* vbase = pv + bh * T * Dh;
-      float* kdst = kbase + slot * Dh;
+      T* kbase = pk + bh * T_ * Dh;
+      T* vbase = pv + bh * T_ * Dh;
       for (int64_t j = 0; j < Dh / 2; ++j) {  // (a + ib)(c + is), as the torch path's complex multiply
         const float c = r[2 * j], s = r[2 * j + 1];
         q[2 * j] = qs[2 * j] * c - qs[2 * j + 1] * s;
         q[2 * j + 1] = qs[2 * j] * s + qs[2 * j + 1] * c;
-        kdst[2 * j] = ks[2 * j] * c - ks[2 * j + 1] * s;
-        kdst[2 * j + 1] = ks[2 * j] * s + ks[2 * j + 1] * c;
+        k[2 * j] = ks[2 * j] * c - ks[2 * j + 1] * s;
+        k[2 * j + 1] = ks[2 * j] * s + ks[2 * j + 1] * c;
       }
-      std::memcpy(vbase + slot * Dh, vs, Dh * sizeof(float));
+      for (int64_t j = 0; j < Dh; ++j) {
+        kbase[slot * Dh + j] = static_cast<T>(k[j]);
+        vbase[slot * Dh + j] = static_cast<T>(vs[j]);
+      }
 
       float top = -std::numeric_limits<float>::infinity();
       for (int64_t t = 0; t < end; ++t) {
-        if (masked && !pvalid[b * valid_stride + t]) {
+        if (pvalid && !pvalid[b * valid_stride + t]) {
           p[t] = -std::numeric_limits<float>::infinity();
           continue;
         }
-        p[t] = dot(q.data(), kbase + t * Dh, Dh) * scale;
+        p[t] = dot(q.data(), cache_row(kbase + t * Dh, tmp.data(), Dh), Dh) * scale;
         top = std::max(top, p[t]);
       }
       float sum = 0.f;
@@ -128,9 +206,30 @@ torch::Tensor decode_attention(const torch::Tensor& qkv, const torch::Tensor& ro
       std::fill(o, o + Dh, 0.f);
       for (int64_t t = 0; t < end; ++t) {
         if (p[t] == 0.f) continue;
-        axpy(o, p[t] / sum, vbase + t * Dh, Dh);
+        axpy(o, p[t] / sum, cache_row(vbase + t * Dh, tmp.data(), Dh), Dh);
       }
     }
   });
+}
+
+torch::Tensor decode_attention(const torch::Tensor& qkv, const torch::Tensor& rot, torch::Tensor k_cache,
+                               torch::Tensor v_cache, int64_t slot, int64_t end, const torch::Tensor& valid) {
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "decode_attention: contiguous caches");
+  TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), "decode_attention: k and v caches differ in dtype");
+  check_fp32(qkv, "decode_attention");
+  check_fp32(rot, "decode_attention");
+  const int64_t B = k_cache.size(0), H = k_cache.size(1), T = k_cache.size(2), Dh = k_cache.size(3);
+  TORCH_CHECK(slot >= 0 && slot < end && end <= T, "decode_attention: slot/end outside the cache");
+  auto out = torch::empty({B, H * Dh}, qkv.options());
+  const bool* pvalid = valid.numel() > 0 ? valid.data_ptr<bool>() : nullptr;
+  const int64_t valid_stride = pvalid ? valid.stride(0) : 0;
+  if (k_cache.scalar_type() == at::kBFloat16) {
+    attend(qkv.data_ptr<float>(), rot.data_ptr<float>(), k_cache.data_ptr<at::BFloat16>(),
+           v_cache.data_ptr<at::BFloat16>(), out.data_ptr<float>(), pvalid, valid_stride, B, H, T, Dh, slot, end);
+  } else {
+    TORCH_CHECK(k_cache.scalar_type() == at::kFloat, "decode_attention: fp32 or bf16 caches only");
+    attend(qkv.data_ptr<float>(), rot.data_ptr<float>(), k_cache.data_ptr<float>(), v_cache.data_ptr<float>(),
+           out.data_ptr<float>(), pvalid, valid_stride, B, H, T, Dh, slot, end);
+  }
   return out;
 }

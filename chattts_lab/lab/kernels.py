@@ -20,7 +20,7 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("kernels.cpp")
-FUNCTIONS = ["rms_norm", "decode_attention"]
+FUNCTIONS = ["simd", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention"]
 # -march=native: the build is for this machine only (its cache name carries the CPU flags)
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP
 

@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from chattts_lab.lab import cpu
+
 log = logging.getLogger(__name__)
 
 
@@ -29,16 +31,26 @@ class FloatLinear(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(weight.to(dtype).contiguous(), requires_grad=False)
         self.effective_dtype = str(dtype).replace("torch.", "")
+        on_cpu = weight.device.type == "cpu"
+        self.kernel = cpu.float_matmul_kernel(self.effective_dtype) if on_cpu else f"{weight.device.type}-matmul"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight)
 
 
-def per_channel_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-output-channel int8: weight ~= q * scales[:, None]."""
-    w = weight.float()
-    scales = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
-    q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
+def per_channel_int8(weight: torch.Tensor, rows_per_chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel int8: weight ~= q * scales[:, None].
+
+    A chunk of rows at a time, so quantizing a large table (the 65 MB text embedding) holds a few MB of
+    float temporaries rather than two more copies of the table (the process's peak RSS counts them).
+    """
+    q = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+    scales = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
+    for start in range(0, weight.shape[0], rows_per_chunk):
+        w = weight[start : start + rows_per_chunk].float()
+        s = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
+        q[start : start + rows_per_chunk] = torch.round(w / s[:, None]).clamp_(-127, 127)
+        scales[start : start + rows_per_chunk] = s
     return q, scales
 
 
@@ -63,6 +75,7 @@ class FbgemmInt8Linear(nn.Module):
 
     def __init__(self, weight: torch.Tensor):
         super().__init__()
+        self.kernel = cpu.fbgemm_int8_kernel()
         q, scales = per_channel_int8(weight)
         zeros = torch.zeros(scales.numel(), dtype=torch.long)
         with warnings.catch_warnings():
@@ -82,6 +95,7 @@ class WeightOnlyInt8Linear(nn.Module):
     """int8 weights scaled per output channel; activations stay in the compute dtype (CUDA, MPS)."""
 
     effective_dtype = "int8"
+    kernel = "weight-only-int8"
 
     def __init__(self, weight: torch.Tensor):
         super().__init__()
@@ -91,6 +105,20 @@ class WeightOnlyInt8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight.to(x.dtype)) * self.scales.to(x.dtype)
+
+
+class Int8Embedding(nn.Module):
+    """An embedding table as int8 rows with a float32 scale per row; looks rows up as float32."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        q, scales = per_channel_int8(weight)
+        self.register_buffer("weight", q)
+        self.register_buffer("scales", scales)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = ids.to(self.weight.device)
+        return (F.embedding(rows, self.weight).float() * self.scales[rows, None]).to(ids.device)
 
 
 INT4_GROUP = 64
@@ -109,6 +137,7 @@ class Int4Linear(nn.Module):
 
     def __init__(self, weight: torch.Tensor, group: int = INT4_GROUP):
         super().__init__()
+        self.kernel = f"int4pack-bf16 {cpu.torch_capability()}"
         w = weight.float()
         n, k = w.shape
         g = w.reshape(n, k // group, group)
@@ -134,7 +163,8 @@ def make_linear(weight: torch.Tensor, precision: str, device: torch.device, comp
     """One projection in the lab's format for this precision and device."""
     weight = weight.to(device)
     if precision == "int8":
-        if device.type == "cpu" and fbgemm_available():
+        # fbgemm only where it has a SIMD path: without AVX2 its reference loops lose to weight-only int8
+        if device.type == "cpu" and cpu.detect().int8_isa and fbgemm_available():
             return FbgemmInt8Linear(weight)
         return WeightOnlyInt8Linear(weight)
     if precision == "int4":
