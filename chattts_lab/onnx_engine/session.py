@@ -48,6 +48,12 @@ class OnnxLlama(nn.Module):
         return WEIGHT_DTYPE[self.precision]
 
     @property
+    def weight_bytes(self) -> int:
+        """Bytes of the graph's weights as stored (int8 with its scales, int4 packed with its block scales):
+        the .onnx file's size, whose graph structure is a few hundred kB of it."""
+        return self.path.stat().st_size
+
+    @property
     def provider(self) -> str:
         return self.session.get_providers()[0]
 
