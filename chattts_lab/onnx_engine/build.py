@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 EXPORT_FORMAT = 1  # bump when graph.py changes what it exports
 INT4_BLOCK = 32
 # q.k and attention.v multiply two activations: leave them in float, quantize only the weights' matmuls
-INT8_OPTIONS = {"MatMulConstBOnly": True}
+# (DefaultTensorType: shape inference cannot type the outputs of ONNX Runtime's own fused ops)
+INT8_OPTIONS = {"MatMulConstBOnly": True, "DefaultTensorType": 1}  # 1 = onnx.TensorProto.FLOAT
 
 
 def graph_folder(llama, cache_dir: Path | None = None) -> Path:
