@@ -1,7 +1,7 @@
 """Exported and quantized GPT graphs, cached in the model cache under a hash of the weights.
 
 `ensure_graph(llama, precision)` returns the .onnx file for a precision, building what is missing:
-fp32 by `torch.onnx.export` from the loaded `LlamaModel`, int8 by ONNX Runtime's dynamic quantization
+fp32 written from the loaded `LlamaModel`'s weights (graph.py), int8 by ONNX Runtime's dynamic quantization
 (per-channel int8 weights, activations quantized per call), int4 by its `MatMulNBits` quantizer (4-bit blocks
 of 32 with int8 compute). The folder's name is a hash of the GPT's weights and config, of this export's format
 and of the ONNX Runtime version, so changed weights get a fresh folder and are rebuilt. Files are written
@@ -23,7 +23,7 @@ from chattts_lab.synthetic import default_cache_dir
 
 log = logging.getLogger(__name__)
 
-EXPORT_FORMAT = 1  # bump when graph.py changes what it exports
+EXPORT_FORMAT = 2  # bump when graph.py changes what it builds
 INT4_BLOCK = 32
 # q.k and attention.v multiply two activations: leave them in float, quantize only the weights' matmuls
 # (DefaultTensorType: shape inference cannot type the outputs of ONNX Runtime's own fused ops)
@@ -84,18 +84,13 @@ def _timed(write, target: Path) -> float:
 
 
 def export_fp32(llama, path: Path) -> None:
-    """Export ChatTTS's GPT (graph.ExportLlama) with batch, new positions and past length dynamic."""
-    from chattts_lab.onnx_engine.graph import ExportLlama, input_names, output_names
+    """Write ChatTTS's GPT as one fp32 graph (graph.build_graph). ONNX's checker does not know ONNX Runtime's
+    SimplifiedLayerNormalization; the session that opens the file checks it."""
+    import onnx
 
-    module = ExportLlama(llama).eval()
-    n = module.shape.n_layers
-    any_size = torch.export.Dim.DYNAMIC  # batch, new positions, past length: ONNX Runtime sees them symbolic
-    dynamic = ({0: any_size, 1: any_size}, {0: any_size, 1: any_size}, {0: any_size, 2: any_size, 3: any_size},
-               tuple({0: any_size, 2: any_size} for _ in range(2 * n)))
-    with torch.no_grad():
-        torch.onnx.export(module, module.example_inputs(), str(path), input_names=input_names(n),
-                          output_names=output_names(n), dynamic_shapes=dynamic, dynamo=True, external_data=False,
-                          verbose=False)
+    from chattts_lab.onnx_engine.graph import build_graph
+
+    onnx.save(build_graph(llama), str(path))
 
 
 def quantize_int8(source: Path, path: Path) -> None:
