@@ -18,7 +18,7 @@ from chattts_lab.fidelity import compare, trace
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.models import LoadConfig, load_model, unload_all
 from chattts_lab.onnx_engine import onnx_unsupported_reason
-from chattts_lab.onnx_engine.build import weights_key
+from chattts_lab.onnx_engine.build import ensure_graph
 from chattts_lab.precision import UnsupportedPrecision
 from chattts_lab.requests import SynthesisRequest
 from chattts_lab.store import Store
@@ -88,17 +88,24 @@ def test_second_load_reuses_the_cached_graph_file():
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
 
 
-def test_changed_weights_get_another_cache_key_and_the_same_weights_the_same():
+def test_changed_weights_are_rebuilt_and_the_old_graphs_removed(tmp_path):
     from transformers import LlamaConfig, LlamaModel
 
     config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-                         num_key_value_heads=4, vocab_size=8)
-    llama = LlamaModel(config)
-    key = weights_key(llama)
-    assert weights_key(llama) == key
+                         num_key_value_heads=4, vocab_size=8, max_position_embeddings=64)
+    checkpoint, cache = tmp_path / "gpt", tmp_path / "cache"
+    LlamaModel(config).save_pretrained(checkpoint)
+    first, built = ensure_graph(LlamaModel.from_pretrained(checkpoint), "int8", cache)
+    assert set(built) == {"export_s", "quantize_s"} and first.is_file()
+    assert ensure_graph(LlamaModel.from_pretrained(checkpoint), "int8", cache) == (first, {})  # same weights: reused
+
+    changed = LlamaModel.from_pretrained(checkpoint)
     with torch.no_grad():
-        llama.layers[0].mlp.down_proj.weight[0, 0] += 1e-3
-    assert weights_key(llama) != key
+        changed.layers[0].mlp.down_proj.weight[0, 0] += 1e-3
+    changed.save_pretrained(checkpoint)
+    second, built = ensure_graph(LlamaModel.from_pretrained(checkpoint), "int8", cache)
+    assert second.parent != first.parent and "export_s" in built
+    assert not first.parent.exists()  # the graphs of the earlier weights are gone
 
 
 def test_onnx_engine_synthesizes_a_batch_with_this_calls_threads():

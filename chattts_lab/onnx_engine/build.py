@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 EXPORT_FORMAT = 2  # bump when graph.py changes what it builds
 INT4_BLOCK = 32
+SOURCE_FILE = "source.json"
 # q.k and attention.v multiply two activations: leave them in float, quantize only the weights' matmuls
 # (DefaultTensorType: shape inference cannot type the outputs of ONNX Runtime's own fused ops)
 INT8_OPTIONS = {"MatMulConstBOnly": True, "DefaultTensorType": 1}  # 1 = onnx.TensorProto.FLOAT
@@ -40,8 +42,8 @@ def weights_key(llama) -> str:
 
     h = hashlib.sha256(f"format {EXPORT_FORMAT} ort {onnxruntime.__version__}".encode())
     h.update(llama.config.to_json_string().encode())
-    folder = Path(getattr(llama.config, "_name_or_path", "") or "")
-    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    source = _source_folder(llama)
+    files = sorted(Path(source).glob("*.safetensors")) if source else []
     if files:
         for f in files:
             with open(f, "rb") as fh:  # read(), not mmap: hashing must not leave the weights resident
@@ -61,6 +63,9 @@ def ensure_graph(llama, precision: str, cache_dir: Path | None = None) -> tuple[
     if target.exists():
         return target, built
     folder.mkdir(parents=True, exist_ok=True)
+    source = _source_folder(llama)
+    if source is not None:
+        _forget_older_builds(folder, source)
     fp32 = folder / "gpt-fp32.onnx"
     if not fp32.exists():
         built["export_s"] = _timed(lambda tmp: export_fp32(llama, tmp), fp32)
@@ -119,5 +124,18 @@ def int4_available() -> bool:
     return True
 
 
-def write_meta(folder: Path, info: dict) -> None:
-    (folder / "meta.json").write_text(json.dumps(info, indent=1))
+def _source_folder(llama) -> str | None:
+    """The checkpoint folder the GPT was loaded from; None for weights made in memory."""
+    folder = Path(getattr(llama.config, "_name_or_path", "") or "")
+    return str(folder.resolve()) if str(folder) and folder.is_dir() else None
+
+
+def _forget_older_builds(folder: Path, source: str) -> None:
+    """Record which weights this folder is for, and delete the folders of earlier weights of the same checkpoint
+    folder (changed weights or an older export format): each holds about 1 GB of graphs nobody will load again."""
+    (folder / SOURCE_FILE).write_text(json.dumps({"source": source, "format": EXPORT_FORMAT}))
+    for other in folder.parent.iterdir():
+        marker = other / SOURCE_FILE
+        if other != folder and marker.is_file() and json.loads(marker.read_text()).get("source") == source:
+            log.info("onnx engine: removing %s, built from earlier weights of %s", other, source)
+            shutil.rmtree(other, ignore_errors=True)
