@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--batch", type=int_list, default=(1,), help="texts per call")
     g.add_argument("--threads", type=int_list, default=None, help="torch CPU threads (default: usable cores)")
     g.add_argument("--tokens", type=int_list, default=(128,), help=f"audio tokens per text (exactly; {STEPS_PER_AUDIO_SECOND:g} per second)")
-    g.add_argument("--engine", type=str_list, default=("stock",), help="stock (ChatTTS's Chat.infer) or lab")
+    g.add_argument("--engine", type=str_list, default=("stock",), help="stock (ChatTTS's Chat.infer), lab or onnx (comma list)")
     g.add_argument("--compile", type=bool_list, default=(False,), help="torch.compile off,on")
     g.add_argument("--stream", type=bool_list, nargs="?", const=(True,), default=(False,),
                    help="stream and measure time to first audio (bare --stream means on; or off,on)")

@@ -40,11 +40,15 @@ def trace(model, tokens: int) -> dict:
         voice=Voice(speaker=speaker_from_seed(model, FIDELITY_SEED)),
         sampling=Sampling(top_k=1, audio_seed=FIDELITY_SEED),
     )
+    engine_generate = chat.gpt.__dict__.get("generate")  # the lab/onnx engines' own, to put back
     chat.gpt.__dict__["generate"] = capturing_generate
     try:
         synthesize(model, request)
     finally:
-        chat.gpt.__dict__.pop("generate", None)
+        if engine_generate is None:
+            chat.gpt.__dict__.pop("generate", None)
+        else:
+            chat.gpt.__dict__["generate"] = engine_generate
     if "ids" not in captured:
         raise RuntimeError("no audio tokens were generated")
     return captured

@@ -255,12 +255,17 @@ def _apply_engine(chat, config: LoadConfig, device: torch.device) -> None:
         from chattts_lab.lab import install_lab_engine
 
         install_lab_engine(chat, device=device, precision=config.precision, compile=config.compile)
+    elif config.engine == "onnx":
+        from chattts_lab.onnx_engine import install_onnx_engine
+
+        install_onnx_engine(chat, device=device, precision=config.precision, threads=torch.get_num_threads())
     else:
         apply_stock_precision(chat, config.precision)
 
 
 def _effective(chat, config: LoadConfig, threads: int, compiled: bool) -> dict:
     lab_state = getattr(chat, "lab_engine", None)
+    session = getattr(lab_state.gpt_module, "session", None) if lab_state else None  # the onnx engine's
     return {
         "device": str(chat.device),
         "device_gpt": str(chat.device_gpt),
@@ -273,4 +278,7 @@ def _effective(chat, config: LoadConfig, threads: int, compiled: bool) -> dict:
         "compile": bool(getattr(lab_state, "compiled", compiled)),
         "compile_requested": config.compile,
         "kernels": lab_state.kernels if lab_state else stock_kernels(chat, config.precision),
+        # ONNX Runtime's own: the provider that runs the graph, its intra-op threads, whether the graph was built now
+        **({"onnx_provider": lab_state.gpt_module.provider, "onnx_threads": lab_state.gpt_module.threads,
+            "onnx_built": lab_state.gpt_module.built} if session else {}),
     }

@@ -15,7 +15,7 @@ import torch
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
-ENGINES = ("stock", "lab")
+ENGINES = ("stock", "lab", "onnx")
 FLOAT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -27,14 +27,18 @@ def unsupported_reason(engine: str, device: torch.device, precision: str) -> str
     """None if the combination can run, else a sentence saying why not."""
     if engine not in ENGINES:
         return f"unknown engine {engine!r}: choose from {', '.join(ENGINES)}"
-    if engine == "stock" and precision in extra_precisions("lab"):
-        return f"{precision} is a lab-engine precision; stock ChatTTS has no {precision} path"
+    if engine == "stock" and precision in extra_precisions("lab") + extra_precisions("onnx"):
+        return f"{precision} is a lab-engine precision (and an onnx one); stock ChatTTS has no {precision} path"
     if precision not in PRECISIONS + extra_precisions(engine):
         return f"unknown precision {precision!r}: choose from {', '.join(PRECISIONS + extra_precisions(engine))}"
     if engine == "lab":
         from chattts_lab.lab import lab_unsupported_reason
 
         return lab_unsupported_reason(device, precision)
+    if engine == "onnx":
+        from chattts_lab.onnx_engine import onnx_unsupported_reason
+
+        return onnx_unsupported_reason(device, precision)
     return _stock_unsupported_reason(device, precision)
 
 
@@ -44,6 +48,10 @@ def extra_precisions(engine: str) -> tuple[str, ...]:
         from chattts_lab.lab import LAB_EXTRA_PRECISIONS
 
         return LAB_EXTRA_PRECISIONS
+    if engine == "onnx":
+        from chattts_lab.onnx_engine import ONNX_EXTRA_PRECISIONS
+
+        return ONNX_EXTRA_PRECISIONS
     return ()
 
 

@@ -150,7 +150,8 @@ def decode_weight_bytes(chat) -> int:
     """
     lab = getattr(chat, "lab_engine", None)
     if lab is not None:
-        return module_weight_bytes(lab.gpt_module) + module_weight_bytes(lab.heads.code)
+        gpt_bytes = getattr(lab.gpt_module, "weight_bytes", None)  # the onnx engine's weights live in its session
+        return (gpt_bytes or module_weight_bytes(lab.gpt_module)) + module_weight_bytes(lab.heads.code)
     return module_weight_bytes(chat.gpt.gpt) + sum(module_weight_bytes(h) for h in chat.embed.head_code)
 
 

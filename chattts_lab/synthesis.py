@@ -179,6 +179,9 @@ def _memory_errors_explained(model: LoadedModel, request: SynthesisRequest):
 def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None, stop: threading.Event | None) -> _Call:
     threads = set_threads(threads if threads is not None else model.config.threads)
     model.effective["threads"] = threads
+    session_model = getattr(getattr(model.chat, "lab_engine", None), "gpt_module", None)
+    if hasattr(session_model, "use_threads"):  # ONNX Runtime fixes threads per session: follow this call's
+        model.effective["onnx_threads"] = session_model.use_threads(threads)
     recorder = StageRecorder(Stopwatch(model.device))
     if stop is not None:
         # Checked at every GPT step, not once: ChatTTS clears its own interrupt flag when `infer` starts,
@@ -190,8 +193,8 @@ def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None, s
 def _infer(model: LoadedModel, request: SynthesisRequest, stream: bool):
     chat = model.chat
     params_code, params_refine = _params(model, request)
-    if stream and model.config.engine == "lab":
-        # Lab engine only: incremental streaming (decodes new frames only, first chunk early).
+    if stream and model.config.engine in ("lab", "onnx"):
+        # Lab decode loop only (lab and onnx engines): incremental streaming (new frames only, first chunk early).
         from chattts_lab.lab import stream_infer
 
         return stream_infer(chat, list(request.texts), params_refine, params_code,

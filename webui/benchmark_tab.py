@@ -42,8 +42,8 @@ from webui.serving_tab import build_serving_tab
 COMPARE_METRICS = ["latency_p50_s", "rtf", "audio_s_per_s", "step_ms", "peak_rss_mb", "ttfa_s"]
 ON_OFF = ("off", "on")
 ENGINE_NOTES = {"stock": "ChatTTS's own Chat.infer, untouched (the reference)",
-                "lab": "this project's decode loop over the same weights (README: the lab engine)"}
-NOT_YET_ENGINES = {"onnx": "an ONNX Runtime engine is not built yet"}
+                "lab": "this project's decode loop over the same weights (README: the lab engine)",
+                "onnx": "the lab's decode loop with the GPT exported to ONNX Runtime (README: the onnx engine)"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -186,7 +186,6 @@ def axes_note() -> str:
     absent = [d for d in ("cuda", "mps") if not any(h.startswith(d) for h in devices())]
     if absent:
         lines.append(f"- Not offered: {', '.join(absent)} (not present on this machine).")
-    lines += [f"- Not offered: {name} ({why})." for name, why in NOT_YET_ENGINES.items() if name not in ENGINES]
     if not has_cuda():
         lines.append("- torch.compile stays off: it is ignored off CUDA (stock ChatTTS silently ignores it; the lab "
                      "engine measured no gain on CPU and runs eager).")

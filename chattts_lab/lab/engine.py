@@ -95,6 +95,8 @@ class LabEngine:
     def kernels(self) -> str:
         """Which kernels a decode step runs, e.g. 'fbgemm-int8 avx512_vnni; fused-decode avx512; kv-cache bf16'."""
         model = self.gpt_module
+        if getattr(model, "session", None) is not None:  # the onnx engine: ONNX Runtime runs the whole step
+            return f"onnxruntime {model.provider}"
         glue = f"fused-decode {model.fused.simd()}" if model.fused is not None else "torch-ops"
         cache = str(model.cache_dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float", "fp")
         return f"{model.layers[0].qkv.kernel}; {glue}; kv-cache {cache}"

@@ -1,0 +1,75 @@
+"""The onnx engine: ChatTTS's GPT exported to ONNX and run by ONNX Runtime, in fp32, int8 or int4.
+
+`install_onnx_engine(chat, device, precision, threads)` exports the loaded GPT (or reuses the cached export of
+the same weights), quantizes it if asked, opens an ONNX Runtime session and routes `chat.gpt.generate` through
+the lab engine's decode loop with that session as the forward pass. Everything else in ChatTTS (normaliser,
+prompts, speakers, refine, sampling, decoder, vocoder) is its own, as with the lab engine; lab streaming
+works unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+import torch
+
+from chattts_lab.lab.engine import Heads, LabEngine, lab_generate
+from chattts_lab.lab.model import Shape, release_freed_memory
+from chattts_lab.onnx_engine.build import ensure_graph, int4_available
+from chattts_lab.onnx_engine.session import OnnxLlama, provider_for
+
+log = logging.getLogger(__name__)
+
+ONNX_EXTRA_PRECISIONS: tuple[str, ...] = ("int4",)
+
+__all__ = ["ONNX_EXTRA_PRECISIONS", "onnx_unsupported_reason", "install_onnx_engine"]
+
+
+def onnx_unsupported_reason(device, precision: str) -> str | None:
+    """None if the onnx engine runs this precision on this device, else a sentence saying why not."""
+    device = torch.device(device)
+    try:
+        import onnxruntime
+    except ImportError:
+        return "onnxruntime is not installed (pip install onnxruntime)"
+    if device.type == "mps":
+        return "the onnx engine runs on CPU or CUDA; ONNX Runtime's CoreML provider is not wired in"
+    provider = provider_for(device)
+    if provider not in onnxruntime.get_available_providers():
+        return f"this onnxruntime build has no {provider} (install onnxruntime-gpu for CUDA)"
+    if precision in ("fp16", "bf16"):
+        return f"the onnx engine exports fp32 and quantizes to int8/int4; it has no {precision} graph"
+    if precision == "int4" and not int4_available():
+        return "this onnxruntime has no MatMulNBits quantizer (onnxruntime.quantization.matmul_nbits_quantizer)"
+    if precision not in ("fp32", "int8") + ONNX_EXTRA_PRECISIONS:
+        return f"the onnx engine has no {precision!r} precision"
+    return None
+
+
+def install_onnx_engine(chat, device, precision: str, threads: int) -> LabEngine:
+    """Build or reuse the ONNX graph of `chat`'s GPT and route `chat.gpt.generate` through it."""
+    device = torch.device(device)
+    reason = onnx_unsupported_reason(device, precision)
+    if reason:
+        raise ValueError(f"onnx engine, {precision} on {device}: {reason}")
+    t0 = time.perf_counter()
+    gpt = chat.gpt
+    gpt_device = torch.device(chat.device_gpt)
+    llama = gpt.gpt
+    path, built = ensure_graph(llama, precision)
+    model = OnnxLlama(path, Shape.of(llama.config), precision, gpt_device, threads)
+    model.built = built
+    with torch.no_grad():
+        heads = Heads(chat.embed, gpt_device, precision)
+    del gpt.gpt  # the torch GPT goes; ONNX Runtime holds its own copy of the weights
+    gpt.lab_gpt = model
+    release_freed_memory()
+    engine = LabEngine(model, heads, gpt_device, precision, convert_s=time.perf_counter() - t0)
+    engine.notes.append(f"onnx graph {path}" + (f", built now: {built}" if built else ", reused from the cache"))
+    gpt.__dict__["generate"] = functools.partial(lab_generate, chat, engine)
+    chat.lab_engine = engine  # lab streaming, stage timing and the roofline find the engine here
+    log.info("onnx engine: %s on %s in %.2f s (%s)", precision, model.provider, engine.convert_s, engine.notes[-1])
+    return engine
+

@@ -1,0 +1,116 @@
+"""ChatTTS's GPT as one ONNX graph of ONNX Runtime's fused transformer ops, built from the loaded weights.
+
+Inputs: embeddings [B, S, dim], positions [B, S], mask [B, 1, S, P+S] (True = attend) and each layer's past
+keys/values [B, H, P, D]; outputs: the last position's hidden state [B, dim] and the present keys/values
+[B, H, P+S, D]. One graph serves prefill (S prompt positions, P = 0) and decode (S = 1).
+
+The graph is written node by node rather than traced with `torch.onnx.export`: a traced Llama becomes about
+60 small ONNX nodes per layer (rotary as slices, concats and multiplies, attention as transposes, matmuls and a
+softmax), which ONNX Runtime runs one by one and which cost about as much as the int4 matrix multiplies in a
+decode step. Here each layer is ONNX Runtime's own `SimplifiedLayerNormalization` (RMSNorm), `RotaryEmbedding`
+(rotate-half, from the positions) and `MultiHeadAttention` (past concat, additive mask, softmax in one
+kernel), around four plain `MatMul`s with q/k/v and gate/up fused, which the int8 and int4 quantizers replace.
+The maths is transformers' `LlamaModel`'s; tests compare the two.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from chattts_lab.lab.model import Shape
+
+OPSET = 18
+
+
+def input_names(n_layers: int) -> list[str]:
+    return ["emb", "positions", "mask"] + [f"past_{kv}.{i}" for i in range(n_layers) for kv in "kv"]
+
+
+def output_names(n_layers: int) -> list[str]:
+    return ["hidden"] + [f"present_{kv}.{i}" for i in range(n_layers) for kv in "kv"]
+
+
+class _Graph:
+    """Collects initializers and nodes; each helper returns its output names."""
+
+    def __init__(self):
+        self.initializers, self.nodes = [], []
+
+    def weight(self, name: str, value) -> str:
+        from onnx import numpy_helper
+
+        array = value.detach().float().numpy() if isinstance(value, torch.Tensor) else value
+        self.initializers.append(numpy_helper.from_array(np.array(array, order="C"), name))
+        return name
+
+    def matmul_weight(self, name: str, *linears) -> str:
+        """torch Linear weights [out, in] (fused along out) -> one MatMul right operand [in, sum(out)]."""
+        return self.weight(name, torch.cat([w.detach().float() for w in linears]).T)
+
+    def op(self, op: str, inputs: list[str], outputs: list[str], ms: bool = False, **attrs):
+        from onnx import helper
+
+        self.nodes.append(helper.make_node(op, inputs, outputs, name=f"{outputs[0]}/{op}",
+                                           domain="com.microsoft" if ms else "", **attrs))
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+def build_graph(llama):
+    """An onnx.ModelProto of `llama` (a transformers LlamaModel, ChatTTS's GPT) as described above."""
+    from onnx import TensorProto, helper
+
+    s = Shape.of(llama.config)
+    g = _Graph()
+    rotary = llama.rotary_emb
+    angles = torch.arange(llama.config.max_position_embeddings).float()[:, None] * rotary.inv_freq.detach().float()
+    scaling = float(rotary.attention_scaling)
+    cos, sin = g.weight("cos", angles.cos() * scaling), g.weight("sin", angles.sin() * scaling)
+    # a large negative, not -inf: a fully masked row (never produced here) would give NaN
+    attend, block = g.weight("attend", np.array(0.0, np.float32)), g.weight("block", np.array(np.finfo(np.float32).min))
+    bias = g.op("Where", ["mask", attend, block], ["attention_bias"])
+    x = "emb"
+    with torch.no_grad():
+        for i, layer in enumerate(llama.layers):
+            x = _layer(g, f"layer{i}", layer, s, x, bias, cos, sin, i)
+        last = g.op("Gather", [x, g.weight("last", np.array(-1, np.int64))], ["last_position"], axis=1)
+        g.op("SimplifiedLayerNormalization", [last, g.weight("norm", llama.norm.weight)], ["hidden"], axis=-1,
+             epsilon=s.eps)
+    f, dims = TensorProto.FLOAT, ["batch", s.n_heads, None, s.head_dim]
+    inputs = [helper.make_tensor_value_info("emb", f, ["batch", "seq", s.dim]),
+              helper.make_tensor_value_info("positions", TensorProto.INT64, ["batch", "seq"]),
+              helper.make_tensor_value_info("mask", TensorProto.BOOL, ["batch", 1, "seq", "total"])]
+    inputs += [helper.make_tensor_value_info(n, f, dims[:2] + ["past"] + dims[3:]) for n in input_names(s.n_layers)[3:]]
+    outputs = [helper.make_tensor_value_info("hidden", f, ["batch", s.dim])]
+    outputs += [helper.make_tensor_value_info(n, f, dims[:2] + ["total"] + dims[3:]) for n in output_names(s.n_layers)[1:]]
+    graph = helper.make_graph(g.nodes, "chattts_gpt", inputs, outputs, g.initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 9  # what onnxruntime 1.2x/1.3x reads
+    return model
+
+
+def _layer(g: _Graph, name: str, layer, s: Shape, x: str, bias: str, cos: str, sin: str, i: int) -> str:
+    attn, mlp = layer.self_attn, layer.mlp
+    h = g.op("SimplifiedLayerNormalization", [x, g.weight(f"{name}.norm1", layer.input_layernorm.weight)],
+             [f"{name}.normed1"], axis=-1, epsilon=s.eps)
+    qkv = g.op("MatMul", [h, g.matmul_weight(f"{name}.qkv.weight", attn.q_proj.weight, attn.k_proj.weight,
+                                             attn.v_proj.weight)], [f"{name}.qkv"])
+    q, k, v = g.op("Split", [qkv], [f"{name}.q", f"{name}.k", f"{name}.v"], axis=-1, num_outputs=3)
+    q = g.op("RotaryEmbedding", [q, "positions", cos, sin], [f"{name}.q_rot"], ms=True, num_heads=s.n_heads)
+    k = g.op("RotaryEmbedding", [k, "positions", cos, sin], [f"{name}.k_rot"], ms=True, num_heads=s.n_heads)
+    y = g.op("MultiHeadAttention", [q, k, v, "", "", bias, f"past_k.{i}", f"past_v.{i}"],
+             [f"{name}.attention", f"present_k.{i}", f"present_v.{i}"], ms=True, num_heads=s.n_heads,
+             scale=1.0 / math.sqrt(s.head_dim))[0]
+    o = g.op("MatMul", [y, g.matmul_weight(f"{name}.o.weight", attn.o_proj.weight)], [f"{name}.o"])
+    x = g.op("Add", [x, o], [f"{name}.residual1"])
+    h = g.op("SimplifiedLayerNormalization", [x, g.weight(f"{name}.norm2", layer.post_attention_layernorm.weight)],
+             [f"{name}.normed2"], axis=-1, epsilon=s.eps)
+    gate_up = g.op("MatMul", [h, g.matmul_weight(f"{name}.gate_up.weight", mlp.gate_proj.weight, mlp.up_proj.weight)],
+                   [f"{name}.gate_up"])
+    gate, up = g.op("Split", [gate_up], [f"{name}.gate", f"{name}.up"], axis=-1, num_outputs=2)
+    silu = g.op("Mul", [gate, g.op("Sigmoid", [gate], [f"{name}.sigmoid"])], [f"{name}.silu"])
+    down = g.op("MatMul", [g.op("Mul", [silu, up], [f"{name}.act"]), g.matmul_weight(f"{name}.down.weight", mlp.down_proj.weight)],
+                [f"{name}.down"])
+    return g.op("Add", [x, down], [f"{name}.residual2"])

@@ -1,0 +1,159 @@
+"""The onnx engine against stock ChatTTS, on the real ChatTTS code with tiny synthetic weights.
+
+The first run in a fresh model cache exports and quantizes the tiny GPT (about 10 s on 2 cores); later runs
+reuse the cached graphs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from chattts_lab.fidelity import compare, trace
+from chattts_lab.metrics import samples_for_tokens
+from chattts_lab.models import LoadConfig, load_model, unload_all
+from chattts_lab.onnx_engine import onnx_unsupported_reason
+from chattts_lab.onnx_engine.build import ensure_graph
+from chattts_lab.precision import UnsupportedPrecision
+from chattts_lab.requests import SynthesisRequest
+from chattts_lab.store import Store
+from chattts_lab.synthesis import synthesize, synthesize_stream
+
+from tests.conftest import CPU_PRECISION_TABLE, ROOT, TINY, x86_64_only
+
+TOKENS = 16
+TEXTS = ["Hello there, this is a test.", "A second text, longer than the first one by a little."]
+
+
+def load(engine: str, precision: str = "fp32", threads: int = 1):
+    return load_model(LoadConfig(model=TINY, precision=precision, engine=engine, threads=threads))
+
+
+def code_tokens(model, texts, seed):
+    """Sampled audio tokens of a padded batch straight from ChatTTS's `_infer_code` (which calls gpt.generate)."""
+    import ChatTTS
+
+    chat = model.chat
+    params = ChatTTS.Chat.InferCodeParams(max_new_token=24, manual_seed=seed, show_tqdm=False)
+    texts = [chat.normalizer(t, True, True, None) for t in texts]
+    return [t.clone() for t in next(chat._infer_code(texts, False, chat.device, True, params)).ids]
+
+
+@pytest.fixture(scope="module")
+def stock_runs():
+    """Stock fp32: one greedy trace (tokens and hidden states) and one sampled, padded batch."""
+    unload_all()
+    model = load("stock")
+    runs = {"greedy": trace(model, TOKENS), "batch": code_tokens(model, TEXTS, seed=11)}
+    unload_all()
+    return runs
+
+
+def test_onnx_fp32_matches_stock_greedy_tokens_and_hidden_states(stock_runs):
+    model = load("onnx")
+    got = compare(stock_runs["greedy"], trace(model, TOKENS))
+    assert got["token_match"] == 1.0 and got["first_divergence"] is None
+    assert got["hidden_rel_err"] < 1e-5, got
+
+
+def test_onnx_fp32_padded_batch_samples_the_same_tokens_as_stock(stock_runs):
+    ids = code_tokens(load("onnx"), TEXTS, seed=11)  # different prompt lengths: the padding mask path
+    assert [len(t) for t in ids] == [len(t) for t in stock_runs["batch"]]
+    for a, b in zip(ids, stock_runs["batch"]):
+        assert torch.equal(a, b)
+
+
+def test_onnx_int8_drift_from_stock_is_measured_and_small(stock_runs):
+    got = compare(stock_runs["greedy"], trace(load("onnx", "int8"), TOKENS))
+    # quantization moves the numbers (so the error is above fp32's) but not far on the first step
+    assert 1e-5 < got["hidden_rel_err_first_step"] < 0.05, got
+    assert 0.0 <= got["token_match"] <= 1.0
+
+
+def test_second_load_reuses_the_cached_graph_file():
+    unload_all()
+    first = load("onnx", "int8")
+    path = first.chat.lab_engine.gpt_module.path
+    before = path.stat()
+    unload_all()
+    again = load("onnx", "int8")
+    assert again.chat.lab_engine.gpt_module.path == path
+    assert again.effective["onnx_built"] == {}
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_changed_weights_are_rebuilt_and_the_old_graphs_removed(tmp_path):
+    from transformers import LlamaConfig, LlamaModel
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                         num_key_value_heads=4, vocab_size=8, max_position_embeddings=64)
+    checkpoint, cache = tmp_path / "gpt", tmp_path / "cache"
+    LlamaModel(config).save_pretrained(checkpoint)
+    first, built = ensure_graph(LlamaModel.from_pretrained(checkpoint), "int8", cache)
+    assert set(built) == {"export_s", "quantize_s"} and first.is_file()
+    assert ensure_graph(LlamaModel.from_pretrained(checkpoint), "int8", cache) == (first, {})  # same weights: reused
+
+    changed = LlamaModel.from_pretrained(checkpoint)
+    with torch.no_grad():
+        changed.layers[0].mlp.down_proj.weight[0, 0] += 1e-3
+    changed.save_pretrained(checkpoint)
+    second, built = ensure_graph(LlamaModel.from_pretrained(checkpoint), "int8", cache)
+    assert second.parent != first.parent and "export_s" in built
+    assert not first.parent.exists()  # the graphs of the earlier weights are gone
+
+
+def test_onnx_engine_synthesizes_a_batch_with_this_calls_threads():
+    model = load("onnx", "int4", threads=2)
+    out = synthesize(model, SynthesisRequest.of(TEXTS, max_new_token=8, min_new_token=8), threads=1)
+    assert out.measurements.tokens == [8, 8] and all(np.isfinite(a).all() for a in out.audio)
+    assert out.measurements.effective["onnx_threads"] == 1  # the session follows this call's thread count
+    assert model.chat.lab_engine.gpt_module.session.get_session_options().intra_op_num_threads == 1
+
+
+def test_onnx_engine_streams_with_the_lab_loop_first_chunk_early():
+    n = 30
+    model = load("onnx", "int4")
+    items = list(synthesize_stream(model, SynthesisRequest.of(TEXTS[0], max_new_token=n, min_new_token=n)))
+    chunks, final = items[:-1], items[-1]
+    assert len(chunks) >= 2 and len(chunks[0].audio[0]) < samples_for_tokens(n) // 2
+    assert sum(len(c.audio[0]) for c in chunks) == samples_for_tokens(n) == len(final.audio[0])
+
+
+@x86_64_only
+@pytest.mark.parametrize("precision, expected", CPU_PRECISION_TABLE["onnx"].items())
+def test_each_onnx_precision_runs_on_cpu_as_the_table_says(precision, expected):
+    config = LoadConfig(model=TINY, precision=precision, engine="onnx", threads=1)
+    if expected.startswith("unsupported:"):
+        with pytest.raises(UnsupportedPrecision, match=expected.removeprefix("unsupported:")):
+            load_model(config)
+        return
+    assert load_model(config).effective["dtype_gpt"] == expected
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no CUDA provider exists")
+def test_a_missing_cuda_provider_is_a_reason_not_a_crash():
+    assert "CUDAExecutionProvider" in onnx_unsupported_reason(torch.device("cuda"), "fp32")
+
+
+def test_cli_sweep_runs_an_onnx_cell_and_keeps_the_unsupported_one(tmp_path):
+    db, out = tmp_path / "lab.sqlite", tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "--model", TINY, "--engine", "onnx", "--precision", "fp32,bf16",
+         "--tokens", "8", "--threads", "1", "--repeats", "1", "--min-time", "0", "--warmup", "0",
+         "--fidelity", "off", "--db", str(db), "--out", str(out), "--format", "json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    cells = {c["precision"]: c for c in json.loads((out / "results.json").read_text())["cells"]}
+    assert cells["fp32"]["status"] == "ok", cells["fp32"]
+    assert (cells["fp32"]["engine"], cells["fp32"]["dtype_gpt"], cells["fp32"]["threads_effective"]) == ("onnx", "float32", 1)
+    assert cells["bf16"]["status"] == "unsupported" and "no bf16 graph" in cells["bf16"]["reason"]
+    with Store(db) as store:
+        (sweep,) = store.sweeps_list()
+        (ok,) = [r for r in store.results(sweep["id"]) if r.status == "ok"]
+    assert ok.effective["onnx_threads"] == 1 and ok.effective["onnx_provider"] == "CPUExecutionProvider"
