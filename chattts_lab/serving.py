@@ -368,7 +368,8 @@ def summarize(level: dict, records: list[dict]) -> dict:
     ok = [r for r in records if r["status"] == "ok"]
     ends = [r["submitted_s"] + r["latency_s"] for r in ok]
     wall = max(ends) - min(r["submitted_s"] for r in records) if ok else None
-    row = {**level, "users": level.get("users"), "rate": level.get("rate"), "requests": len(records),
+    row = {**level, "users": level.get("users"), "rate": level.get("rate"),  # both keys in every row, for tables
+           "requests": len(records),
            "ok": len(ok), "errors": sum(r["status"] == "error" for r in records),
            "lost": sum(r["status"] == "lost" for r in records), "wall_s": wall,
            "audio_s": sum(r["audio_s"] for r in ok),

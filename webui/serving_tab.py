@@ -80,15 +80,16 @@ def _load(level: dict) -> str:
 
 def _view(status: str, levels: list[dict]):
     frame = pd.DataFrame(levels)
-    if not frame.empty:
+    if not frame.empty:  # the run in progress: not yet a row of the history
         frame.insert(0, "sweep_id", 0)
+        frame.insert(1, "machine", "this machine")
     return status, _table(frame), plots.serving_latency(frame), plots.serving_throughput(frame)
 
 
 def _table(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame(columns=TABLE)
-    shown = frame.reindex(columns=[c for c in TABLE if c in frame.columns or c != "machine"]).copy()
+    shown = frame.reindex(columns=TABLE)
     shown["batch_sizes"] = shown["batch_sizes"].map(lambda sizes: ", ".join(f"{k}: {v}" for k, v in sizes.items())
                                                     if isinstance(sizes, dict) else sizes)
     return shown.round(3)

@@ -159,14 +159,11 @@ async def serve_stream(ctx: AppContext, settings: RuntimeSettings, request: Synt
     chunks: asyncio.Queue = asyncio.Queue()
     done = asyncio.ensure_future(
         serve(ctx, settings, request, session, lambda chunk: loop.call_soon_threadsafe(chunks.put_nowait, chunk)))
+    # The worker thread schedules its chunks before its result, so this end mark comes after the last chunk.
+    done.add_done_callback(lambda _: chunks.put_nowait(None))
     try:
-        while not done.done() or not chunks.empty():
-            getter = asyncio.ensure_future(chunks.get())
-            await asyncio.wait({getter, done}, return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                yield getter.result()
-            else:
-                getter.cancel()
+        while (chunk := await chunks.get()) is not None:
+            yield chunk
         yield done.result()
     finally:
         done.cancel()  # the caller went away: its part stops (no effect once finished)
