@@ -34,10 +34,13 @@ def http(url: str, path: str, method: str = "GET", body: bytes | None = None, he
 
 @pytest.fixture(scope="module")
 def auth_app(tmp_path_factory):
-    """A second real app, started with --auth, with its own outputs folder and a secret beside it."""
+    """A second real app with its own outputs folder and a secret beside it, given its login as the README
+    advises: `CHATTTS_LAB_AUTH=user:pass python app.py` (no --auth, so the password stays out of `ps`)."""
     folder = tmp_path_factory.mktemp("auth-app")
     (folder / "secret.txt").write_text("TOP-SECRET-CONTENT")
-    url, proc = start_app(folder, "--auth", f"{USER}:{PASSWORD}")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CHATTTS_LAB_AUTH", f"{USER}:{PASSWORD}")
+        url, proc = start_app(folder)
     yield url, folder, proc
     stop_app(proc)
 
@@ -179,25 +182,28 @@ def test_out_of_memory_is_a_clear_message_and_the_server_keeps_serving(auth_app,
     assert app.is_running() and m["tokens"][0] > 0 and Path(path).stat().st_size > 44
 
 
-def test_chattts_lab_auth_in_the_environment_guards_like_the_auth_flag(tmp_path, monkeypatch):
-    """`CHATTTS_LAB_AUTH=user:pass python app.py` (no --auth, so the password stays out of `ps`)."""
+def test_openai_clients_without_the_key_are_refused_and_with_it_served(auth_app):
     import openai
-    from gradio_client import Client
-    from gradio_client.exceptions import AuthenticationError
 
+    url, _, proc = auth_app
+    assert PASSWORD not in " ".join(psutil.Process(proc.pid).cmdline())  # the login came from the environment
+    for key in ("no-key", f"{USER}:wrong"):
+        stranger = openai.OpenAI(base_url=url + "v1", api_key=key, max_retries=0)
+        with pytest.raises(openai.AuthenticationError, match="missing or wrong API key"):
+            stranger.audio.speech.create(model="tts-1", voice="Aria", input="Let me in.")
+    friend = openai.OpenAI(base_url=url + "v1", api_key=f"{USER}:{PASSWORD}", max_retries=0, timeout=600)
+    audio = friend.audio.speech.create(model="tts-1", voice="Aria", input="Let me in.", response_format="wav",
+                                       extra_body={"max_new_token": 8})
+    assert audio.content[:4] == b"RIFF"
+
+
+def test_the_auth_flag_and_the_environment_are_one_setting(monkeypatch):
+    """The app above got its login from CHATTTS_LAB_AUTH; --auth sets the same thing (and wins over it)."""
+    from app import parse_args
+
+    monkeypatch.delenv("CHATTTS_LAB_AUTH", raising=False)
+    assert parse_args([]).auth is None
+    assert parse_args(["--auth", f"{USER}:{PASSWORD}"]).auth == f"{USER}:{PASSWORD}"
     monkeypatch.setenv("CHATTTS_LAB_AUTH", f"{USER}:{PASSWORD}")
-    url, proc = start_app(tmp_path)
-    try:
-        assert f"{USER}:{PASSWORD}" not in " ".join(proc.args)
-        for key in ("no-key", f"{USER}:wrong"):
-            stranger = openai.OpenAI(base_url=url + "v1", api_key=key, max_retries=0)
-            with pytest.raises(openai.AuthenticationError, match="missing or wrong API key"):
-                stranger.audio.speech.create(model="tts-1", voice="Aria", input="Let me in.")
-        with pytest.raises(AuthenticationError, match="credentials were not provided"):
-            Client(url, verbose=False)
-        friend = openai.OpenAI(base_url=url + "v1", api_key=f"{USER}:{PASSWORD}", max_retries=0, timeout=600)
-        audio = friend.audio.speech.create(model="tts-1", voice="Aria", input="Let me in.", response_format="wav",
-                                           extra_body={"max_new_token": 8})
-        assert audio.content[:4] == b"RIFF"
-    finally:
-        stop_app(proc)
+    assert parse_args([]).auth == f"{USER}:{PASSWORD}"
+    assert parse_args(["--auth", "bob:other"]).auth == "bob:other"
