@@ -23,7 +23,8 @@
 # A cell is about 8 s of process start, imports and load, then 4 calls (the cold one, --warmup 0, 3 timed): lab
 # about 1 s a call, stock about 2.5 s (eager Hugging Face Llama, launch-bound), so about 160 s for lab, 160 s for
 # stock, 80 s for 6 fidelity processes and 40 s for the rest: about 440 s. The deadline (CHATTTS_LAB_GPU_BUDGET_S,
-# 450 s) stops the sweep 45 s early enough for step 4 and 5; what it cuts is the last stock cells and fidelity.
+# 450 s) stops the sweep 45 s early enough for steps 4 and 5; what it cuts first is fidelity (it runs last), then
+# the last stock cells.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -46,7 +47,7 @@ run_all() {
     export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
     if [ "$DRY" != 1 ]; then
         if ls .whl/*.whl >/dev/null 2>&1; then
-            timeout 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            timeout 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
                 --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site" \
                 || echo "WARNING: installing the carried wheels failed; cells will say what is missing"
         else
@@ -54,7 +55,7 @@ run_all() {
         fi
     fi
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>/dev/null
-    local model=${GRID[1]}
+    local model=${GRID[1]}  # the grid's --model
     timeout 240 "$PY" docs/gpu/prepare_machine.py --model "$model" --out "$WORK/machine.json" \
         || echo "WARNING: step 2 failed or ran out of time"
     cat "$WORK/machine.json"
@@ -65,13 +66,15 @@ run_all() {
         timeout -k 15 "$sweep_s" "$PY" -m bench "${GRID[@]}" "$@" --db "$WORK/lab.sqlite" --out "$WORK/report" \
             --format md --yes
         echo "== bench exited with $? (124: stopped at the deadline; its finished rows are kept)"
+    else
+        echo "== no time left for the sweep: steps 1 and 2 took ${SECONDS} s"
     fi
 
     local gpu
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr 'A-Z ' 'a-z-')
     local bundle="$OUT/sweep-$([ "$DRY" = 1 ] && echo dry-tiny || echo "cuda-${gpu:-no-gpu}").json"
-    timeout 60 "$PY" docs/gpu/finish_sweep.py "$WORK/lab.sqlite" "$bundle" --machine "$WORK/machine.json" || return 1
-    timeout 60 "$PY" -m bench --db "$WORK/lab.sqlite" --report 1 --out "$OUT" --format md,html >/dev/null
+    timeout 40 "$PY" docs/gpu/finish_sweep.py "$WORK/lab.sqlite" "$bundle" --machine "$WORK/machine.json" || return 1
+    timeout 40 "$PY" -m bench --db "$WORK/lab.sqlite" --report 1 --out "$OUT" --format md,html >/dev/null
     cp "$WORK/machine.json" "$OUT/"
     echo "== bundle $bundle ($(du -h "$bundle" | cut -f1)), after ${SECONDS} s; import it with python -m bench --import"
 }
