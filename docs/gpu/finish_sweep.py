@@ -36,11 +36,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         sweep_id = sweeps[0]["id"]  # the newest: sweep.sh starts from an empty store
         store.mark_dead_sweeps()  # a sweep killed past its deadline's grace is left `running`
-        added = add_rows_not_reached(store, sweep_id)
+        status = store.sweep(sweep_id)["status"]
+        added = add_rows_not_reached(store, sweep_id) if status != "finished" else 0  # a finished one has every row
         if args.machine:
             store.set_note(sweep_id, "device_check", device_check(Path(args.machine)))
         print(short_table(store.results(sweep_id, with_samples=False)))
-        print(f"sweep {sweep_id} {store.sweep(sweep_id)['status']}"
+        print(f"sweep {sweep_id} {status}"
               + (f"; {added} cell(s) not reached, kept as cancelled rows" if added else ""))
     export_bundle(args.db, args.bundle, [sweep_id])
     return 0

@@ -44,7 +44,8 @@ GRID+=(--engine onnx,lab,stock --precision fp32,fp16,bf16,int8 --batch 1,8,32 --
 
 run_all() {
     rm -rf "$WORK" && mkdir -p "$WORK" "$OUT"
-    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+        TQDM_DISABLE=1  # no progress bars in the log: each cell that does not run still prints its reason
     if [ "$DRY" != 1 ]; then
         if ls .whl/*.whl >/dev/null 2>&1; then
             timeout 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -58,14 +59,16 @@ run_all() {
     local model=${GRID[1]}  # the grid's --model
     timeout 240 "$PY" docs/gpu/prepare_machine.py --model "$model" --out "$WORK/machine.json" \
         || echo "WARNING: step 2 failed or ran out of time"
-    cat "$WORK/machine.json"
+    cat "$WORK/machine.json" && echo
 
     local sweep_s=$((BUDGET_S - SECONDS - RESERVE_S))
     echo "== sweep: ${sweep_s} s left for it (deadline of the whole: ${BUDGET_S} s)"
     if [ "$sweep_s" -gt 30 ]; then
         timeout -k 15 "$sweep_s" "$PY" -m bench "${GRID[@]}" "$@" --db "$WORK/lab.sqlite" --out "$WORK/report" \
             --format md --yes
-        echo "== bench exited with $? (124: stopped at the deadline; its finished rows are kept)"
+        local rc=$?
+        [ "$rc" = 124 ] && echo "== the sweep stopped at its deadline; its finished rows are kept" \
+            || echo "== the sweep exited with $rc"
     else
         echo "== no time left for the sweep: steps 1 and 2 took ${SECONDS} s"
     fi
