@@ -2,8 +2,9 @@
 
     PYTHONPATH=. python docs/gpu/finish_sweep.py DB BUNDLE.json [--machine machine.json]
 
-- Every cell of the grid the deadline left without a row gets a `cancelled` row saying so (a bundle that only
-  lacked them would not tell a reader whether they failed or never ran; `--resume` measures them again).
+- Every cell of the grid the deadline left without a row gets one: the rule table's reason where the cell could
+  not run here anyway, else a `cancelled` row saying the deadline came first (a bundle that only lacked them would
+  not tell a reader whether they failed or never ran; `--resume` measures them again).
 - What docs/gpu/prepare_machine.py found (versions, the independent bandwidth check) is kept with the sweep as the
   note `device_check`, so it travels in the bundle.
 - The table is short on purpose: the device call's reply shows only the end of the output.
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 from chattts_lab.results import CellResult
-from chattts_lab.spec import SweepSpec
+from chattts_lab.spec import SweepSpec, cell_rule
 from chattts_lab.store import Store, export_bundle
 
 NOT_REACHED = "not measured: the device call's time budget (docs/gpu/sweep.sh) ran out before this cell finished"
@@ -48,13 +49,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_rows_not_reached(store: Store, sweep_id: int) -> int:
-    """A `cancelled` row for every cell of the sweep's grid that has none; returns how many were added."""
+    """A row for every cell of the sweep's grid that has none: the rule table's where it rules the cell out (it
+    needed no time), else `cancelled`. Returns how many are `cancelled`."""
     have = {r.config.key for r in store.results(sweep_id, with_samples=False)}
     spec = SweepSpec.from_dict(store.sweep(sweep_id)["spec"])
-    missing = [(i, c) for i, c in enumerate(spec.expand()) if c.key not in have]
-    for index, cfg in missing:
-        store.add_cell(sweep_id, index, CellResult(cfg, "cancelled", NOT_REACHED))
-    return len(missing)
+    cancelled = 0
+    for index, cfg in enumerate(spec.expand()):
+        if cfg.key in have:
+            continue
+        ruled = cell_rule(cfg)
+        store.add_cell(sweep_id, index, CellResult(cfg, *ruled) if ruled else CellResult(cfg, "cancelled", NOT_REACHED))
+        cancelled += not ruled
+    return cancelled
 
 
 def device_check(path: Path) -> dict:
