@@ -39,9 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         store.mark_dead_sweeps()  # a sweep killed past its deadline's grace is left `running`
         status = store.sweep(sweep_id)["status"]
         added = add_rows_not_reached(store, sweep_id) if status != "finished" else 0  # a finished one has every row
-        if args.machine:
-            store.set_note(sweep_id, "device_check", device_check(Path(args.machine)))
+        check = device_check(Path(args.machine)) if args.machine else None
+        if check is not None:
+            store.set_note(sweep_id, "device_check", check)
         print(short_table(store.results(sweep_id, with_samples=False)))
+        print(bandwidth_line(store.sweep(sweep_id)["environment"], check or {}))
         print(f"sweep {sweep_id} {status}"
               + (f"; {added} cell(s) not reached, kept as cancelled rows" if added else ""))
     export_bundle(args.db, args.bundle, [sweep_id])
@@ -69,6 +71,16 @@ def device_check(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         return {"status": "error", "reason": f"docs/gpu/prepare_machine.py left no report ({exc})"}
+
+
+def bandwidth_line(environment: dict, check: dict) -> str:
+    """The sweep's read bandwidth beside the independent check's (the issue asks them to agree within 15 %)."""
+    sweep = ", ".join(f"{d} {g:.0f} GB/s" for d, g in (environment.get("mem_read_gbps") or {}).items()) or "none"
+    other = check.get("bandwidth", {})
+    if other.get("status") != "ok":
+        return f"read bandwidth: the sweep's {sweep}; no independent check ({other.get('reason', 'not run')})"
+    return (f"read bandwidth: the sweep's {sweep}; independent {other['read_gbps']:.0f} GB/s "
+            f"(copy {other['copy_gbps_read_plus_written']:.0f} GB/s read plus written)")
 
 
 def short_table(results: list[CellResult]) -> str:

@@ -24,7 +24,7 @@
 # about 1 s a call, stock about 2.5 s (eager Hugging Face Llama, launch-bound), so about 160 s for lab, 160 s for
 # stock, 80 s for 6 fidelity processes and 40 s for the rest: about 440 s. The deadline (CHATTTS_LAB_GPU_BUDGET_S,
 # 450 s) stops the sweep 45 s early enough for steps 4 and 5; what it cuts first is fidelity (it runs last), then
-# the last stock cells.
+# the last stock cells. Whatever hangs, every step's limit ends the script within about 500 s (timeout_s 540).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
