@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -196,7 +197,7 @@ class _app:
             self.url = self.spec.url.rstrip("/") + "/"
             self._warm_up()
             return self
-        port = _free_port()
+        port = free_port()
         self.log = tempfile.NamedTemporaryFile("w+", prefix="serve-app-", suffix=".log", delete=False)
         cmd = [sys.executable, str(ROOT / "app.py"), "--model", self.spec.model, "--port", str(port),
                "--max-batch", str(self.max_batch), "--max-wait-ms", str(self.spec.max_wait_ms)]
@@ -255,9 +256,8 @@ class _app:
             os.unlink(self.log.name)
 
 
-def _free_port() -> int:
-    import socket
-
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the OS picks it; the tests start their apps on one too)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

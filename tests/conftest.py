@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,12 +42,6 @@ x86_64_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "a
                                  reason="CPU_PRECISION_TABLE is written for x86-64 torch builds")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -64,6 +57,8 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
 
 
 def start_app(tmp: Path, *extra: str, model: str = TINY) -> tuple[str, subprocess.Popen]:
+    from chattts_lab.serving import free_port  # the library's; imported here, like the fixtures' own imports
+
     port = free_port()
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
                CHATTTS_LAB_OUTPUTS=str(tmp / "outputs"), CHATTTS_LAB_HISTORY=str(tmp / "history.sqlite"))
