@@ -26,6 +26,15 @@ def bench(*args, timeout=600):
     return run
 
 
+def bench_here(capsys, *args) -> str:
+    """The same command line run by `bench.cli.main` in this process (no torch import to wait for); its stdout."""
+    from bench.cli import main
+
+    capsys.readouterr()
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
+
+
 def markdown_rows(text: str) -> list[dict]:
     """The rows of the last markdown table printed, as dicts keyed by its header."""
     lines = [line for line in text.splitlines() if line.startswith("|")]
@@ -41,7 +50,7 @@ def test_ranges_on_the_command_line_expand_as_the_readme_says(tmp_path):
     assert "20 cell(s)" in run.stderr
 
 
-def test_lab_engine_export_import_and_compare_across_two_machines(tmp_path):
+def test_lab_engine_export_import_and_compare_across_two_machines(tmp_path, capsys):
     mine, theirs = tmp_path / "mine.sqlite", tmp_path / "theirs.sqlite"
     run = bench(*FAST, "--engine", "stock,lab", "--db", str(mine), "--out", str(tmp_path / "out"), "--format", "json")
     cells = json.loads((tmp_path / "out" / "results.json").read_text())["cells"]
@@ -50,7 +59,7 @@ def test_lab_engine_export_import_and_compare_across_two_machines(tmp_path):
     assert all(c["step_ms"] > 0 and c["repeats"] == c["passes"] == 3 for c in cells)
 
     bundle = tmp_path / "mine.json"
-    bench("--export", str(bundle), "--sweeps", "1", "--db", str(mine))
+    bench_here(capsys, "--export", str(bundle), "--sweeps", "1", "--db", str(mine))
     data = json.loads(bundle.read_text())
     assert data["format"] == "chattts-lab-bundle" and len(data["sweeps"]) == 1
     (sweep,) = data["sweeps"]
@@ -65,11 +74,10 @@ def test_lab_engine_export_import_and_compare_across_two_machines(tmp_path):
         cell["latency"] = {k: v * 2 if k != "count" else v for k, v in cell["latency"].items()}
     other_path = tmp_path / "theirs.json"
     other_path.write_text(json.dumps(other))
-    bench("--import", str(bundle), "--db", str(theirs))
-    bench("--import", str(other_path), "--db", str(theirs))
+    bench_here(capsys, "--import", str(bundle), "--db", str(theirs))
+    bench_here(capsys, "--import", str(other_path), "--db", str(theirs))
 
-    compared = bench("--compare", "1,2", "--db", str(theirs))
-    rows = markdown_rows(compared.stdout)
+    rows = markdown_rows(bench_here(capsys, "--compare", "1,2", "--db", str(theirs)))
     assert [r["engine"] for r in rows] == ["lab", "stock"]
     mine_col = next(k for k in rows[0] if k.startswith("1: "))
     theirs_col = next(k for k in rows[0] if k.startswith("2: "))

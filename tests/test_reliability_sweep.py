@@ -83,15 +83,15 @@ def test_a_worker_killed_from_outside_is_a_crashed_row_and_the_sweep_goes_on(tmp
 
 
 def test_a_hung_worker_is_killed_at_the_time_limit_and_kept_as_a_timeout_row(tmp_path):
-    cfg = RunConfig("synthetic-tiny", "cpu", "fp32", 1, 1, 8, repeats=1, min_time_s=0, warmup=0, timeout_s=15)
+    cfg = RunConfig("synthetic-tiny", "cpu", "fp32", 1, 1, 8, repeats=1, min_time_s=0, warmup=0, timeout_s=6)
     thread, box = run_in_thread(run_cell, cfg)
     worker = wait_for_worker()
     worker.suspend()  # SIGSTOP: a real hang, not a slow cell
     thread.join(120)
     assert not thread.is_alive() and "error" not in box, box.get("error")
     result = box["value"]
-    assert result.status == "timeout" and "15 s" in result.reason
-    assert result.elapsed_s >= 15  # not before the limit (a stopped worker never ends by itself: the join proves the kill)
+    assert result.status == "timeout" and "6 s" in result.reason
+    assert result.elapsed_s >= 6  # not before the limit (a stopped worker never ends by itself: the join proves the kill)
     assert not psutil.pid_exists(worker.pid) or worker.status() == psutil.STATUS_ZOMBIE  # killed, not left behind
 
 
