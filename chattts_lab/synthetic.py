@@ -79,9 +79,15 @@ def ensure_checkpoint(spec: SyntheticSpec = SyntheticSpec(), cache_dir: Path | N
     shutil.rmtree(tmp, ignore_errors=True)
     log.warning("building a %s ChatTTS checkpoint with RANDOM weights in %s", spec.size, folder)
     _build(spec, tmp)
-    # Rename into place so a crash never leaves a half-written checkpoint that looks finished.
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    # Renamed into place, so a crash never leaves a half-written checkpoint that looks finished.
+    try:
+        tmp.rename(folder)  # atomic; refused while a non-empty folder is there
+    except OSError:
+        if is_synthetic(folder):  # another process (a second app, a parallel test) built it meanwhile: keep it
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:  # an unfinished folder from an older version: replace it
+            shutil.rmtree(folder, ignore_errors=True)
+            tmp.rename(folder)
     return folder
 
 
