@@ -1,0 +1,170 @@
+"""The app's /v1/audio/speech on Ray Serve: two Synthesizer replicas on a local Ray cluster of two nodes.
+
+`python -m webui.rayserve --cluster ray:ADDRESS --replicas 2 --model synthetic-tiny --max-batch 2` deploys and
+returns once both replicas are ready (one per node: each asks for its one CPU). Every batch a replica starts
+writes what it runs into a folder and, while that folder holds no `release` file, waits (chattts_lab.cluster's
+HOLD_DIR_VAR, set on both nodes), so one replica is killed while its batch surely runs there. One cluster and one
+deployment serve every test here (Ray starts slowly). Audio of random weights is noise, but its length is exact:
+N audio tokens are (2N-1)*256 samples at 24 kHz.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("ray.serve")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from chattts_lab.cluster import HOLD_DIR_VAR  # noqa: E402
+from chattts_lab.serving import ServeFinished, ServeSpec, run_serving  # noqa: E402
+from tests.conftest import ROOT, TINY, free_port  # noqa: E402
+
+N = 4  # audio tokens per clip
+SAMPLES = (2 * N - 1) * 256
+STREAM_DROPS_AT_MOST = SAMPLES // 20  # ChatTTS's stream drops near-silent samples; on noise a handful
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")  # no digits: the normaliser
+WAIT_S = 300  # an upper bound for a slow shared machine, never a synchronisation: each wait ends on its condition
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(URL, hold folder) of the deployment on a fresh two-node cluster, the hold released."""
+    tmp = tmp_path_factory.mktemp("rayserve")
+    hold = tmp / "hold"
+    hold.mkdir()
+    (hold / "release").touch()
+    before = os.environ.get(HOLD_DIR_VAR)
+    os.environ[HOLD_DIR_VAR] = str(hold)  # the nodes' processes, the replicas among them, inherit it
+    try:
+        # Ray's memory monitor is off: on a machine whose memory other work fills, it would kill the replicas.
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "include_dashboard": False, "_system_config": {"memory_monitor_refresh_ms": 0}})
+        cluster.add_node(num_cpus=1)
+    finally:
+        os.environ.pop(HOLD_DIR_VAR) if before is None else os.environ.update({HOLD_DIR_VAR: before})
+    try:
+        port = free_port()
+        deployed = subprocess.run(
+            [sys.executable, "-m", "webui.rayserve", "--cluster", f"ray:{cluster.address}", "--replicas", "2",
+             "--model", TINY, "--threads", "1", "--max-batch", "2", "--port", str(port)],
+            cwd=ROOT, env=dict(os.environ, CHATTTS_LAB_OUTPUTS=str(tmp / "outputs")), capture_output=True,
+            text=True, timeout=WAIT_S)
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        assert f"at http://127.0.0.1:{port}/v1/audio/speech" in deployed.stdout
+        ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)  # to kill a replica
+        yield f"http://127.0.0.1:{port}/", hold
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def speak(url: str, word: str, stream: bool = False, **extra) -> httpx.Response:
+    body = {"model": "tts-1", "input": f"Request {word}.", "voice": "Aria", "stream": stream,
+            "response_format": "pcm" if stream else "wav", "min_new_token": N, "max_new_token": N, **extra}
+    return httpx.post(url + "v1/audio/speech", json=body, timeout=WAIT_S)
+
+
+def samples(response: httpx.Response) -> int:
+    """Samples of a valid 24 kHz clip (whole wav files are decoded; streamed pcm is 16-bit samples)."""
+    if response.headers["content-type"].startswith("audio/wav"):
+        audio, rate = sf.read(io.BytesIO(response.content), dtype="int16")
+        assert rate == 24_000
+        return len(audio)
+    return len(np.frombuffer(response.content, dtype="<i2"))
+
+
+def notes(hold: Path, pattern: str, seen: set[Path]) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(set(hold.glob(pattern)) - seen)]
+
+
+def batches_on_both_replicas(hold: Path, seen: set[Path]) -> list[dict] | None:
+    """The batches started since `seen` (each replica's `<replica>-<n>.running`), once both replicas have one."""
+    batches = notes(hold, "*.running", seen)
+    return batches if len({b["actor"] for b in batches}) == 2 else None
+
+
+def ingress_knows(hold: Path, seen: set[Path], batch: dict) -> bool:
+    """Whether the ingress has heard that each request of `batch` started on its replica (`started-<id>`)."""
+    known = {t for n in notes(hold, "started-*", seen) if n["replica"] == batch["actor"] for t in n["texts"]}
+    return set(batch["texts"]) <= known
+
+
+def wait_until(condition, what: str):
+    deadline = time.monotonic() + WAIT_S
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"{what}: not within {WAIT_S} s"
+        time.sleep(0.05)  # polling files the replicas write: the condition itself, however long it takes
+    return value
+
+
+def test_eight_concurrent_requests_are_all_served_with_valid_audio(served):
+    url, _ = served
+    with ThreadPoolExecutor(8) as pool:  # half whole wav files, half streamed pcm
+        answers = list(pool.map(lambda k: speak(url, WORDS[k], stream=k % 2 == 1), range(8)))
+    assert [a.status_code for a in answers] == [200] * 8, [a.text[:300] for a in answers if a.status_code != 200]
+    for k, answer in enumerate(answers):
+        if k % 2 == 0:
+            assert samples(answer) == SAMPLES
+        else:
+            assert SAMPLES - STREAM_DROPS_AT_MOST <= samples(answer) <= SAMPLES
+        assert answer.headers["x-chattts-synthetic"] == "true"
+        assert answer.headers["x-chattts-config"] == "stock, fp32, cpu, 1 threads, 2 Ray Serve replicas"
+        assert 1 <= int(answer.headers["x-chattts-batch-requests"]) <= 2  # --max-batch 2
+
+
+def test_a_killed_replica_fails_only_the_requests_it_was_running_and_says_so(served):
+    url, hold = served
+    seen = set(hold.iterdir())
+    (hold / "release").unlink()  # from now on every batch holds once started
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            answers = {word: pool.submit(speak, url, word) for word in WORDS}
+            # At most 2 x --max-batch requests wait on a replica, so 8 reach both: each starts a batch, and holds.
+            victim = wait_until(lambda: batches_on_both_replicas(hold, seen), "both replicas running a batch")[0]
+            wait_until(lambda: ingress_knows(hold, seen, victim), "the ingress hearing where they run")
+            ray.kill(ray.get_actor(victim["actor"], namespace="serve"), no_restart=True)
+            running_there = [w for w in WORDS if any(w in t for t in victim["texts"])]
+            assert running_there, victim
+            for word in running_there:  # they fail while the other replica still holds its batch
+                failed = answers[word].result(timeout=WAIT_S)
+                assert failed.status_code == 503, failed.text
+                error = failed.json()["error"]
+                assert error["code"] == "replica_died" and error["type"] == "server_error"
+                assert error["message"].startswith(f"the replica that was synthesizing this request ({victim['actor']}) died")
+            (hold / "release").touch()
+            served_ok = {w: answers[w].result(timeout=WAIT_S) for w in WORDS if w not in running_there}
+    finally:
+        (hold / "release").touch()
+    assert {w: r.status_code for w, r in served_ok.items()} == dict.fromkeys(served_ok, 200)
+    assert all(samples(r) == SAMPLES for r in served_ok.values())
+
+
+def test_a_bad_request_is_refused_by_the_same_route_in_openais_shape(served):
+    url, _ = served
+    answer = speak(url, "alpha", voice="nobody-saved-this")
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "voice"
+    answer = httpx.post(url + "v1/audio/speech", json={"voice": "Aria"}, timeout=WAIT_S)
+    assert answer.status_code == 400 and answer.json()["error"]["message"] == "'input' is required"
+    assert "Aria" in httpx.get(url + "v1/audio/voices", timeout=WAIT_S).json()["voices"]
+
+
+def test_the_serving_benchmark_measures_the_deployment(served, tmp_path):
+    url, _ = served
+    spec = ServeSpec(url=url, users=(2,), requests_per_user=1, max_batches=(0,), tokens=N)
+    (finished,) = [e for e in run_serving(spec, tmp_path / "lab.sqlite") if isinstance(e, ServeFinished)]
+    (level,) = finished.summaries
+    assert finished.status == "finished" and level["ok"] == 2 and level["errors"] == level["lost"] == 0
+    assert level["config"] == "stock, fp32, cpu, 1 threads, 2 Ray Serve replicas"
