@@ -59,7 +59,7 @@ def served(tmp_path_factory):
         port = free_port()
         deployed = subprocess.run(
             [sys.executable, "-m", "webui.rayserve", "--cluster", f"ray:{cluster.address}", "--replicas", "2",
-             "--model", TINY, "--threads", "1", "--max-batch", "2", "--port", str(port)],
+             "--model", TINY, "--threads", "1", "--max-batch", "2", "--no-warm-up", "--port", str(port)],
             cwd=ROOT, env=dict(os.environ, CHATTTS_LAB_OUTPUTS=str(tmp / "outputs")), capture_output=True,
             text=True, timeout=WAIT_S)
         assert deployed.returncode == 0, deployed.stdout + deployed.stderr
@@ -90,16 +90,12 @@ def notes(hold: Path, pattern: str, seen: set[Path]) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(set(hold.glob(pattern)) - seen)]
 
 
-def batches_on_both_replicas(hold: Path, seen: set[Path]) -> list[dict] | None:
-    """The batches started since `seen` (each replica's `<replica>-<n>.running`), once both replicas have one."""
-    batches = notes(hold, "*.running", seen)
-    return batches if len({b["actor"] for b in batches}) == 2 else None
+def texts_noted(hold: Path, pattern: str, seen: set[Path], replica: str) -> set[str]:
+    return {t for note in notes(hold, pattern, seen) if note["replica"] == replica for t in note["texts"]}
 
 
-def ingress_knows(hold: Path, seen: set[Path], batch: dict) -> bool:
-    """Whether the ingress has heard that each request of `batch` started on its replica (`started-<id>`)."""
-    known = {t for n in notes(hold, "started-*", seen) if n["replica"] == batch["actor"] for t in n["texts"]}
-    return set(batch["texts"]) <= known
+def words_in(texts) -> set[str]:
+    return {w for w in WORDS if any(w in t for t in texts)}
 
 
 def wait_until(condition, what: str):
@@ -132,22 +128,28 @@ def test_a_killed_replica_fails_only_the_requests_it_was_running_and_says_so(ser
     try:
         with ThreadPoolExecutor(8) as pool:
             answers = {word: pool.submit(speak, url, word) for word in WORDS}
-            # At most 2 x --max-batch requests wait on a replica, so 8 reach both: each starts a batch, and holds.
-            victim = wait_until(lambda: batches_on_both_replicas(hold, seen), "both replicas running a batch")[0]
-            wait_until(lambda: ingress_knows(hold, seen, victim), "the ingress hearing where they run")
-            ray.kill(ray.get_actor(victim["actor"], namespace="serve"), no_restart=True)
-            running_there = [w for w in WORDS if any(w in t for t in victim["texts"])]
-            assert running_there, victim
-            for word in running_there:  # they fail while the other replica still holds its batch
+            # Nothing ends while batches hold, and a replica takes at most 2 x --max-batch requests: 4 each, of
+            # which its batch runs 2 at most; the others wait in it.
+            wait_until(lambda: len(notes(hold, "accepted-*", seen)) == 8, "both replicas taking 4 requests")
+            victim = wait_until(lambda: notes(hold, "*.running", seen), "a replica's batch starting")[0]
+            replica = victim["actor"]
+            running = words_in(victim["texts"])
+            waiting = words_in(texts_noted(hold, "accepted-*", seen, replica)) - running
+            assert running and len(running) + len(waiting) == 4, (running, waiting)
+            wait_until(lambda: running <= words_in(texts_noted(hold, "started-*", seen, replica)),
+                       "the ingress hearing where they run")
+            ray.kill(ray.get_actor(replica, namespace="serve"), no_restart=True)
+            for word in running:  # they fail while the other replica still holds its batch
                 failed = answers[word].result(timeout=WAIT_S)
                 assert failed.status_code == 503, failed.text
                 error = failed.json()["error"]
                 assert error["code"] == "replica_died" and error["type"] == "server_error"
-                assert error["message"].startswith(f"the replica that was synthesizing this request ({victim['actor']}) died")
+                assert error["message"].startswith(f"the replica that was synthesizing this request ({replica}) died")
             (hold / "release").touch()
-            served_ok = {w: answers[w].result(timeout=WAIT_S) for w in WORDS if w not in running_there}
+            served_ok = {w: answers[w].result(timeout=WAIT_S) for w in WORDS if w not in running}
     finally:
         (hold / "release").touch()
+    # The ones that waited on the killed replica went to another, like the rest.
     assert {w: r.status_code for w, r in served_ok.items()} == dict.fromkeys(served_ok, 200)
     assert all(samples(r) == SAMPLES for r in served_ok.values())
 

@@ -83,9 +83,10 @@ def _batch_rows(jobs: list[_Job]) -> int:
 class Synthesizer:
     """The model, loaded once per replica, serving batches of requests."""
 
-    def __init__(self, model: str, settings: RuntimeSettings, policy: BatchPolicy):
+    def __init__(self, model: str, settings: RuntimeSettings, policy: BatchPolicy, warm: bool = True):
         self.model = load_model(settings.load_config(model))
-        warm_up(self.model)  # one-time costs before the replica is ready, not in the first request's latency
+        if warm:  # one-time costs before the replica is ready, not in the first requests' latency
+            warm_up(self.model)
         self.max_batch = policy.max_batch
         self.generate.set_max_batch_size(policy.max_batch)
         self.generate.set_batch_wait_timeout_s(policy.max_wait_ms / 1000)
@@ -94,6 +95,7 @@ class Synthesizer:
 
     async def speak(self, request: SynthesisRequest, stream: bool) -> AsyncIterator:
         """BatchStarted, then (when `stream`) each StreamChunk, then the SynthesisOutput."""
+        note_if_asked(f"accepted-{uuid.uuid4().hex}", json.dumps({"replica": self.name, "texts": request.texts}))
         loop = asyncio.get_running_loop()
         job = _Job(Part(request, threading.Event()), stream, min(len(request.texts), self.max_batch))
         if stream:
@@ -242,6 +244,7 @@ class ServePlan:
     port: int = 8000
     api_key: str | None = None
     voices_dir: Path = Path("outputs/voices")
+    warm_up: bool = True
 
     def replica_options(self) -> dict:
         """One replica per --threads CPUs, or per GPU; room for the next batch to gather while one runs."""
@@ -257,7 +260,8 @@ def deploy(cluster: str, plan: ServePlan) -> str:
     """Deploy (or redeploy) the application on the cluster; returns its URL once every replica is ready."""
     connect(cluster, WEBUI_DIR)  # the deployments run this code (chattts_lab and webui) on every node
     serve.start(proxy_location="HeadOnly", http_options={"host": plan.host, "port": plan.port})
-    synthesizer = Synthesizer.options(**plan.replica_options()).bind(plan.model, plan.settings, plan.batching)
+    synthesizer = Synthesizer.options(**plan.replica_options()).bind(plan.model, plan.settings, plan.batching,
+                                                                          plan.warm_up)
     serve.run(SpeechIngress.bind(synthesizer, plan.api_key, str(plan.voices_dir), plan.described()), name=APP, route_prefix="/")
     return f"http://{plan.host}:{plan.port}/"
 
@@ -285,6 +289,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--auth", default=os.environ.get("CHATTTS_LAB_AUTH"), metavar="USER:PASS",
                    help="require this Bearer key on /v1 (or set $CHATTTS_LAB_AUTH)")
+    p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                   help="replicas are ready sooner, and their first requests pay the one-time costs (JIT) instead")
     p.add_argument("--stop", action="store_true", help="take the application down instead")
     return p.parse_args(argv)
 
@@ -300,7 +306,8 @@ def plan_from_args(args: argparse.Namespace) -> ServePlan:
         raise SpecError(str(exc)) from None
     voices = Path(os.environ.get("CHATTTS_LAB_OUTPUTS", "outputs")).resolve() / "voices"
     settings = RuntimeSettings(args.device, args.precision, args.threads, args.engine)
-    return ServePlan(args.model, settings, args.replicas, batching, args.host, args.port, args.auth, voices)
+    return ServePlan(args.model, settings, args.replicas, batching, args.host, args.port, args.auth, voices,
+                     args.warm_up)
 
 
 def main(argv=None) -> int:
