@@ -45,7 +45,7 @@ try:
 except ImportError as exc:  # Ray is optional: requirements-cluster.txt
     raise ImportError("serving on a Ray cluster needs Ray Serve: pip install -r requirements-cluster.txt") from exc
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"ray.serve.{__name__}")  # Serve writes "ray.serve" records into each replica's log
 
 APP = "chattts"
 WEBUI_DIR = Path(__file__).resolve().parent
