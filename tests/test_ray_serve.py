@@ -30,7 +30,9 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from chattts_lab.cluster import HOLD_DIR_VAR  # noqa: E402
 from chattts_lab.serving import ServeFinished, ServeSpec, run_serving  # noqa: E402
+from chattts_lab.spec import SpecError  # noqa: E402
 from tests.conftest import ROOT, TINY, free_port  # noqa: E402
+from webui.rayserve import parse_args, plan_from_args  # noqa: E402
 
 N = 4  # audio tokens per clip
 SAMPLES = (2 * N - 1) * 256
@@ -170,3 +172,16 @@ def test_the_serving_benchmark_measures_the_deployment(served, tmp_path):
     (level,) = finished.summaries
     assert finished.status == "finished" and level["ok"] == 2 and level["errors"] == level["lost"] == 0
     assert level["config"] == "stock, fp32, cpu, 1 threads, 2 Ray Serve replicas"
+
+
+def test_each_replica_asks_ray_for_its_threads_cpus_or_one_gpu():
+    """No cluster needed: the placement and the refusals are decided before anything is deployed."""
+    plan = plan_from_args(parse_args(["--replicas", "3", "--threads", "4", "--max-batch", "8"]))
+    assert plan.replica_options() == {"num_replicas": 3, "max_ongoing_requests": 16,
+                                      "ray_actor_options": {"num_cpus": 4, "num_gpus": 0}}
+    on_gpus = plan_from_args(parse_args(["--device", "cuda", "--replicas", "2"]))  # judged by the replicas' machines
+    assert on_gpus.replica_options()["ray_actor_options"] == {"num_cpus": 1, "num_gpus": 1}
+    with pytest.raises(SpecError, match="replicas must be 1..1024, got 0"):
+        plan_from_args(parse_args(["--replicas", "0"]))
+    with pytest.raises(SpecError, match="cannot serve stock · int4 · cpu · 1 threads: int4 is a lab-engine precision"):
+        plan_from_args(parse_args(["--precision", "int4"]))

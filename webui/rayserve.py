@@ -33,7 +33,9 @@ from typing import AsyncIterator
 from chattts_lab import SynthesisRequest, load_model
 from chattts_lab.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.batcher import BatchPolicy
+from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.cluster import HOLD_DIR_VAR, connect, hold_here, note_if_asked, ray_module
+from chattts_lab.precision import unsupported_reason
 from chattts_lab.spec import SpecError
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput, warm_up
 from webui import openai_api
@@ -306,8 +308,20 @@ def plan_from_args(args: argparse.Namespace) -> ServePlan:
         raise SpecError(str(exc)) from None
     voices = Path(os.environ.get("CHATTTS_LAB_OUTPUTS", "outputs")).resolve() / "voices"
     settings = RuntimeSettings(args.device, args.precision, args.threads, args.engine)
+    if reason := refusal_here(settings):
+        raise SpecError(f"cannot serve {describe(settings)}: {reason}")
     return ServePlan(args.model, settings, args.replicas, batching, args.host, args.port, args.auth, voices,
                      args.warm_up)
+
+
+def refusal_here(settings: RuntimeSettings) -> str | None:
+    """Why no replica could run these settings, judged before deploying when this machine has their device
+    (None: they can run, or only the replicas' machines can tell)."""
+    try:
+        device = parse_device(settings.device)
+    except DeviceUnavailable:
+        return None  # a GPU of other machines: each replica judges its own
+    return unsupported_reason(settings.engine, device, settings.precision)
 
 
 def main(argv=None) -> int:
