@@ -48,16 +48,14 @@ def served(tmp_path_factory):
     hold = tmp / "hold"
     hold.mkdir()
     (hold / "release").touch()
-    before = os.environ.get(HOLD_DIR_VAR)
-    os.environ[HOLD_DIR_VAR] = str(hold)  # the nodes' processes, the replicas among them, inherit it
+    cluster = None
     try:
-        # Ray's memory monitor is off: on a machine whose memory other work fills, it would kill the replicas.
-        cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "include_dashboard": False, "_system_config": {"memory_monitor_refresh_ms": 0}})
-        cluster.add_node(num_cpus=1)
-    finally:
-        os.environ.pop(HOLD_DIR_VAR) if before is None else os.environ.update({HOLD_DIR_VAR: before})
-    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv(HOLD_DIR_VAR, str(hold))  # the nodes' processes, the replicas among them, inherit it
+            # Ray's memory monitor is off: on a machine whose memory other work fills, it would kill the replicas.
+            cluster = Cluster(initialize_head=True, head_node_args={
+                "num_cpus": 1, "include_dashboard": False, "_system_config": {"memory_monitor_refresh_ms": 0}})
+            cluster.add_node(num_cpus=1)
         port = free_port()
         deployed = subprocess.run(
             [sys.executable, "-m", "webui.rayserve", "--cluster", f"ray:{cluster.address}", "--replicas", "2",
@@ -70,7 +68,8 @@ def served(tmp_path_factory):
         yield f"http://127.0.0.1:{port}/", hold
     finally:
         ray.shutdown()
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
 
 
 def speak(url: str, word: str, stream: bool = False, **extra) -> httpx.Response:
