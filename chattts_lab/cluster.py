@@ -218,9 +218,12 @@ def hold_here(name: str, note: str, release: str, timeout_s: float, poll_s: floa
 
 
 def note_if_asked(name: str, note: str) -> None:
-    """When this node sets HOLD_DIR_VAR: write `<dir>/<name>` (a test waits on it)."""
+    """When this node sets HOLD_DIR_VAR: write `<dir>/<name>` (a test waits on it), whole or not at all."""
     if folder := os.environ.get(HOLD_DIR_VAR):
-        (Path(folder) / _file_name(name)).write_text(note)
+        path = Path(folder) / _file_name(name)
+        part = path.with_name(f".{path.name}.part")  # a name no reader looks for, until the rename
+        part.write_text(note)
+        part.replace(path)  # atomic: a reader polling the folder never sees the file half written
 
 
 def _file_name(text: str) -> str:

@@ -126,9 +126,9 @@ def test_a_killed_replica_fails_only_the_requests_it_was_running_and_says_so(ser
     url, hold = served
     seen = set(hold.iterdir())
     (hold / "release").unlink()  # from now on every batch holds once started
-    try:
-        with ThreadPoolExecutor(8) as pool:
-            answers = {word: pool.submit(speak, url, word) for word in WORDS}
+    with ThreadPoolExecutor(8) as pool:
+        answers = {word: pool.submit(speak, url, word) for word in WORDS}
+        try:
             # Nothing ends while batches hold, and a replica takes at most 2 x --max-batch requests: 4 each, of
             # which its batch runs 2 at most; the others wait in it.
             wait_until(lambda: len(notes(hold, "accepted-*", seen)) == 8, "both replicas taking 4 requests")
@@ -146,10 +146,9 @@ def test_a_killed_replica_fails_only_the_requests_it_was_running_and_says_so(ser
                 error = failed.json()["error"]
                 assert error["code"] == "replica_died" and error["type"] == "server_error"
                 assert error["message"].startswith(f"the replica that was synthesizing this request ({replica}) died")
-            (hold / "release").touch()
-            served_ok = {w: answers[w].result(timeout=WAIT_S) for w in WORDS if w not in running}
-    finally:
-        (hold / "release").touch()
+        finally:
+            (hold / "release").touch()  # whatever happened, the held batches go on (and the pool can end)
+        served_ok = {w: answers[w].result(timeout=WAIT_S) for w in WORDS if w not in running}
     # The ones that waited on the killed replica went to another, like the rest.
     assert {w: r.status_code for w, r in served_ok.items()} == dict.fromkeys(served_ok, 200)
     assert all(samples(r) == SAMPLES for r in served_ok.values())
