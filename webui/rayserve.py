@@ -177,7 +177,8 @@ class ReplicaSpeech:
         exceptions, failure = ray_module().exceptions, None
         for attempt in range(1, ATTEMPTS + 1):
             call = self.synthesizer.options(stream=True).speak.remote(req, stream)
-            self._running[session] = call
+            if session:
+                self._running[session] = call
             replica = None
             try:
                 async for item in call:
@@ -195,12 +196,13 @@ class ReplicaSpeech:
                     raise getattr(exc, "cause", None) or exc from None  # the library's own error, as raised there
                 if replica is not None:
                     raise openai_api.OpenAIError(
-                        503, f"the replica that was synthesizing this request ({replica}) died: {died}. Nothing else "
-                             "was lost; send the request again", kind="server_error", code="replica_died") from None
+                        503, f"the replica that was synthesizing this request ({replica}) died: {died}; send the "
+                             "request again", kind="server_error", code="replica_died") from None
                 failure = died
                 log.warning("a replica died before it started a request (attempt %d of %d): %s", attempt, ATTEMPTS, died)
             finally:
-                self._running.pop(session, None)
+                if session:
+                    self._running.pop(session, None)
         raise openai_api.OpenAIError(503, f"no replica could take the request ({ATTEMPTS} tried; the last died: "
                                           f"{failure})", kind="server_error", code="replica_died")
 
