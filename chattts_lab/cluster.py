@@ -33,8 +33,10 @@ from chattts_lab.spec import SpecError, SweepSpec
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Set on a node (the environment `ray start` runs in), each of its cells waits once its worker is loaded until
-# `<dir>/<cell>.release` exists, having written `<dir>/<cell>.running` (the worker's pid). It lets a test or a
-# demonstration take a node away while a cell is surely running on it.
+# `<dir>/<cell>.release` exists, having written `<dir>/<cell>.running` (the worker's pid); each batch of a Ray Serve
+# replica on it (webui/rayserve.py), once started, writes `<dir>/<replica>-<n>.running` (its texts) and waits until
+# `<dir>/release` exists; a replica writes `<dir>/accepted-<id>` for each request it takes, and the Serve ingress
+# `<dir>/started-<id>` once it knows where a request's batch started. It lets a test or a demonstration take a node or a replica away while work surely runs there.
 HOLD_DIR_VAR = "CHATTTS_LAB_FLEET_HOLD_DIR"
 
 
@@ -56,8 +58,9 @@ def address_of(cluster: str) -> str | None:
     return cluster.partition(":")[2] or None
 
 
-def connect(cluster: str):
-    """The `ray` module, connected to `cluster` (reconnected if this process is connected elsewhere)."""
+def connect(cluster: str, *more_modules: Path):
+    """The `ray` module, connected to `cluster` (reconnected if this process is connected elsewhere), its tasks
+    and actors running this `chattts_lab` (and `more_modules`, packages of ours they import)."""
     ray = ray_module()
     address = address_of(cluster)
     if ray.is_initialized():
@@ -66,7 +69,7 @@ def connect(cluster: str):
         ray.shutdown()
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
-                 runtime_env={"py_modules": [str(PACKAGE_DIR)]})
+                 runtime_env={"py_modules": [str(m) for m in (PACKAGE_DIR, *more_modules)]})
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise SpecError(f"cannot connect to the Ray cluster at {address or 'this machine'}: {exc}") from exc
     return ray
@@ -196,13 +199,32 @@ def node_here(label: str | None) -> dict:
             "environment": capture_environment()}
 
 
-def hold_if_asked(cfg: RunConfig, worker_pid: int, poll_s: float = 0.1) -> None:
+def hold_if_asked(cfg: RunConfig, worker_pid: int) -> None:
     """Wait (at most the cell's timeout) for the release file when this node sets HOLD_DIR_VAR; see its comment."""
+    name = _file_name(cfg.key)
+    hold_here(name, str(worker_pid), f"{name}.release", cfg.timeout_s)
+
+
+def hold_here(name: str, note: str, release: str, timeout_s: float, poll_s: float = 0.1) -> None:
+    """When this node sets HOLD_DIR_VAR: write `<dir>/<name>.running` (the note), then wait (at most `timeout_s`)
+    until `<dir>/<release>` exists."""
     folder = os.environ.get(HOLD_DIR_VAR)
     if not folder:
         return
-    name = re.sub(r"[^A-Za-z0-9_.=-]", "_", cfg.key)
-    (Path(folder) / f"{name}.running").write_text(str(worker_pid))
-    release, t0 = Path(folder) / f"{name}.release", time.monotonic()
-    while not release.exists() and time.monotonic() - t0 < cfg.timeout_s:
+    note_if_asked(f"{name}.running", note)
+    release_file, t0 = Path(folder) / release, time.monotonic()
+    while not release_file.exists() and time.monotonic() - t0 < timeout_s:
         time.sleep(poll_s)
+
+
+def note_if_asked(name: str, note: str) -> None:
+    """When this node sets HOLD_DIR_VAR: write `<dir>/<name>` (a test waits on it), whole or not at all."""
+    if folder := os.environ.get(HOLD_DIR_VAR):
+        path = Path(folder) / _file_name(name)
+        part = path.with_name(f".{path.name}.part")  # a name no reader looks for, until the rename
+        part.write_text(note)
+        part.replace(path)  # atomic: a reader polling the folder never sees the file half written
+
+
+def _file_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]", "_", text)

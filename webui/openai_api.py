@@ -8,6 +8,9 @@ maps to ChatTTS's [speed_0..9]. With --auth user:pass, send `Authorization: Bear
 Like OpenAI's own route, audio is sent as it is generated (chunked transfer) for pcm, wav and mp3;
 flac, and any request with the extension `"stream": false`, gets one whole file. Every refusal,
 FastAPI's request validation included, is an OpenAI-shaped error whose message OpenAI's clients show.
+
+The route is the same wherever the audio is made: a SpeechBackend synthesizes. The app's is AppSpeech (its own
+batcher, beside the UI); a Ray Serve deployment's replicas are another (webui/rayserve.py).
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import math
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import replace
-from typing import Literal
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import AsyncIterator, Literal, Protocol
 
 from fastapi import APIRouter, Depends, Header
 from fastapi.concurrency import run_in_threadpool
@@ -32,7 +36,7 @@ from pydantic import BaseModel, Field
 from chattts_lab import InvalidRequest, ModelUnavailable, OutOfMemory, SynthesisRequest
 from chattts_lab import audio as audio_io
 from chattts_lab.requests import MAX_NEW_TOKEN, validate_request
-from chattts_lab.synthesis import StreamChunk
+from chattts_lab.synthesis import StreamChunk, SynthesisOutput
 from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, split_sentences
 from webui import speech
 from webui.context import AppContext
@@ -109,13 +113,66 @@ def chattts_speed(speed: float) -> int:
     return int(math.floor(level + 0.5))
 
 
+class SpeechBackend(Protocol):
+    """Where the route's requests are synthesized (validated requests in, the library's results and errors out)."""
+
+    api_key: str | None  # "user:pass": the Bearer key the route asks for (None: no key)
+    voices_dir: Path  # saved voice cards that `voice` may name
+
+    def config(self) -> str:
+        """What requests run on, in words (the X-ChatTTS-Config header)."""
+
+    async def whole(self, req: SynthesisRequest) -> SynthesisOutput:
+        """The request's whole result."""
+
+    def stream(self, req: SynthesisRequest, session: str) -> AsyncIterator[StreamChunk | SynthesisOutput]:
+        """Each StreamChunk as it is made, then the whole SynthesisOutput."""
+
+    def stop(self, session: str) -> None:
+        """Stop that session's stream after the current GPT step (its batch carries on)."""
+
+
+@dataclass(frozen=True)
+class AppSpeech:
+    """The app's own synthesis: its batcher, on its serving configuration."""
+
+    ctx: AppContext
+
+    @property
+    def api_key(self) -> str | None:
+        return self.ctx.api_key
+
+    @property
+    def voices_dir(self) -> Path:
+        return self.ctx.voices_dir
+
+    def config(self) -> str:
+        return describe(speech.serving_settings(self.ctx))
+
+    async def whole(self, req: SynthesisRequest) -> SynthesisOutput:
+        out, _ = await speech.serve(self.ctx, speech.serving_settings(self.ctx), req)
+        return out
+
+    async def stream(self, req: SynthesisRequest, session: str) -> AsyncIterator[StreamChunk | SynthesisOutput]:
+        async for item in speech.serve_stream(self.ctx, speech.serving_settings(self.ctx), req, session):
+            yield item if isinstance(item, StreamChunk) else item[0]
+
+    def stop(self, session: str) -> None:
+        speech.RUNNING.interrupt(session)
+
+
 def speech_router(ctx: AppContext) -> APIRouter:
+    """The app's /v1 routes."""
+    return openai_router(AppSpeech(ctx))
+
+
+def openai_router(backend: SpeechBackend) -> APIRouter:
     def require_key(authorization: str | None = Header(None)) -> None:
         # A dependency, so a wrong key is refused before the body is even looked at.
-        if not ctx.api_key:
+        if not backend.api_key:
             return
         token = (authorization or "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(token.encode(), ctx.api_key.encode()):
+        if not hmac.compare_digest(token.encode(), backend.api_key.encode()):
             raise OpenAIError(401, "missing or wrong API key: send the server's --auth user:pass as a Bearer token",
                               code="invalid_api_key")
 
@@ -123,7 +180,8 @@ def speech_router(ctx: AppContext) -> APIRouter:
 
     @router.get("/v1/audio/voices")
     def list_voices():
-        return {"voices": list(PRESET_VOICES) + saved_card_names(ctx.voices_dir), "formats": audio_io.available_formats()}
+        return {"voices": list(PRESET_VOICES) + saved_card_names(backend.voices_dir),
+                "formats": audio_io.available_formats()}
 
     @router.post("/v1/audio/speech")
     async def create_speech(body: SpeechBody):
@@ -131,8 +189,8 @@ def speech_router(ctx: AppContext) -> APIRouter:
         fmt = _response_format(body)
         _check_length(body)
         if body.stream and fmt in audio_io.STREAM_FORMATS:
-            return await _streamed(ctx, _sentence_request(ctx, body), fmt, started)
-        return await _whole(ctx, _batch_request(ctx, body), fmt, started)
+            return await _streamed(backend, _sentence_request(backend, body), fmt, started)
+        return await _whole(backend, _batch_request(backend, body), fmt, started)
 
     @router.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
     def unknown_route(path: str):
@@ -157,10 +215,10 @@ def _check_length(body: SpeechBody) -> None:
         raise OpenAIError(400, f"input is {len(body.input):,} characters; at most {MAX_INPUT_CHARS:,}", "input")
 
 
-def _synthesis_request(ctx: AppContext, body: SpeechBody) -> SynthesisRequest:
+def _synthesis_request(backend: SpeechBackend, body: SpeechBody) -> SynthesisRequest:
     """The input split into sentences (unchecked), with the voice resolved and the extensions applied."""
     try:
-        card = resolve_voice(body.voice, ctx.voices_dir)
+        card = resolve_voice(body.voice, backend.voices_dir)
     except InvalidRequest as exc:
         raise OpenAIError(400, str(exc), "voice") from None
     sampling = card.sampling if body.seed is None else replace(card.sampling, audio_seed=body.seed)
@@ -169,39 +227,39 @@ def _synthesis_request(ctx: AppContext, body: SpeechBody) -> SynthesisRequest:
                                max_new_token=body.max_new_token, min_new_token=body.min_new_token)
 
 
-def _batch_request(ctx: AppContext, body: SpeechBody) -> SynthesisRequest:
+def _batch_request(backend: SpeechBackend, body: SpeechBody) -> SynthesisRequest:
     """All sentences in one batch: a whole file is made fastest in one pass."""
     with _refusals():
-        return validate_request(_synthesis_request(ctx, body))
+        return validate_request(_synthesis_request(backend, body))
 
 
-def _sentence_request(ctx: AppContext, body: SpeechBody) -> SynthesisRequest:
+def _sentence_request(backend: SpeechBackend, body: SpeechBody) -> SynthesisRequest:
     """Sentences to stream one after another (so no batch limit); each is checked now, so that a bad one is
     a 400 rather than a stream cut short."""
-    req = _synthesis_request(ctx, body)
+    req = _synthesis_request(backend, body)
     with _refusals():
         return replace(req, texts=tuple(validate_request(replace(req, texts=(t,))).texts[0] for t in req.texts))
 
 
-async def _whole(ctx: AppContext, req: SynthesisRequest, fmt: str, started: float) -> Response:
+async def _whole(backend: SpeechBackend, req: SynthesisRequest, fmt: str, started: float) -> Response:
     with _refusals():
-        out, _ = await speech.serve(ctx, speech.serving_settings(ctx), req)
+        out = await backend.whole(req)
     data = await run_in_threadpool(audio_io.encode, audio_io.join(out.audio), fmt)
     m = out.measurements
-    headers = _made_headers(ctx, out.synthetic, time.perf_counter() - started, m.queue_wait_s, m.batch_requests)
+    headers = _made_headers(backend, out.synthetic, time.perf_counter() - started, m.queue_wait_s, m.batch_requests)
     headers["X-ChatTTS-Wall-S"] = f"{m.wall_s:.3f}"
     if m.rtf is not None:
         headers["X-ChatTTS-RTF"] = f"{m.rtf:.3f}"
     return Response(data, media_type=audio_io.media_type(fmt), headers=headers)
 
 
-def _made_headers(ctx: AppContext, synthetic: bool, first_audio_s: float, queue_wait_s: float,
+def _made_headers(backend: SpeechBackend, synthetic: bool, first_audio_s: float, queue_wait_s: float,
                   batch_requests: int) -> dict:
     """How this response was made: time to its first audio and in the queue (both seconds since the request
     arrived), how many requests shared its batched generation, and on which configuration."""
     return {"X-ChatTTS-First-Audio-S": f"{first_audio_s:.3f}", "X-ChatTTS-Queue-S": f"{queue_wait_s:.3f}",
             "X-ChatTTS-Batch-Requests": str(batch_requests), "X-ChatTTS-Synthetic": str(synthetic).lower(),
-            "X-ChatTTS-Config": describe(speech.serving_settings(ctx)).replace(" · ", ", ")}  # headers are ASCII
+            "X-ChatTTS-Config": backend.config().replace(" · ", ", ")}  # headers are ASCII
 
 
 @contextmanager
@@ -217,14 +275,14 @@ def _refusals():
         raise OpenAIError(400, str(exc)) from None
 
 
-async def _streamed(ctx: AppContext, req: SynthesisRequest, fmt: str, started: float) -> StreamingResponse:
+async def _streamed(backend: SpeechBackend, req: SynthesisRequest, fmt: str, started: float) -> StreamingResponse:
     """Start the response only once the first audio exists: a failure before it is still an HTTP error,
     and the headers can say how long the first audio took."""
-    live = LiveSynthesis(ctx, req)
+    live = LiveSynthesis(backend, req)
     first = await live.next_chunk()
     if first is None:
         raise OpenAIError(500, "the synthesis produced no audio", kind="server_error")
-    headers = _made_headers(ctx, first.synthetic, time.perf_counter() - started, first.queue_wait_s,
+    headers = _made_headers(backend, first.synthetic, time.perf_counter() - started, first.queue_wait_s,
                             first.batch_requests)
     return LiveResponse(live, _encoded(live, first.audio[0], fmt), media_type=audio_io.media_type(fmt),
                         headers=headers)
@@ -257,11 +315,12 @@ class LiveSynthesis:
     """One request's sentences synthesized one after another (each in a batch with whatever arrives with it),
     each audio chunk handed to the response as soon as it exists."""
 
-    def __init__(self, ctx: AppContext, req: SynthesisRequest):
+    def __init__(self, backend: SpeechBackend, req: SynthesisRequest):
+        self._backend = backend
         self._queue: asyncio.Queue = asyncio.Queue()
         self._session = f"v1-{uuid.uuid4().hex}"  # so stop() interrupts this request's part, no other
         self._stopped = False
-        self._task = asyncio.ensure_future(self._run(ctx, req))
+        self._task = asyncio.ensure_future(self._run(req))
 
     async def next_chunk(self) -> StreamChunk | None:
         """The next chunk, or None at the end; a synthesis error is raised here (as an OpenAIError when it is a
@@ -275,9 +334,9 @@ class LiveSynthesis:
         """Stop after the current GPT step; the rest of its batch carries on."""
         if not self._task.done():
             self._stopped = True
-            speech.RUNNING.interrupt(self._session)
+            self._backend.stop(self._session)
 
-    async def _run(self, ctx: AppContext, req: SynthesisRequest) -> None:
+    async def _run(self, req: SynthesisRequest) -> None:
         try:
             with _refusals():
                 last = None
@@ -286,21 +345,21 @@ class LiveSynthesis:
                         break
                     if last is not None:  # a pause between sentences, labelled like the audio around it
                         self._queue.put_nowait(replace(last, audio=[audio_io.silence(audio_io.SENTENCE_GAP_S)]))
-                    last = await self._sentence(ctx, replace(req, texts=(text,))) or last
+                    last = await self._sentence(replace(req, texts=(text,))) or last
         except Exception as exc:  # handed to the response, which answers or aborts with it
             self._queue.put_nowait(exc)
         finally:
             self._queue.put_nowait(None)
 
-    async def _sentence(self, ctx: AppContext, req: SynthesisRequest) -> StreamChunk | None:
+    async def _sentence(self, req: SynthesisRequest) -> StreamChunk | None:
         """Streams one sentence; returns its last chunk (None when it made no audio)."""
         last = None
-        async for item in speech.serve_stream(ctx, speech.serving_settings(ctx), req, self._session):
+        async for item in self._backend.stream(req, self._session):
             if isinstance(item, StreamChunk):
                 self._queue.put_nowait(item)
                 last = item
             elif self._stopped:
-                out, _ = item
+                out = item
                 log.warning("speech stream: the client hung up; synthesis stopped after %d audio tokens",
                             sum(out.measurements.tokens))
         return last
