@@ -42,6 +42,36 @@ x86_64_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "a
                                  reason="CPU_PRECISION_TABLE is written for x86-64 torch builds")
 
 
+# Parallel runs (pytest-xdist, `-n 2` in pytest.ini). Most of a test's time is one Python process importing torch
+# and ChatTTS, which uses one core, so two test processes use a 2-core machine twice as well. Each file runs whole in
+# one test process (its module fixtures start once); the Ray files share one, since two local Ray clusters on one
+# machine would contend for its ports. The longest files start first, so no long one is left to run alone at the end.
+RAY_FILES = ("tests/test_fleet_sweep.py", "tests/test_ray_serve.py")
+LONGEST_FIRST = (*RAY_FILES, "tests/test_passes_interleaved.py", "tests/test_browser_benchmark.py",
+                 "tests/test_reliability_app_sweep.py", "tests/test_bench_cli.py", "tests/test_bench_history_cli.py",
+                 "tests/test_load.py", "tests/test_serving_bench.py", "tests/test_onnx_engine.py")
+
+
+def _test_file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_test_file(item.nodeid), len(rank)))  # stable: file order kept within
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            name = _test_file(nodeid)
+            return "ray" if name in RAY_FILES else name
+
+    return FileScheduling(config, log)
+
+
 def wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -29,9 +29,9 @@ pytest.importorskip("ray.serve")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from chattts_lab.cluster import HOLD_DIR_VAR  # noqa: E402
-from chattts_lab.serving import ServeFinished, ServeSpec, run_serving  # noqa: E402
+from chattts_lab.serving import ServeFinished, ServeSpec, free_port, run_serving  # noqa: E402
 from chattts_lab.spec import SpecError  # noqa: E402
-from tests.conftest import ROOT, TINY, free_port  # noqa: E402
+from tests.conftest import ROOT, TINY  # noqa: E402
 from webui.rayserve import parse_args, plan_from_args  # noqa: E402
 
 N = 4  # audio tokens per clip
