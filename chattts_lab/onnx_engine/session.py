@@ -70,6 +70,9 @@ class OnnxLlama(nn.Module):
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # the pool thread sleeps between parallel sections instead of spinning: between two steps torch runs the
+        # heads and sampling, and a spinning ORT thread takes the core that work (or anything else) needs
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = None  # the old session's weights go before the new one loads its own
         self.session = ort.InferenceSession(str(self.path), options, providers=[provider_for(self.device)])
         release_freed_memory(collect=False)  # the load's own buffers (the parsed model) would otherwise stay resident
