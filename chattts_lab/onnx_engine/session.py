@@ -5,8 +5,8 @@ start, mask) -> last hidden [B, dim]`), so batching with per-item stopping, samp
 lab's own. The KV cache lives in ONNX Runtime values allocated once per call at its full length: each layer's
 buffer is bound as both past and present, so a step writes its new keys/values in place (no copy of the cache
 per step, nothing copied out to numpy). The IO binding is made once per call; a step rebinds only its
-embeddings, positions, mask and output. Its threads are fixed per session, so
-the session is rebuilt when a call asks for a different thread count; what it runs with is recorded.
+embeddings, positions, mask and output. Its threads are fixed per session, so the session is rebuilt when
+a call asks for a different thread count; what it runs with is recorded.
 """
 
 from __future__ import annotations
