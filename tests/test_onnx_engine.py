@@ -116,6 +116,22 @@ def test_onnx_engine_synthesizes_a_batch_with_this_calls_threads():
     assert model.chat.lab_engine.gpt_module.session.get_session_options().intra_op_num_threads == 1
 
 
+def test_int8_keeps_int8_text_tables_and_torch_runs_one_thread_only_while_the_gpt_generates():
+    from chattts_lab.lab.linear import Int8Embedding
+
+    model = load("onnx", "int8", threads=2)
+    assert isinstance(model.chat.embed.emb_text, Int8Embedding)  # the fp32 tables are gone, as in the lab engine
+    heads, seen = model.chat.lab_engine.heads, []
+    code_logits = heads.code_logits
+    heads.code_logits = lambda hidden: (seen.append(torch.get_num_threads()), code_logits(hidden))[1]  # a spy
+    try:
+        synthesize(model, SynthesisRequest.of(TEXTS[0], max_new_token=4, min_new_token=4), threads=2)
+    finally:
+        del heads.code_logits
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == 2  # the decoder and vocoder ran with the call's threads again
+
+
 def test_onnx_engine_streams_with_the_lab_loop_first_chunk_early():
     n = 30
     model = load("onnx", "int4")

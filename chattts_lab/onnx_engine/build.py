@@ -24,7 +24,7 @@ from chattts_lab.synthetic import default_cache_dir
 
 log = logging.getLogger(__name__)
 
-EXPORT_FORMAT = 2  # bump when graph.py changes what it builds
+EXPORT_FORMAT = 3  # bump when graph.py changes what it builds
 INT4_BLOCK = 32
 SOURCE_FILE = "source.json"
 # q.k and attention.v multiply two activations: leave them in float, quantize only the weights' matmuls

@@ -2,9 +2,11 @@
 
 `OnnxLlama` offers what the lab's decode loop calls (`reset_cache`, `free_cache`, `forward(emb, positions,
 start, mask) -> last hidden [B, dim]`), so batching with per-item stopping, sampling and streaming are the
-lab's own. The KV cache lives in ONNX Runtime values: each step's present keys/values are bound as the
-next step's past through an IO binding, never copied out to numpy. Its threads are fixed per session, so
-the session is rebuilt when a call asks for a different thread count; what it runs with is recorded.
+lab's own. The KV cache lives in ONNX Runtime values allocated once per call at its full length: each layer's
+buffer is bound as both past and present, so a step writes its new keys/values in place (no copy of the cache
+per step, nothing copied out to numpy). The IO binding is made once per call; a step rebinds only its
+embeddings, positions, mask and output. Its threads are fixed per session, so the session is rebuilt when
+a call asks for a different thread count; what it runs with is recorded.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from chattts_lab.lab.model import Shape
+from chattts_lab.lab.model import Shape, release_freed_memory
 from chattts_lab.onnx_engine.graph import input_names, output_names
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,8 @@ class OnnxLlama(nn.Module):
         self.session = None
         self.threads = 0
         self.use_threads(threads)
-        self.past: list = []  # onnxruntime.OrtValue per layer: k.0, v.0, k.1, ...
+        self.binding = None  # the IO binding of the current call, its KV cache bound in and out
+        self.cache: list = []  # onnxruntime.OrtValue [B, H, slots, D] per layer: k.0, v.0, k.1, ...
         self.cached = 0  # positions the cache holds
 
     @property
@@ -67,22 +70,34 @@ class OnnxLlama(nn.Module):
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # the pool thread sleeps between parallel sections instead of spinning: between two steps torch runs the
+        # heads and sampling, and a spinning ORT thread takes the core that work (or anything else) needs
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = None  # the old session's weights go before the new one loads its own
         self.session = ort.InferenceSession(str(self.path), options, providers=[provider_for(self.device)])
+        release_freed_memory(collect=False)  # the load's own buffers (the parsed model) would otherwise stay resident
         self.threads = self.session.get_session_options().intra_op_num_threads
         log.info("onnx session %s on %s with %d threads", self.path.name, self.provider, self.threads)
         return self.threads
 
     def reset_cache(self, batch: int, length: int) -> None:
-        """Start an empty KV cache for `batch` items (it grows per step; `length` is only its bound)."""
+        """An empty KV cache of `length` slots for `batch` items, bound as every layer's past and present.
+
+        Its memory is allocated, not written: only the slots a call fills become resident."""
         import onnxruntime as ort
 
         s = self.shape
-        empty = np.zeros((batch, s.n_heads, 0, s.head_dim), dtype=np.float32)
-        self.past = [ort.OrtValue.ortvalue_from_numpy(empty, *self._ort_device()) for _ in range(2 * s.n_layers)]
+        shape = (batch, s.n_heads, length, s.head_dim)
+        self.cache = [ort.OrtValue.ortvalue_from_shape_and_type(shape, np.float32, *self._ort_device())
+                      for _ in range(2 * s.n_layers)]
+        self.binding = self.session.io_binding()
+        for past, present, value in zip(input_names(s.n_layers)[3:], output_names(s.n_layers)[1:], self.cache):
+            self.binding.bind_ortvalue_input(past, value)
+            self.binding.bind_ortvalue_output(present, value)
         self.cached = 0
 
     def free_cache(self) -> None:
-        self.past = []
+        self.binding, self.cache = None, []
 
     def _ort_device(self) -> tuple[str, int]:
         return ("cuda", self.device.index or 0) if self.device.type == "cuda" else ("cpu", 0)
@@ -96,22 +111,18 @@ class OnnxLlama(nn.Module):
             raise RuntimeError(f"onnx KV cache holds {self.cached} positions, the step starts at {start}")
         B, S, _ = emb.shape
         end = start + S
+        if end > self.cache[0].shape()[2]:
+            raise RuntimeError(f"onnx KV cache has {self.cache[0].shape()[2]} slots, the step needs {end}")
         if mask is None:
             mask = torch.ones(S, end, dtype=torch.bool, device=emb.device).tril(diagonal=start).expand(B, 1, S, end)
         kind, index = self._ort_device()
         feeds = [emb.float().contiguous(), positions.long().contiguous(), mask.bool().contiguous()]
         hidden = torch.empty(B, self.shape.dim, dtype=torch.float32, device=self.device)
         feeds = [t.to(self.device) for t in feeds]  # held until the run is over: the binding keeps only pointers
-        binding = self.session.io_binding()
         for name, t in zip(input_names(self.shape.n_layers), feeds):
-            binding.bind_input(name, kind, index, _NUMPY[t.dtype], tuple(t.shape), t.data_ptr())
-        for name, value in zip(input_names(self.shape.n_layers)[3:], self.past):
-            binding.bind_ortvalue_input(name, value)
-        binding.bind_output("hidden", kind, index, np.float32, tuple(hidden.shape), hidden.data_ptr())
-        for name in output_names(self.shape.n_layers)[1:]:
-            binding.bind_output(name, kind, index)
-        self.session.run_with_iobinding(binding)
-        self.past = binding.get_outputs()[1:]
+            self.binding.bind_input(name, kind, index, _NUMPY[t.dtype], tuple(t.shape), t.data_ptr())
+        self.binding.bind_output("hidden", kind, index, np.float32, tuple(hidden.shape), hidden.data_ptr())
+        self.session.run_with_iobinding(self.binding)
         self.cached = end
         return hidden
 
