@@ -2,8 +2,10 @@
 
 `install_lab_engine(chat, device, precision, compile)` converts the loaded GPT one layer at a time into
 `LeanLlama` and replaces `chat.gpt.generate` on that instance with `lab_generate`; everything else in
-ChatTTS (prompts, speakers, refine, decoder, vocoder) is its own. `stream_infer` is the lab's streaming
-path: it decodes only new frames and emits its first chunk after a few steps.
+ChatTTS (prompts, speakers, refine, decoder, vocoder) is its own, except that under int8/int4 on a
+CPU with native bf16 the decoder's and vocoder's pointwise projections run in bf16 (`vocoder.py`).
+`stream_infer` is the lab's streaming path: it decodes only new frames and emits its first chunk after
+a few steps.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from chattts_lab.lab.engine import COMPUTE_DTYPE, Heads, LabEngine, lab_generate
 from chattts_lab.lab.linear import int4_available
 from chattts_lab.lab.model import LeanLlama, release_freed_memory
 from chattts_lab.lab.stream import stream_infer
+from chattts_lab.lab.vocoder import install_bf16_decoding
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,8 @@ def install_lab_engine(chat, device, precision: str, compile: bool = False) -> L
         del gpt.gpt  # the fp32 LlamaModel (now emptied layer by layer) goes; nothing else in ChatTTS uses it
         gpt.lab_gpt = model
         heads = Heads(chat.embed, gpt_device, precision)
+        if precision in ("int8", "int4"):  # recorded as the rows' dtype_decoder / dtype_vocos
+            install_bf16_decoding(chat, torch.device(chat.device))
         release_freed_memory()
     engine = LabEngine(model, heads, gpt_device, precision, convert_s=time.perf_counter() - t0)
     engine.compiled = _try_compile(engine, compile)
