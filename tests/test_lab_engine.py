@@ -384,3 +384,21 @@ def test_lab_int8_decodes_with_bf16_projections_only_where_the_cpu_computes_bf16
     expected = "bfloat16 projections, float32 convolutions" if cpu.detect().native_bf16 else "float32"
     assert eff["dtype_decoder"] == eff["dtype_vocos"] == expected
     unload_all()
+
+
+def test_lab_builds_the_dvae_only_when_a_voice_clip_is_encoded():
+    """Under the lab engine ChatTTS's DVAE (voice-clip encoding only) is not resident after load; encoding a
+    clip builds it from the checkpoint and gives stock's sample-audio code."""
+    from chattts_lab.lab.on_demand import OnDemand
+    from chattts_lab.synthesis import encode_sample_audio
+
+    clip = np.random.default_rng(0).standard_normal(12000).astype(np.float32) * 0.1
+    unload_all()
+    want = encode_sample_audio(load("stock"), clip, 24000)
+    unload_all()
+    model = load("lab", "int8")
+    assert isinstance(model.chat.dvae, OnDemand) and not model.chat.dvae.built
+    synthesize(model, SynthesisRequest.of(TEXTS[0], max_new_token=4, min_new_token=4))
+    assert not model.chat.dvae.built  # synthesis never needed it
+    assert encode_sample_audio(model, clip, 24000) == want and model.chat.dvae.built
+    unload_all()
