@@ -3,7 +3,7 @@
 Both are stacks of ConvNeXt blocks whose two pointwise projections (the decoder's 512 -> 2048 -> 512,
 Vocos's 512 -> 1536 -> 512, per frame) are nearly all of their work. Unlike a decode step they are
 compute-bound (every weight is reused for every frame of every item), so their cost grows with the
-batch: at batch 8 and 128 tokens they took about a fifth of a lab int8 call. On a CPU with bf16
+batch: at batch 8 and 128 tokens they took about a quarter of a lab int8 call. On a CPU with bf16
 dot-product instructions (avx512_bf16 or AMX) oneDNN's bf16 matmuls run them about twice as fast as
 fp32, and hold half the bytes. Elsewhere bf16 is emulated and slower, so they stay fp32. Depthwise
 convolutions, norms and the ISTFT stay fp32; the projections accumulate in fp32 and return fp32.
