@@ -182,6 +182,7 @@ def test_lab_int8_keeps_one_int8_copy_of_the_text_tables_and_still_refines():
     assert isinstance(chat.embed.emb_text, Int8Embedding) and chat.gpt.emb_text.__self__ is chat.embed.emb_text
     assert chat.gpt.head_text.__self__ is chat.embed.head_text and chat.embed.head_text.effective_dtype == "int8"
     assert not [n for n, p in chat.embed.named_parameters() if "text" in n]  # no fp32 text table left
+    assert not [n for n, p in chat.embed.named_parameters() if "head_code" in n]  # the lab's Heads hold them
     ids = refine_tokens(model, TEXTS[0], seed=3)
     assert len(ids[0]) == REFINE_TOKENS
     req = SynthesisRequest.of(TEXTS[0], max_new_token=4, min_new_token=4, sampling=Sampling(audio_seed=1))

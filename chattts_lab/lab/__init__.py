@@ -18,7 +18,8 @@ import time
 import torch
 
 from chattts_lab.lab import kernels
-from chattts_lab.lab.engine import COMPUTE_DTYPE, Heads, LabEngine, lab_generate, quantize_text_tables
+from chattts_lab.lab.engine import (COMPUTE_DTYPE, Heads, LabEngine, drop_stock_code_heads, lab_generate,
+                                    quantize_text_tables)
 from chattts_lab.lab.linear import int4_available
 from chattts_lab.lab.model import LeanLlama, release_freed_memory
 from chattts_lab.lab.on_demand import load_dvae_on_demand
@@ -77,6 +78,7 @@ def install_lab_engine(chat, device, precision: str, compile: bool = False) -> L
         del gpt.gpt  # the fp32 LlamaModel (now emptied layer by layer) goes; nothing else in ChatTTS uses it
         gpt.lab_gpt = model
         heads = Heads(chat.embed, gpt_device, precision)
+        drop_stock_code_heads(chat)
         if precision in ("int8", "int4"):  # recorded as the rows' dtype_decoder / dtype_vocos
             install_bf16_decoding(chat, torch.device(chat.device))
         load_dvae_on_demand(chat, gpt_folder)  # synthesis never calls it: 58 MB less resident
