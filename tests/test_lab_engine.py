@@ -182,6 +182,7 @@ def test_lab_int8_keeps_one_int8_copy_of_the_text_tables_and_still_refines():
     assert isinstance(chat.embed.emb_text, Int8Embedding) and chat.gpt.emb_text.__self__ is chat.embed.emb_text
     assert chat.gpt.head_text.__self__ is chat.embed.head_text and chat.embed.head_text.effective_dtype == "int8"
     assert not [n for n, p in chat.embed.named_parameters() if "text" in n]  # no fp32 text table left
+    assert not [n for n, p in chat.embed.named_parameters() if "head_code" in n]  # the lab's Heads hold them
     ids = refine_tokens(model, TEXTS[0], seed=3)
     assert len(ids[0]) == REFINE_TOKENS
     req = SynthesisRequest.of(TEXTS[0], max_new_token=4, min_new_token=4, sampling=Sampling(audio_seed=1))
@@ -330,3 +331,75 @@ def test_fake_cuda_weight_only_int8_path_runs_on_cpu_in_half_precision():
     y = WeightOnlyInt8Linear(w)(x.to(torch.bfloat16))
     assert y.dtype == torch.bfloat16
     assert (y.float() - x @ w.T).norm() / (x @ w.T).norm() < 0.03
+
+
+def test_top_p_then_top_k_ranks_only_the_candidates_and_keeps_what_the_warpers_keep():
+    """The sampler's top-P + top-K (ranking only the top-K) against transformers' warpers in ChatTTS's
+    order, on rows where top-P cuts inside the top K, keeps more than K, or keeps only its minimum."""
+    from transformers.generation import TopKLogitsWarper, TopPLogitsWarper
+
+    from chattts_lab.lab.sampler import Sampler
+
+    torch.manual_seed(0)
+    rows, vocab = 96, 626
+    spread = torch.tensor([0.3, 1.0, 3.0, 10.0]).repeat_interleave(rows // 4)[:, None]  # flat to peaked rows
+    logits = torch.randn(rows, vocab) * spread
+    warpers = [TopPLogitsWarper(0.7, min_tokens_to_keep=3), TopKLogitsWarper(20, min_tokens_to_keep=3)]
+    want = logits
+    for w in warpers:
+        want = w(None, want)
+    sampler = Sampler(warpers, torch.ones(rows, 1), rows, vocab, eos=vocab - 1, min_new_token=0, manual_seed=None,
+                      generator=torch.Generator(), history=torch.zeros(rows, 1, dtype=torch.long))
+    assert len(sampler.steps) == 1  # the pair became one step
+    got = sampler.steps[0](logits, 0)
+    assert torch.equal(got.isinf(), want.isinf()) and torch.equal(got, want)
+    kept = (~want.isinf()).sum(-1)
+    assert kept.min() == 3 and kept.max() == 20 and ((kept > 3) & (kept < 20)).any()  # every case was exercised
+
+
+def test_bf16_projections_decode_close_to_fp32(lab_fp32):
+    """The decoder's and vocoder's ConvNeXt projections in bf16 against ChatTTS's fp32 ones (lab fp32 keeps those)."""
+    import copy
+
+    from chattts_lab.lab.vocoder import Bf16Projection, convert_projections
+
+    chat = lab_fp32.chat
+    decoder, vocos = copy.deepcopy(chat.decoder), copy.deepcopy(chat.vocos)
+    assert convert_projections(decoder) > 0 and convert_projections(vocos) > 0
+    assert isinstance(vocos.head.out, torch.nn.Linear)  # the log-magnitude projection stays fp32
+    assert not any(isinstance(m, Bf16Projection) for m in chat.decoder.modules())  # lab fp32: untouched
+    torch.manual_seed(0)
+    x = torch.randn(2, 768, 24)
+    with torch.inference_mode():
+        want = chat.vocos.decode(chat.decoder(x.clone()))
+        got = vocos.decode(decoder(x.clone()))
+    assert got.dtype == torch.float32
+    assert (got - want).norm() / want.norm() < 2e-2
+
+
+def test_lab_int8_decodes_with_bf16_projections_only_where_the_cpu_computes_bf16():
+    from chattts_lab.lab import cpu
+
+    unload_all()
+    eff = load("lab", "int8").effective
+    expected = "bfloat16 projections, float32 convolutions" if cpu.detect().native_bf16 else "float32"
+    assert eff["dtype_decoder"] == eff["dtype_vocos"] == expected
+    unload_all()
+
+
+def test_lab_builds_the_dvae_only_when_a_voice_clip_is_encoded():
+    """Under the lab engine ChatTTS's DVAE (voice-clip encoding only) is not resident after load; encoding a
+    clip builds it from the checkpoint and gives stock's sample-audio code."""
+    from chattts_lab.lab.on_demand import OnDemand
+    from chattts_lab.synthesis import encode_sample_audio
+
+    clip = np.random.default_rng(0).standard_normal(12000).astype(np.float32) * 0.1
+    unload_all()
+    want = encode_sample_audio(load("stock"), clip, 24000)
+    unload_all()
+    model = load("lab", "int8")
+    assert isinstance(model.chat.dvae, OnDemand) and not model.chat.dvae.built
+    synthesize(model, SynthesisRequest.of(TEXTS[0], max_new_token=4, min_new_token=4))
+    assert not model.chat.dvae.built  # synthesis never needed it
+    assert encode_sample_audio(model, clip, 24000) == want and model.chat.dvae.built
+    unload_all()

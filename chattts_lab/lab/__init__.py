@@ -2,8 +2,11 @@
 
 `install_lab_engine(chat, device, precision, compile)` converts the loaded GPT one layer at a time into
 `LeanLlama` and replaces `chat.gpt.generate` on that instance with `lab_generate`; everything else in
-ChatTTS (prompts, speakers, refine, decoder, vocoder) is its own. `stream_infer` is the lab's streaming
-path: it decodes only new frames and emits its first chunk after a few steps.
+ChatTTS (prompts, speakers, refine, decoder, vocoder) is its own, except that under int8/int4 on a
+CPU with native bf16 the decoder's and vocoder's pointwise projections run in bf16 (`vocoder.py`), and
+ChatTTS's DVAE (voice-clip encoding only) is reloaded on first use rather than held (`on_demand.py`).
+`stream_infer` is the lab's streaming path: it decodes only new frames and emits its first chunk after
+a few steps.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ import time
 import torch
 
 from chattts_lab.lab import kernels
-from chattts_lab.lab.engine import COMPUTE_DTYPE, Heads, LabEngine, lab_generate, quantize_text_tables
+from chattts_lab.lab.engine import (COMPUTE_DTYPE, Heads, LabEngine, drop_stock_code_heads, lab_generate,
+                                    quantize_text_tables)
 from chattts_lab.lab.linear import int4_available
 from chattts_lab.lab.model import LeanLlama, release_freed_memory
+from chattts_lab.lab.on_demand import load_dvae_on_demand
 from chattts_lab.lab.stream import stream_infer
+from chattts_lab.lab.vocoder import install_bf16_decoding
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +70,7 @@ def install_lab_engine(chat, device, precision: str, compile: bool = False) -> L
     t0 = time.perf_counter()
     gpt = chat.gpt
     gpt_device = torch.device(chat.device_gpt)
+    gpt_folder = getattr(gpt.gpt.config, "_name_or_path", "")
     with torch.no_grad():
         if precision in ("int8", "int4"):  # first: their fp32 originals must not sit through the GPT's peak
             quantize_text_tables(chat, gpt_device)
@@ -71,6 +78,10 @@ def install_lab_engine(chat, device, precision: str, compile: bool = False) -> L
         del gpt.gpt  # the fp32 LlamaModel (now emptied layer by layer) goes; nothing else in ChatTTS uses it
         gpt.lab_gpt = model
         heads = Heads(chat.embed, gpt_device, precision)
+        drop_stock_code_heads(chat)
+        if precision in ("int8", "int4"):  # recorded as the rows' dtype_decoder / dtype_vocos
+            install_bf16_decoding(chat, torch.device(chat.device))
+        load_dvae_on_demand(chat, gpt_folder)  # synthesis never calls it: 58 MB less resident
         release_freed_memory()
     engine = LabEngine(model, heads, gpt_device, precision, convert_s=time.perf_counter() - t0)
     engine.compiled = _try_compile(engine, compile)

@@ -80,6 +80,13 @@ def quantize_text_tables(chat, device: torch.device) -> None:
     gpt.head_text = embed.head_text.__call__
 
 
+def drop_stock_code_heads(chat) -> None:
+    """ChatTTS's 4 weight-normed code heads (7.7 MB fp32) go: `Heads` holds them as one projection, and only
+    stock's `GPT.generate`, which the lab replaces, calls them (through bound methods, dropped too)."""
+    chat.embed.head_code = nn.ModuleList()
+    chat.gpt.head_code = []
+
+
 @dataclass
 class LabEngine:
     gpt_module: LeanLlama

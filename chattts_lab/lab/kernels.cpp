@@ -12,6 +12,7 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -34,23 +35,40 @@ std::string simd() {
 #endif
 }
 
-// a . b over n floats (8 lanes at a time where the CPU has AVX2 + FMA; the compiler cannot
-// vectorise a float sum by itself without licence to reorder it).
-static inline float dot(const float* a, const float* b, int64_t n) {
+// Cache rows are fp32 or bf16; a bf16 value is the top half of the fp32 it widens to (exactly), so a
+// row is widened in registers as it is read, 16 (or 8) values at a time, with no scalar pass over it.
+#if defined(__AVX512F__)
+static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+static inline __m512 load16(const at::BFloat16* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+static inline __m256 load8(const at::BFloat16* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+#endif
+
+// a . b over n values (8 or 16 lanes at a time where the CPU has AVX2 + FMA or AVX-512; the compiler
+// cannot vectorise a float sum by itself without licence to reorder it). b: fp32 or bf16.
+template <typename T>
+static inline float dot(const float* a, const T* b, int64_t n) {
   int64_t i = 0;
   float sum = 0.f;
 #if defined(__AVX512F__)
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   for (; i + 32 <= n; i += 32) {
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load16(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), load16(b + i + 16), acc1);
   }
   sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 #elif defined(__AVX2__) && defined(__FMA__)
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load8(b + i + 8), acc1);
   }
   __m256 acc = _mm256_add_ps(acc0, acc1);
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
@@ -58,23 +76,24 @@ static inline float dot(const float* a, const float* b, int64_t n) {
   lo = _mm_hadd_ps(lo, lo);
   sum = _mm_cvtss_f32(lo);
 #endif
-  for (; i < n; ++i) sum += a[i] * b[i];
+  for (; i < n; ++i) sum += a[i] * static_cast<float>(b[i]);
   return sum;
 }
 
-// out += w * v over n floats
-static inline void axpy(float* out, float w, const float* v, int64_t n) {
+// out += w * v over n values; v: fp32 or bf16
+template <typename T>
+static inline void axpy(float* out, float w, const T* v, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512F__)
   const __m512 wv = _mm512_set1_ps(w);
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(out + i, _mm512_fmadd_ps(wv, _mm512_loadu_ps(v + i), _mm512_loadu_ps(out + i)));
+    _mm512_storeu_ps(out + i, _mm512_fmadd_ps(wv, load16(v + i), _mm512_loadu_ps(out + i)));
 #elif defined(__AVX2__) && defined(__FMA__)
   const __m256 wv = _mm256_set1_ps(w);
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(out + i)));
+    _mm256_storeu_ps(out + i, _mm256_fmadd_ps(wv, load8(v + i), _mm256_loadu_ps(out + i)));
 #endif
-  for (; i < n; ++i) out[i] += w * v[i];
+  for (; i < n; ++i) out[i] += w * static_cast<float>(v[i]);
 }
 
 // o = r * rsqrt(mean(r^2) + eps) * w over one row of D floats
@@ -124,7 +143,10 @@ torch::Tensor silu_mul(const torch::Tensor& gate_up) {
   auto out = torch::empty(sizes, gate_up.options());
   const float* pg = gate_up.data_ptr<float>();
   float* po = out.data_ptr<float>();
-  at::parallel_for(0, N, 1, [&](int64_t begin, int64_t stop) {
+  // A decode step's few rows take microseconds on one thread: waking a second costs more than that,
+  // and far more when the cores are shared. Rows are split over threads only past ~64K values.
+  const int64_t grain = std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(F, 1));
+  at::parallel_for(0, N, grain, [&](int64_t begin, int64_t stop) {
     for (int64_t n = begin; n < stop; ++n) {
       const float *g = pg + n * 2 * F, *u = g + F;
       float* o = po + n * F;
@@ -150,13 +172,6 @@ torch::Tensor silu_mul(const torch::Tensor& gate_up) {
   return out;
 }
 
-// A cache row as floats: fp32 rows are read in place, bf16 rows widened into `tmp` (exact).
-static inline const float* cache_row(const float* row, float*, int64_t) { return row; }
-static inline const float* cache_row(const at::BFloat16* row, float* tmp, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) tmp[i] = static_cast<float>(row[i]);
-  return tmp;
-}
-
 // One decode step of attention for every (item, head):
 //   qkv [B, 3*H*Dh]: the fused projection of this step's token (q and k rows rotary-paired);
 //   rot [B, Dh/2, 2]: cos and sin (times rope scaling) at each item's position;
@@ -168,7 +183,7 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
                    int64_t valid_stride, int64_t B, int64_t H, int64_t T_, int64_t Dh, int64_t slot, int64_t end) {
   const float scale = 1.f / std::sqrt(static_cast<float>(Dh));
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t stop) {
-    std::vector<float> q(Dh), k(Dh), tmp(Dh), p(end);
+    std::vector<float> q(Dh), k(Dh), p(end);
     for (int64_t bh = begin; bh < stop; ++bh) {
       const int64_t b = bh / H, h = bh % H;
       const float* src = pqkv + b * 3 * H * Dh;
@@ -194,7 +209,7 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
           p[t] = -std::numeric_limits<float>::infinity();
           continue;
         }
-        p[t] = dot(q.data(), cache_row(kbase + t * Dh, tmp.data(), Dh), Dh) * scale;
+        p[t] = dot(q.data(), kbase + t * Dh, Dh) * scale;
         top = std::max(top, p[t]);
       }
       float sum = 0.f;
@@ -206,7 +221,7 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
       std::fill(o, o + Dh, 0.f);
       for (int64_t t = 0; t < end; ++t) {
         if (p[t] == 0.f) continue;
-        axpy(o, p[t] / sum, cache_row(vbase + t * Dh, tmp.data(), Dh), Dh);
+        axpy(o, p[t] / sum, vbase + t * Dh, Dh);
       }
     }
   });

@@ -91,30 +91,28 @@ class FbgemmInt8Linear(nn.Module):
         return torch.ops.quantized.linear_dynamic(x, self.packed, True)
 
 
-class WeightOnlyInt8Linear(nn.Module):
+class Int8Rows(nn.Module):
+    """A float matrix held as int8 rows with a float32 scale per row (`weight` ~= int8 * scales[:, None])."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        q, scales = per_channel_int8(weight)
+        self.register_buffer("weight", q)
+        self.register_buffer("scales", scales)
+
+
+class WeightOnlyInt8Linear(Int8Rows):
     """int8 weights scaled per output channel; activations stay in the compute dtype (CUDA, MPS)."""
 
     effective_dtype = "int8"
     kernel = "weight-only-int8"
 
-    def __init__(self, weight: torch.Tensor):
-        super().__init__()
-        q, scales = per_channel_int8(weight)
-        self.register_buffer("weight", q)
-        self.register_buffer("scales", scales)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight.to(x.dtype)) * self.scales.to(x.dtype)
 
 
-class Int8Embedding(nn.Module):
+class Int8Embedding(Int8Rows):
     """An embedding table as int8 rows with a float32 scale per row; looks rows up as float32."""
-
-    def __init__(self, weight: torch.Tensor):
-        super().__init__()
-        q, scales = per_channel_int8(weight)
-        self.register_buffer("weight", q)
-        self.register_buffer("scales", scales)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         rows = ids.to(self.weight.device)

@@ -1,10 +1,11 @@
 """ChatTTS's logits processing and sampling, as tensor ops on a fixed batch.
 
 Stock ChatTTS rebuilds a one-hot count of the last 16 tokens, and runs transformers' warpers, at every
-step. Here the repetition counts are kept incrementally (one scatter in, one out) and the warpers are
-the same tensor expressions without their Python layers, so the tokens stay identical to stock's:
-temperature, repetition penalty, top-P, top-K (in ChatTTS's order), the min-new-token EOS mask,
-softmax, then `torch.multinomial` with the same generator use (re-seeded every step when seeded).
+step. Here the repetition counts are kept incrementally (one scatter in, one out), top-P and top-K
+rank only the top-K candidates instead of sorting the whole vocabulary, and the rest are the same tensor
+expressions without their Python layers, so the tokens stay identical to stock's: temperature,
+repetition penalty, top-P, top-K (in ChatTTS's order), the min-new-token EOS mask, softmax over the
+whole vocabulary, then `torch.multinomial` with the same generator use (re-seeded every step when seeded).
 Processors it does not recognise are called as stock calls them, with the token history.
 """
 
@@ -27,12 +28,17 @@ class Sampler:
         self.history = history
         self.steps = []
         self.window = 0
-        for p in processors:
+        processors = list(processors)
+        while processors:
+            p = processors.pop(0)
             if isinstance(p, CustomRepetitionPenaltyLogitsProcessorRepeat):
                 self.window = p.past_window
                 self.freq = torch.zeros(rows, vocab, dtype=torch.long, device=temperature.device)
                 self.ones = torch.ones(rows, 1, dtype=torch.long, device=temperature.device)
                 self.steps.append(self._penalty(p.penalty))
+            elif _top_p_then_top_k(p, processors[0] if processors else None):
+                top_k = processors.pop(0)
+                self.steps.append(self._top_p_top_k(p.top_p, p.min_tokens_to_keep, top_k.top_k))
             elif isinstance(p, TopPLogitsWarper):
                 self.steps.append(self._top_p(p.top_p, p.min_tokens_to_keep, p.filter_value))
             elif isinstance(p, TopKLogitsWarper):
@@ -54,6 +60,32 @@ class Sampler:
             remove = sorted_logits.softmax(-1).cumsum(-1) <= (1 - top_p)
             remove[..., -keep:] = 0
             return logits.masked_fill(remove.scatter(1, order, remove), fill)
+
+        return apply
+
+    @staticmethod
+    def _top_p_top_k(top_p: float, keep: int, top_k: int):
+        """Top-P then top-K (ChatTTS's order, both filling with -inf), sorting only the top-K candidates.
+
+        Whatever top-P keeps beyond the K largest logits, top-K removes, so only those K need ranking:
+        top-P keeps the largest logits down to the first whose probability mass *at or below* it (what
+        stock's ascending cumsum holds there: 1 - the mass ranked above it) is <= 1 - top_p, and always
+        the `keep` largest; the survivors are a run of the largest, ended by a threshold. The mass is
+        summed in float64 and compared in float32, as stock's cumsum (float64 accumulation, float32
+        result) is, so the kept set equals stock's unless a cumulative mass lies within float32 rounding
+        of 1 - top_p, or logits tie exactly at the cut (stock then keeps whichever its sort put last).
+        """
+        limit = torch.tensor(1 - top_p, dtype=torch.float32)
+
+        def apply(logits, i):
+            k = min(top_k, logits.size(-1))
+            top = torch.topk(logits, k).values  # [rows, k], largest first
+            p = (top.double() - torch.logsumexp(logits.double(), -1, keepdim=True)).exp()
+            at_or_below = 1 - (p.cumsum(-1) - p)
+            kept = at_or_below.float() > limit
+            kept[:, :keep] = True
+            threshold = top.gather(1, kept.sum(-1, keepdim=True) - 1)  # the smallest survivor
+            return logits.masked_fill(logits < threshold, -torch.inf)
 
         return apply
 
@@ -90,3 +122,9 @@ class Sampler:
         self.freq.scatter_add_(1, tokens, self.ones)
         if i >= self.window:
             self.freq.scatter_add_(1, self.history[:, i - self.window : i - self.window + 1], -self.ones)
+
+
+def _top_p_then_top_k(first, second) -> bool:
+    """True for ChatTTS's warper pair: top-P directly followed by top-K, both filling with -inf."""
+    return (isinstance(first, TopPLogitsWarper) and isinstance(second, TopKLogitsWarper)
+            and first.filter_value == second.filter_value == -float("inf"))
