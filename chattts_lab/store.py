@@ -17,6 +17,7 @@ import os
 import socket
 import sqlite3
 import threading
+import time
 import uuid as uuidlib
 from datetime import datetime, timezone
 from pathlib import Path
@@ -133,13 +134,26 @@ class Store:
         self.conn.row_factory = sqlite3.Row
         try:
             self.conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-            self.conn.execute("PRAGMA journal_mode = WAL")
-            self.conn.execute("PRAGMA foreign_keys = ON")
-            self._migrate()
+            self._prepare(time.monotonic() + timeout_s)
         except sqlite3.DatabaseError as exc:
             self.conn.close()
             raise StoreError(f"{self.path} is not a ChatTTS Lab database: {exc}") from exc
         self.mark_dead_sweeps()
+
+    def _prepare(self, deadline: float) -> None:
+        """WAL mode and the schema, tried again while another opener holds the lock they need: where waiting
+        could deadlock (two openers of an old file, each wanting the other's lock), SQLite answers `database is
+        locked` at once instead of using the busy timeout."""
+        while True:
+            try:
+                self.conn.execute("PRAGMA journal_mode = WAL")
+                self.conn.execute("PRAGMA foreign_keys = ON")
+                self._migrate()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
