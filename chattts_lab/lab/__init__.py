@@ -59,6 +59,16 @@ def _compute_dtype(device: torch.device, precision: str) -> torch.dtype:
     return COMPUTE_DTYPE[precision]
 
 
+def trim_around_the_gpt(chat, precision: str, gpt_folder: str) -> None:
+    """What every engine that replaces ChatTTS's GPT generator (lab, onnx) does to the rest of ChatTTS, once its
+    `Heads` hold the code heads: drop stock's, decode in bf16 projections under int8/int4 where that pays, and
+    keep the DVAE (voice clips only) on disk until first use."""
+    drop_stock_code_heads(chat)
+    if precision in ("int8", "int4"):  # recorded as the rows' dtype_decoder / dtype_vocos
+        install_bf16_decoding(chat, torch.device(chat.device))
+    load_dvae_on_demand(chat, gpt_folder)  # synthesis never calls it: 58 MB less resident
+
+
 def install_lab_engine(chat, device, precision: str, compile: bool = False) -> LabEngine:
     """Convert `chat`'s GPT for the lab engine and route `chat.gpt.generate` through it."""
     device = torch.device(device)
@@ -78,10 +88,7 @@ def install_lab_engine(chat, device, precision: str, compile: bool = False) -> L
         del gpt.gpt  # the fp32 LlamaModel (now emptied layer by layer) goes; nothing else in ChatTTS uses it
         gpt.lab_gpt = model
         heads = Heads(chat.embed, gpt_device, precision)
-        drop_stock_code_heads(chat)
-        if precision in ("int8", "int4"):  # recorded as the rows' dtype_decoder / dtype_vocos
-            install_bf16_decoding(chat, torch.device(chat.device))
-        load_dvae_on_demand(chat, gpt_folder)  # synthesis never calls it: 58 MB less resident
+        trim_around_the_gpt(chat, precision, gpt_folder)
         release_freed_memory()
     engine = LabEngine(model, heads, gpt_device, precision, convert_s=time.perf_counter() - t0)
     engine.compiled = _try_compile(engine, compile)

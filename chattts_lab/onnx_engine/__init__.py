@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from chattts_lab.lab import trim_around_the_gpt
 from chattts_lab.lab.engine import Heads, LabEngine, lab_generate, quantize_text_tables
 from chattts_lab.lab.model import Shape, release_freed_memory
 from chattts_lab.onnx_engine.build import ensure_graph, int4_available
@@ -59,11 +60,13 @@ def install_onnx_engine(chat, device, precision: str, threads: int) -> LabEngine
     gpt_device = torch.device(chat.device_gpt)
     path, built = ensure_graph(gpt.gpt, precision)
     shape = Shape.of(gpt.gpt.config)
+    gpt_folder = getattr(gpt.gpt.config, "_name_or_path", "")
     del gpt.gpt  # the torch GPT goes before the session opens: both at once would be the load's peak
     with torch.no_grad():
         if precision in ("int8", "int4"):  # as the lab engine: int8 text tables (130 MB of fp32 otherwise)
             quantize_text_tables(chat, gpt_device)
         heads = Heads(chat.embed, gpt_device, precision)
+        trim_around_the_gpt(chat, precision, gpt_folder)
     release_freed_memory()  # collects the GPT (its modules sit in reference cycles) before the session opens
     model = OnnxLlama(path, shape, precision, gpt_device, threads)
     model.built = built
