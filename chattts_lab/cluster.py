@@ -36,7 +36,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # `<dir>/<cell>.release` exists, having written `<dir>/<cell>.running` (the worker's pid); each batch of a Ray Serve
 # replica on it (webui/rayserve.py), once started, writes `<dir>/<replica>-<n>.running` (its texts) and waits until
 # `<dir>/release` exists; a replica writes `<dir>/accepted-<id>` for each request it takes, and the Serve ingress
-# `<dir>/started-<id>` once it knows where a request's batch started. It lets a test or a demonstration take a node or a replica away while work surely runs there.
+# `<dir>/started-<id>` once it knows where a request's batch started. It lets a test or a demonstration take a
+# node or a replica away while work surely runs there.
 HOLD_DIR_VAR = "CHATTTS_LAB_FLEET_HOLD_DIR"
 
 
