@@ -118,9 +118,11 @@ def test_onnx_engine_synthesizes_a_batch_with_this_calls_threads():
 
 def test_int8_keeps_int8_text_tables_and_torch_runs_one_thread_only_while_the_gpt_generates():
     from chattts_lab.lab.linear import Int8Embedding
+    from chattts_lab.lab.on_demand import OnDemand
 
     model = load("onnx", "int8", threads=2)
     assert isinstance(model.chat.embed.emb_text, Int8Embedding)  # the fp32 tables are gone, as in the lab engine
+    assert isinstance(model.chat.dvae, OnDemand) and not len(model.chat.embed.head_code)  # trimmed as the lab's
     heads, seen = model.chat.lab_engine.heads, []
     code_logits = heads.code_logits
     heads.code_logits = lambda hidden: (seen.append(torch.get_num_threads()), code_logits(hidden))[1]  # a spy

@@ -99,7 +99,8 @@ class Synthesizer:
         """BatchStarted, then (when `stream`) each StreamChunk, then the SynthesisOutput."""
         note_if_asked(f"accepted-{uuid.uuid4().hex}", json.dumps({"replica": self.name, "texts": request.texts}))
         loop = asyncio.get_running_loop()
-        job = _Job(Part(request, threading.Event()), stream, min(len(request.texts), self.max_batch))
+        part = Part(request, threading.Event())
+        job = _Job(part, stream, min(part.rows, self.max_batch))
         if stream:
             job.part.on_chunk = lambda chunk: loop.call_soon_threadsafe(job.items.put_nowait, chunk)
         done = asyncio.ensure_future(self.generate(job))
