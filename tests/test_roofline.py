@@ -131,24 +131,28 @@ def test_failed_cells_keep_the_roofline_columns_empty(tiny_sweep):
 
 
 def test_lab_int8_counts_one_int8_copy_and_per_channel_scales():
-    """fbgemm packs the lab's int8 weights (code heads included); they are counted once, as int8 values plus a
-    float32 scale per row."""
+    """The lab's int8 weights (code heads included) are counted once, as int8 values plus a float32 scale per
+    row; the VNNI format adds an int32 sum per row and pads the rows of each matrix to a multiple of 16."""
     from chattts_lab.models import LoadConfig, load_model, unload_all
 
     shapes = _checkpoint_shapes()
-    projections = [s for k, s in shapes.items() if k.startswith("gpt.layers.") and k.endswith("proj.weight")]
     norms = [s for k, s in shapes.items() if k.startswith("gpt.") and "norm" in k]
     heads = [s for k, s in shapes.items() if k.startswith("embed.head_code.") and k.endswith("original1")]
-    # the lab fuses q,k,v into one matrix and gate,up into another: the same values, fewer scales
-    fused_rows = sum(s[0] for k, s in shapes.items() if k.endswith(("q_proj.weight", "k_proj.weight",
-                                                                    "v_proj.weight", "gate_proj.weight",
-                                                                    "up_proj.weight")))
-    other_rows = sum(s[0] for k, s in shapes.items() if k.endswith(("o_proj.weight", "down_proj.weight")))
-    expected = (sum(_numel(s) for s in projections) + 4 * (fused_rows + other_rows)
-                + 4 * sum(_numel(s) for s in norms)
-                + sum(_numel(s) + 4 * s[0] for s in heads))  # the code heads are int8 under lab int8 too
+    layers = {k.split(".")[2] for k in shapes if k.startswith("gpt.layers.")}
+
+    def rows(i, *names):
+        return sum(shapes[f"gpt.layers.{i}.{n}.weight"][0] for n in names)
+
+    # as the lab holds them: q,k,v fused into one matrix and gate,up into another; the 4 code heads into one
+    matrices = [(rows(i, *names), shapes[f"gpt.layers.{i}.{names[0]}.weight"][1]) for i in layers
+                for names in (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("self_attn.o_proj",),
+                              ("mlp.gate_proj", "mlp.up_proj"), ("mlp.down_proj",))]
+    matrices.append((sum(s[0] for s in heads), heads[0][1]))
     try:
         model = load_model(LoadConfig(model="synthetic-tiny", engine="lab", precision="int8", threads=1))
+        vnni = model.effective["kernels"].startswith("lab-int8")
+        padded = [(-(-n // 16) * 16 if vnni else n, k) for n, k in matrices]
+        expected = sum(n * k + (8 if vnni else 4) * n for n, k in padded) + 4 * sum(_numel(s) for s in norms)
         assert roofline.decode_weight_bytes(model.chat) == expected
     finally:
         unload_all()

@@ -19,8 +19,10 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("kernels.cpp")
-FUNCTIONS = ["simd", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention"]
+# kernels.cpp: the fused decode step's glue; int8_gemm.cpp: the int8 matrix multiply for AVX-512 VNNI CPUs
+SOURCES = [Path(__file__).with_name("kernels.cpp"), Path(__file__).with_name("int8_gemm.cpp")]
+FUNCTIONS = ["simd", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention", "int8_vnni", "int8_pack",
+             "int8_linear", "decode_step_int8"]
 # -march=native: the build is for this machine only (its cache name carries the CPU flags)
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP
 
@@ -59,9 +61,9 @@ def load():
         logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
         from torch.utils.cpp_extension import load_inline
 
-        source = SOURCE.read_text()
+        sources = [path.read_text() for path in SOURCES]
         log.info("building the lab's fused CPU kernels (first use on this machine: about a minute)")
-        return load_inline(name=_build_name(source), cpp_sources=[source], functions=FUNCTIONS,
+        return load_inline(name=_build_name("".join(sources)), cpp_sources=sources, functions=FUNCTIONS,
                            extra_cflags=CFLAGS, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the torch path computes the same
         log.warning("lab fused CPU kernels unavailable, using torch ops: %s: %s", type(exc).__name__,

@@ -1,0 +1,210 @@
+// The lab's int8 matrix multiply for CPUs with AVX-512 VNNI: y[M, N] = x[M, K] . W[N, K]^T, x and y fp32.
+//
+// Why its own: a decode step multiplies a few rows (one per batch item) by every weight of the GPT, so it is
+// bound by reading the weights, and at batch 8 it should cost what batch 1 costs. fbgemm's dynamic-int8 GEMM
+// (what the lab used before) read the weights at about 70 % of this machine's bandwidth at batch 1, cost
+// twice as much at batch 8 as at batch 1, and keeps a second, unpacked copy of every weight for
+// `linear_unpack`. Here every weight byte is read once per call whatever M is, from one packed copy.
+//
+// Layout: W is int8 with one fp32 scale per output row (symmetric per-channel, as the lab's other int8
+// formats), packed in blocks of 16 output rows: for each block, for each 4 consecutive k, 64 bytes holding
+// those 4 k of the 16 rows, so one `vpdpbusd` multiplies 4 k of 16 outputs by 4 bytes of one activation row.
+// Activations are quantized per call and per row to 8 bits (symmetric, scale max|x|/127) and shifted by +128
+// into the unsigned operand `vpdpbusd` takes; the shift is undone with each output row's weight sum.
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#include <immintrin.h>
+#define LAB_INT8_VNNI 1
+#endif
+
+namespace {
+
+constexpr int64_t ROWS = 16;   // output rows per packed block (one zmm of int32 accumulators)
+constexpr int BLOCKS = 4;      // blocks a micro-kernel walks together: 4 independent accumulator chains at M=1
+
+}  // namespace
+
+// Whether this build (compiled for the machine it runs on) has the VNNI kernel.
+bool int8_vnni() {
+#ifdef LAB_INT8_VNNI
+  return true;
+#else
+  return false;
+#endif
+}
+
+// weight int8 [N, K] (K a multiple of 4) -> (packed int8 [ceil(N/16) * K * 16], row sums int32 [N padded to 16]).
+std::vector<torch::Tensor> int8_pack(const torch::Tensor& weight) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kChar, "int8_pack: an int8 [N, K] weight");
+  TORCH_CHECK(weight.size(1) % 4 == 0, "int8_pack: K must be a multiple of 4");
+  const auto w = weight.contiguous();
+  const int64_t N = w.size(0), K = w.size(1), blocks = (N + ROWS - 1) / ROWS;
+  auto packed = torch::zeros({blocks * K * ROWS}, w.options());
+  auto sums = torch::zeros({blocks * ROWS}, w.options().dtype(at::kInt));
+  const int8_t* src = w.data_ptr<int8_t>();
+  int8_t* dst = packed.data_ptr<int8_t>();
+  int32_t* ps = sums.data_ptr<int32_t>();
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t block = n / ROWS, r = n % ROWS;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      dst[block * K * ROWS + (k / 4) * ROWS * 4 + r * 4 + k % 4] = src[n * K + k];
+      sum += src[n * K + k];
+    }
+    ps[n] = sum;
+  }
+  return {packed, sums};
+}
+
+#ifdef LAB_INT8_VNNI
+
+// One row of x -> uint8 (x / scale rounded, + 128) and its scale.
+static float quantize_row(const float* x, uint8_t* q, int64_t K) {
+  __m512 top = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 16) top = _mm512_max_ps(top, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+  const float amax = _mm512_reduce_max_ps(top);
+  const float scale = amax > 0.f ? amax / 127.f : 1.f;
+  const __m512 inv = _mm512_set1_ps(1.f / scale);
+  const __m512i shift = _mm512_set1_epi32(128);
+  for (int64_t k = 0; k < K; k += 16) {
+    const __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + k), inv)), shift);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtusepi32_epi8(v));  // 1..255 after rounding
+  }
+  return scale;
+}
+
+// y[m, block b0 .. b0+NB) for MT rows of q: walks K once, reading each block's 16 * K weight bytes once.
+template <int MT, int NB>
+static void micro(const uint8_t* q, int64_t K, const int8_t* w, int64_t b0, const int32_t* sums,
+                  const float* wscale, const float* xscale, float* y, int64_t N) {
+  __m512i acc[MT][NB];
+  for (int m = 0; m < MT; ++m)
+    for (int b = 0; b < NB; ++b) acc[m][b] = _mm512_setzero_si512();
+  const int8_t* wb = w + b0 * K * ROWS;
+  for (int64_t k = 0; k < K; k += 4) {
+    __m512i wv[NB];
+    for (int b = 0; b < NB; ++b) wv[b] = _mm512_loadu_si512(wb + b * K * ROWS + k * ROWS);
+    for (int m = 0; m < MT; ++m) {
+      const __m512i xv = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(q + m * K + k));
+      for (int b = 0; b < NB; ++b) acc[m][b] = _mm512_dpbusd_epi32(acc[m][b], xv, wv[b]);
+    }
+  }
+  for (int b = 0; b < NB; ++b) {
+    const int64_t n0 = (b0 + b) * ROWS;
+    const __m512i shift = _mm512_slli_epi32(_mm512_loadu_si512(sums + n0), 7);  // 128 * row sum
+    const __m512 ws = _mm512_loadu_ps(wscale + n0);
+    const __mmask16 keep = n0 + ROWS <= N ? 0xFFFF : static_cast<__mmask16>((1u << (N - n0)) - 1);
+    for (int m = 0; m < MT; ++m) {
+      const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[m][b], shift));
+      _mm512_mask_storeu_ps(y + m * N + n0, keep, _mm512_mul_ps(v, _mm512_mul_ps(ws, _mm512_set1_ps(xscale[m]))));
+    }
+  }
+}
+
+// MT rows (1 to 4 with NB = 4, 1 to 8 with NB = 2: at most 16 accumulators) of one tile.
+template <int NB>
+static void tile(int MT, const uint8_t* q, int64_t K, const int8_t* w, int64_t b0, const int32_t* sums,
+                 const float* wscale, const float* xscale, float* y, int64_t N) {
+  switch (MT) {
+    case 8: if constexpr (NB == 2) return micro<8, NB>(q, K, w, b0, sums, wscale, xscale, y, N); break;
+    case 7: if constexpr (NB == 2) return micro<7, NB>(q, K, w, b0, sums, wscale, xscale, y, N); break;
+    case 6: if constexpr (NB == 2) return micro<6, NB>(q, K, w, b0, sums, wscale, xscale, y, N); break;
+    case 5: if constexpr (NB == 2) return micro<5, NB>(q, K, w, b0, sums, wscale, xscale, y, N); break;
+    case 4: return micro<4, NB>(q, K, w, b0, sums, wscale, xscale, y, N);
+    case 3: return micro<3, NB>(q, K, w, b0, sums, wscale, xscale, y, N);
+    case 2: return micro<2, NB>(q, K, w, b0, sums, wscale, xscale, y, N);
+    case 1: return micro<1, NB>(q, K, w, b0, sums, wscale, xscale, y, N);
+  }
+  TORCH_CHECK(false, "int8_linear: no tile of ", MT, " rows by ", NB, " blocks");
+}
+
+// Blocks b0 .. b0+nb of y for all M rows. Up to 4 rows: one pass, 4 blocks at a time (4 accumulator chains
+// per row). More rows: 2 blocks at a time in tiles of up to 8 rows, so a batch of 8 still reads each weight
+// once, in one pass that overlaps the weights' arrival with the multiplies (two 4-row passes did not).
+static void group(const uint8_t* q, int64_t M, int64_t K, const int8_t* w, int64_t b0, int64_t nb,
+                  const int32_t* sums, const float* wscale, const float* xscale, float* y, int64_t N) {
+  if (M <= 4 && nb == 4) return tile<4>(static_cast<int>(M), q, K, w, b0, sums, wscale, xscale, y, N);
+  for (int64_t b = b0; b < b0 + nb; b += 2) {
+    const bool pair = b + 2 <= b0 + nb;  // else the last, odd block alone: tile<1> holds up to 4 rows
+    const int64_t rows = pair ? 8 : 4;
+    for (int64_t m0 = 0; m0 < M; m0 += rows) {
+      const int mt = static_cast<int>(std::min<int64_t>(rows, M - m0));
+      if (pair) tile<2>(mt, q + m0 * K, K, w, b, sums, wscale, xscale + m0, y + m0 * N, N);
+      else tile<1>(mt, q + m0 * K, K, w, b, sums, wscale, xscale + m0, y + m0 * N, N);
+    }
+  }
+}
+
+#endif
+
+// x fp32 [..., K] . packed int8 weight (int8_pack) -> y fp32 [..., N], y = (x . W^T) * scales[n];
+// scales: fp32, one per output row, zero-padded to whole blocks of 16 (K a multiple of 16).
+torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& sums,
+                          const torch::Tensor& scales, int64_t N) {
+#ifdef LAB_INT8_VNNI
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "int8_linear: fp32 activations");
+  const auto xc = x.contiguous();
+  const int64_t K = xc.size(-1), M = xc.numel() / K, blocks = (N + ROWS - 1) / ROWS;
+  TORCH_CHECK(K % 16 == 0 && packed.numel() == blocks * K * ROWS, "int8_linear: weight packed for another shape");
+  // scales and sums padded to whole blocks (as int8_pack makes them), so the epilogue loads 16 at a time
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == blocks * ROWS, "int8_linear: padded scales");
+  TORCH_CHECK(sums.numel() == blocks * ROWS, "int8_linear: padded row sums");
+  std::vector<uint8_t> q(M * K);
+  std::vector<float> xscale(M);
+  const float* px = xc.data_ptr<float>();
+  for (int64_t m = 0; m < M; ++m) xscale[m] = quantize_row(px + m * K, q.data() + m * K, K);
+
+  auto sizes = xc.sizes().vec();
+  sizes.back() = N;
+  auto y = torch::empty(sizes, xc.options());
+  const int8_t* pw = packed.data_ptr<int8_t>();
+  const int32_t* ps = sums.data_ptr<int32_t>();
+  const float* pws = scales.data_ptr<float>();
+  float* py = y.data_ptr<float>();
+  const int64_t groups = (blocks + BLOCKS - 1) / BLOCKS;
+  // threads split the output columns: each reads its own part of the weights once, for every row of x
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t b0 = g * BLOCKS;
+      group(q.data(), M, K, pw, b0, std::min<int64_t>(BLOCKS, blocks - b0), ps, pws, xscale.data(), py, N);
+    }
+  });
+  return y;
+#else
+  TORCH_CHECK(false, "int8_linear: this build has no AVX-512 VNNI (see int8_vnni())");
+#endif
+}
+
+// A whole int8 decode step of the GPT in one call: for each layer, the same kernels the lab's Python loop calls
+// one by one (kernels.cpp's rms_norm, decode_attention, add_rms_norm, silu_mul; int8_linear above), then the
+// final norm. Why: from Python a step is 9 calls per layer, 180 in all, and at about 7 us each their dispatch
+// was ~1.3 ms of a ~9 ms batch-1 step; here it is one.
+//   x [B, 1, dim] fp32; layers: 14 tensors per layer (norm1, qkv packed/sums/scales, o ..., norm2, gate_up ...,
+//   down ...); out: the 4 projections' output sizes; caches: k, v per layer; rot, slot, end, valid as for
+//   decode_attention. Returns the final-normed last hidden state [B, dim].
+torch::Tensor decode_step_int8(torch::Tensor x, const std::vector<torch::Tensor>& layers,
+                               const std::vector<int64_t>& out, const std::vector<torch::Tensor>& caches,
+                               const torch::Tensor& rot, int64_t slot, int64_t end, const torch::Tensor& valid,
+                               double eps, const torch::Tensor& final_norm) {
+  constexpr size_t PER_LAYER = 14;
+  const size_t n_layers = caches.size() / 2;
+  TORCH_CHECK(layers.size() == n_layers * PER_LAYER && out.size() == 4, "decode_step_int8: 14 tensors per layer");
+  const int64_t B = x.size(0), dim = x.size(-1);
+  for (size_t l = 0; l < n_layers; ++l) {
+    const torch::Tensor* w = layers.data() + l * PER_LAYER;
+    const auto qkv = int8_linear(rms_norm(x, w[0], eps), w[1], w[2], w[3], out[0]);
+    const auto y = decode_attention(qkv.view({B, -1}), rot, caches[2 * l], caches[2 * l + 1], slot, end, valid);
+    const auto sum_normed = add_rms_norm(x, int8_linear(y.view({B, 1, dim}), w[4], w[5], w[6], out[1]), w[7], eps);
+    const auto gate_up = int8_linear(sum_normed[1], w[8], w[9], w[10], out[2]);
+    x = sum_normed[0] + int8_linear(silu_mul(gate_up), w[11], w[12], w[13], out[3]);
+  }
+  return rms_norm(x.select(1, x.size(1) - 1).contiguous(), final_norm, eps);
+}
