@@ -4,8 +4,9 @@ The machines of this project differ (one with AVX-512, VNNI and bf16, another wi
 same configuration runs different code on each: fbgemm's int8 GEMM dispatches by itself to its AVX-512
 VNNI, AVX-512 or AVX2 code (without AVX2 it only has slow reference loops), and the lab's fused C++
 kernels are compiled for the machine they run on. The lab chooses where the choice is its own (int8
-through fbgemm only where fbgemm has a SIMD path, else weight-only int8) and names what ran, e.g.
-`fbgemm-int8 avx512_vnni`, so a row says which kernels its timings came from.
+through its own VNNI GEMM on AVX-512 VNNI CPUs, else through fbgemm where fbgemm has a SIMD path, else
+weight-only int8) and names what ran, e.g. `lab-int8 avx512_vnni` or `fbgemm-int8 avx2`, so a row says
+which kernels its timings came from.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The lab engine's fused CPU decode kernels (`kernels.cpp`), built on first use with the local C++ compiler.
+"""The lab engine's C++ CPU kernels, built on first use with the local C++ compiler: the fused decode step's
+glue (`kernels.cpp`) and, on AVX-512 VNNI CPUs, the int8 GEMM and the one-call int8 step (`int8_gemm.cpp`).
 
 Optional by design: where there is no compiler (or ninja), where the build fails, or with
 CHATTTS_LAB_KERNELS=off, `load()` returns None and the lab engine runs the same maths as torch ops.

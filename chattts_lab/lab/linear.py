@@ -4,9 +4,9 @@ Every module here takes fp32 (or the compute dtype's) activations of shape [...,
 computes in through `effective_dtype`, which `precision.module_dtype` reports. Builders take one fp32
 weight at a time, so a caller can free each source weight as soon as it is converted (flat peak RSS).
 
-int8 on CPU calls fbgemm's dynamic-quantized GEMM through the core C++ ops
-`torch.ops.quantized.linear_prepack` / `linear_dynamic` (per-channel int8 weights, activations
-quantized per call): measured fastest here, and it does not go through the deprecated Python
+int8 on CPU (per-channel int8 weights, activations quantized per call) runs the lab's own GEMM on AVX-512
+VNNI CPUs (int8_gemm.cpp), else fbgemm's dynamic-quantized GEMM through the core C++ ops
+`torch.ops.quantized.linear_prepack` / `linear_dynamic`, which do not go through the deprecated Python
 `torch.ao.quantization` API. Elsewhere int8 is weight-only (gpt-fast's recipe: int8 weights scaled per
 output channel, activations in the compute dtype).
 """
