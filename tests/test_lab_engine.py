@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from chattts_lab.lab import lab_unsupported_reason
-from chattts_lab.lab.linear import (FbgemmInt8Linear, Int4Linear, VnniInt8Linear, WeightOnlyInt8Linear, int4_available,
-                                    vnni_kernels)
+from chattts_lab.lab.linear import (FbgemmInt8Linear, Int4Linear, PackedInt8Linear, WeightOnlyInt8Linear, int4_available,
+                                    int8_kernels)
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.models import LoadConfig, load_model, unload_all
 from chattts_lab.precision import UnsupportedPrecision
@@ -160,35 +160,35 @@ def test_lab_engine_reports_what_took_effect(lab_fp32):
 
 @x86_64_only
 def test_lab_int8_records_the_int8_kernel_this_cpu_runs():
-    """AVX-512 VNNI (and a compiler): the lab's own int8 GEMM; other x86 CPUs: fbgemm at its level."""
+    """AVX-512 VNNI (and a compiler): the lab's own int8 GEMM; other x86 CPUs: fbgemm at its level. Stock: fbgemm."""
     from chattts_lab.lab import cpu, kernels
 
     isa = cpu.detect().int8_isa
     if isa is None:
         pytest.skip("this CPU has no AVX2: lab int8 runs weight-only int8 (see the fake-CPU test below)")
-    vnni = isa == "avx512_vnni" and kernels.load() is not None
-    assert (vnni_kernels() is not None) == vnni  # a VNNI CPU's build has the kernel
+    own = isa == "avx512_vnni" and kernels.load() is not None
+    assert (int8_kernels() is not None) == own  # a VNNI CPU's build has the kernel
     unload_all()
     eff = load("lab", "int8").effective
-    lab_kernel = "lab-int8 avx512_vnni" if vnni else f"fbgemm-int8 {isa}"
+    lab_kernel = "lab-int8 avx512_vnni" if own else f"fbgemm-int8 {isa}"
     assert eff["kernels"].startswith(f"{lab_kernel}; ") and eff["kernels"].endswith("kv-cache bf16")
     assert load("stock", "int8").effective["kernels"] == f"fbgemm-int8 {isa}"
     unload_all()
 
 
-def test_vnni_int8_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
+def test_int8_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
     """The lab's VNNI int8 GEMM (int8_gemm.cpp) against x @ dequantized W, on shapes that leave partial blocks
-    and tiles: output rows not a multiple of 16 or 64, batches of 1 to 33 rows."""
+    and tiles: output rows not a multiple of 16 or 64, 1 to 33 rows of x."""
     from chattts_lab.lab.linear import per_channel_int8
 
-    fused = vnni_kernels()
+    fused = int8_kernels()
     if fused is None:
         pytest.skip("no AVX-512 VNNI here (or no compiler): lab int8 runs fbgemm")
     torch.manual_seed(0)
     for n, k in [(16, 16), (17, 32), (100, 64), (130, 768), (2504, 768)]:
         w = torch.randn(n, k)
         q, scales = per_channel_int8(w)
-        module = VnniInt8Linear(w, fused)
+        module = PackedInt8Linear(w, fused)
         assert module.packed.numel() == -(-n // 16) * 16 * k  # one packed copy, rows padded to 16
         for m in (1, 3, 4, 5, 8, 9, 33):
             x = torch.randn(2, m, k)
@@ -201,7 +201,7 @@ def test_vnni_int8_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
 def test_int8_step_in_one_call_computes_what_the_layer_loop_computes():
     """Lab int8 on a VNNI CPU runs each decode step as one C++ call (decode_step_int8); the per-layer Python
     loop over the same kernels gives the same tokens and hidden states."""
-    if vnni_kernels() is None:
+    if int8_kernels() is None:
         pytest.skip("no AVX-512 VNNI here (or no compiler): the step runs layer by layer")
     unload_all()
     model = load("lab", "int8")
@@ -366,10 +366,10 @@ def test_weight_formats_approximate_fp32():
     torch.manual_seed(0)
     w, x = torch.randn(256, 128), torch.randn(3, 128)
     ref = x @ w.T
-    vnni = vnni_kernels()
+    fused = int8_kernels()
     for module, tol in [(FbgemmInt8Linear(w), 0.03), (WeightOnlyInt8Linear(w), 0.02)] + (
         [(Int4Linear(w), 0.15)] if int4_available() else []
-    ) + ([(VnniInt8Linear(w, vnni), 0.02)] if vnni is not None else []):
+    ) + ([(PackedInt8Linear(w, fused), 0.02)] if fused is not None else []):
         err = (module(x).float() - ref).norm() / ref.norm()
         assert err < tol, (type(module).__name__, float(err))
 

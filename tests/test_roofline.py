@@ -132,7 +132,7 @@ def test_failed_cells_keep_the_roofline_columns_empty(tiny_sweep):
 
 def test_lab_int8_counts_one_int8_copy_and_per_channel_scales():
     """The lab's int8 weights (code heads included) are counted once, as int8 values plus a float32 scale per
-    row; the VNNI format adds an int32 sum per row and pads the rows of each matrix to a multiple of 16."""
+    row; the lab's own format adds an int32 sum per row and pads the rows of each matrix to a multiple of 16."""
     from chattts_lab.models import LoadConfig, load_model, unload_all
 
     shapes = _checkpoint_shapes()
@@ -150,9 +150,9 @@ def test_lab_int8_counts_one_int8_copy_and_per_channel_scales():
     matrices.append((sum(s[0] for s in heads), heads[0][1]))
     try:
         model = load_model(LoadConfig(model="synthetic-tiny", engine="lab", precision="int8", threads=1))
-        vnni = model.effective["kernels"].startswith("lab-int8")
-        padded = [(-(-n // 16) * 16 if vnni else n, k) for n, k in matrices]
-        expected = sum(n * k + (8 if vnni else 4) * n for n, k in padded) + 4 * sum(_numel(s) for s in norms)
+        packed = model.effective["kernels"].startswith("lab-int8")
+        padded = [(-(-n // 16) * 16 if packed else n, k) for n, k in matrices]
+        expected = sum(n * k + (8 if packed else 4) * n for n, k in padded) + 4 * sum(_numel(s) for s in norms)
         assert roofline.decode_weight_bytes(model.chat) == expected
     finally:
         unload_all()

@@ -2,15 +2,15 @@
 //
 // Why its own: a decode step multiplies a few rows (one per batch item) by every weight of the GPT, so it is
 // bound by reading the weights, and at batch 8 it should cost what batch 1 costs. fbgemm's dynamic-int8 GEMM
-// (what the lab used before) read the weights at about 70 % of this machine's bandwidth at batch 1, cost
-// twice as much at batch 8 as at batch 1, and keeps a second, unpacked copy of every weight for
+// (what the lab used before) read the weights at about 70 % of the AVX-512 build machine's bandwidth at batch 1,
+// cost twice as much at batch 8 as at batch 1, and keeps a second, unpacked copy of every weight for
 // `linear_unpack`. Here every weight byte is read once per call whatever M is, from one packed copy.
 //
-// Layout: W is int8 with one fp32 scale per output row (symmetric per-channel, as the lab's other int8
-// formats), packed in blocks of 16 output rows: for each block, for each 4 consecutive k, 64 bytes holding
-// those 4 k of the 16 rows, so one `vpdpbusd` multiplies 4 k of 16 outputs by 4 bytes of one activation row.
-// Activations are quantized per call and per row to 8 bits (symmetric, scale max|x|/127) and shifted by +128
-// into the unsigned operand `vpdpbusd` takes; the shift is undone with each output row's weight sum.
+// Layout: W is int8 in [-127, 127] with one fp32 scale per output row (symmetric per-channel, as the lab's other
+// int8 formats), packed in blocks of 16 output rows: for each block, for each 4 consecutive k, 64 bytes holding
+// those 4 k of the 16 rows. Activations are quantized per call and per row to 8 bits (symmetric, scale
+// max|x|/127). One `vpdpbusd` multiplies 4 k of 16 rows by 4 bytes of one activation row; activations are
+// shifted by +128 into the unsigned operand it takes, and the shift is undone with each row's weight sum.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -32,12 +33,15 @@ constexpr int BLOCKS = 4;      // blocks a micro-kernel walks together: 4 indepe
 
 }  // namespace
 
-// Whether this build (compiled for the machine it runs on) has the VNNI kernel.
-bool int8_vnni() {
-#ifdef LAB_INT8_VNNI
-  return true;
+// The instruction set this build's int8 GEMM runs on ("avx512_vnni"), or "" where it has none: the lab then runs
+// fbgemm. An AVX2 version (vpmaddubsw on |x| and sign-moved W) was tried: built here without AVX-512, its
+// prefill-sized products (M = 55-440 rows) took 1.6-2.9x fbgemm's time (fbgemm ran its VNNI code here; no AVX2
+// machine was at hand to compare on), so AVX2 CPUs keep fbgemm.
+std::string int8_isa() {
+#if defined(LAB_INT8_VNNI)
+  return "avx512_vnni";
 #else
-  return false;
+  return "";
 #endif
 }
 
@@ -149,7 +153,7 @@ static void group(const uint8_t* q, int64_t M, int64_t K, const int8_t* w, int64
 // scales: fp32, one per output row, zero-padded to whole blocks of 16 (K a multiple of 16).
 torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& sums,
                           const torch::Tensor& scales, int64_t N) {
-#ifdef LAB_INT8_VNNI
+#if defined(LAB_INT8_VNNI)
   TORCH_CHECK(x.scalar_type() == at::kFloat, "int8_linear: fp32 activations");
   const auto xc = x.contiguous();
   const int64_t K = xc.size(-1), M = xc.numel() / K, blocks = (N + ROWS - 1) / ROWS;
@@ -179,7 +183,7 @@ torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, c
   });
   return y;
 #else
-  TORCH_CHECK(false, "int8_linear: this build has no AVX-512 VNNI (see int8_vnni())");
+  TORCH_CHECK(false, "int8_linear: this build has no AVX-512 VNNI (see int8_isa())");
 #endif
 }
 

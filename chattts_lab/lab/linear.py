@@ -4,8 +4,8 @@ Every module here takes fp32 (or the compute dtype's) activations of shape [...,
 computes in through `effective_dtype`, which `precision.module_dtype` reports. Builders take one fp32
 weight at a time, so a caller can free each source weight as soon as it is converted (flat peak RSS).
 
-int8 on CPU (per-channel int8 weights, activations quantized per call) runs the lab's own GEMM on AVX-512
-VNNI CPUs (int8_gemm.cpp), else fbgemm's dynamic-quantized GEMM through the core C++ ops
+int8 on CPU (per-channel int8 weights, activations quantized per call) runs the lab's own GEMM on CPUs with
+AVX-512 VNNI (int8_gemm.cpp), else fbgemm's dynamic-quantized GEMM through the core C++ ops
 `torch.ops.quantized.linear_prepack` / `linear_dynamic`, which do not go through the deprecated Python
 `torch.ao.quantization` API. Elsewhere int8 is weight-only (gpt-fast's recipe: int8 weights scaled per
 output channel, activations in the compute dtype).
@@ -91,19 +91,19 @@ class FbgemmInt8Linear(nn.Module):
         return torch.ops.quantized.linear_dynamic(x, self.packed, True)
 
 
-class VnniInt8Linear(nn.Module):
+class PackedInt8Linear(nn.Module):
     """int8 weights, int8 dynamic activations, fp32 in/out: the lab's own AVX-512 VNNI kernel (int8_gemm.cpp).
 
     One packed copy of the weights (fbgemm keeps a second, unpacked one), every weight byte read once per call
-    whatever the batch; per-row 8-bit activations. Full-size GPT, one decode step's projections, 2 threads:
-    fbgemm read the weights at about 22 GB/s, this at about 28 (batch 1; the machine's read floor ~30).
+    whatever the batch; per-row 8-bit activations. Full-size GPT, one decode step's projections, 2 threads,
+    AVX-512 VNNI: fbgemm read the weights at about 22 GB/s, this at about 28 (batch 1; the machine reads ~33).
     """
 
     effective_dtype = "int8"
 
     def __init__(self, weight: torch.Tensor, fused):
         super().__init__()
-        self.kernel = "lab-int8 avx512_vnni"
+        self.kernel = f"lab-int8 {fused.int8_isa()}"
         self.fused = fused
         q, scales = per_channel_int8(weight)
         self.out_features = weight.shape[0]
@@ -117,14 +117,15 @@ class VnniInt8Linear(nn.Module):
         return self.fused.int8_linear(x.float(), self.packed, self.sums, self.scales, self.out_features)
 
 
-def vnni_kernels():
-    """The compiled kernels when they have the VNNI int8 GEMM (AVX-512 VNNI CPU, a compiler), else None."""
+def int8_kernels():
+    """The compiled kernels when they have the lab's int8 GEMM (a CPU with AVX-512 VNNI, and a compiler), else
+    None."""
     from chattts_lab.lab import kernels
 
     if cpu.detect().int8_isa != "avx512_vnni":
         return None
     fused = kernels.load()
-    return fused if fused is not None and fused.int8_vnni() else None
+    return fused if fused is not None and fused.int8_isa() else None
 
 
 class Int8Rows(nn.Module):
@@ -197,8 +198,8 @@ def make_linear(weight: torch.Tensor, precision: str, device: torch.device, comp
     """One projection in the lab's format for this precision and device."""
     weight = weight.to(device)
     if precision == "int8":
-        if device.type == "cpu" and weight.shape[1] % 16 == 0 and (fused := vnni_kernels()) is not None:
-            return VnniInt8Linear(weight, fused)
+        if device.type == "cpu" and weight.shape[1] % 16 == 0 and (fused := int8_kernels()) is not None:
+            return PackedInt8Linear(weight, fused)
         # fbgemm only where it has a SIMD path: without AVX2 its reference loops lose to weight-only int8
         if device.type == "cpu" and cpu.detect().int8_isa and fbgemm_available():
             return FbgemmInt8Linear(weight)

@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from chattts_lab.lab import kernels
-from chattts_lab.lab.linear import VnniInt8Linear, make_linear
+from chattts_lab.lab.linear import PackedInt8Linear, make_linear
 
 log = logging.getLogger(__name__)
 
@@ -184,9 +184,9 @@ class LeanLlama(nn.Module):
 
     def _int8_step_weights(self):
         """(the flat weight list, the projections' output sizes) for `decode_step_int8` when every projection
-        is the lab's VNNI int8, else None (the step runs layer by layer)."""
+        is the lab's own int8 (PackedInt8Linear), else None (the step runs layer by layer)."""
         names = ("qkv", "o", "gate_up", "down")
-        if self.fused is None or not all(isinstance(getattr(b, n), VnniInt8Linear) for b in self.layers for n in names):
+        if self.fused is None or not all(isinstance(getattr(b, n), PackedInt8Linear) for b in self.layers for n in names):
             return None
         flat = []
         for b in self.layers:
