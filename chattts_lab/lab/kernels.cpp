@@ -213,7 +213,20 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
         top = std::max(top, p[t]);
       }
       float sum = 0.f;
-      for (int64_t t = 0; t < end; ++t) {
+      int64_t t = 0;
+#if defined(__AVX512F__)
+      // exp 16 scores at a time (SLEEF, as torch's own vectorised exp): at batch 8 the scalar exp of every cached
+      // position, head and layer took about a third of the step's attention. A masked score, -inf, becomes 0.
+      const __m512 shift = _mm512_set1_ps(top);
+      __m512 acc = _mm512_setzero_ps();
+      for (; t + 16 <= end; t += 16) {
+        const __m512 e = Sleef_expf16_u10(_mm512_sub_ps(_mm512_loadu_ps(p.data() + t), shift));
+        _mm512_storeu_ps(p.data() + t, e);
+        acc = _mm512_add_ps(acc, e);
+      }
+      sum = _mm512_reduce_add_ps(acc);
+#endif
+      for (; t < end; ++t) {
         p[t] = std::isinf(p[t]) ? 0.f : std::exp(p[t] - top);
         sum += p[t];
       }
