@@ -113,8 +113,13 @@ class PackedInt8Linear(nn.Module):
         self.register_buffer("sums", sums)
         self.register_buffer("scales", F.pad(scales, (0, sums.numel() - scales.numel())))
 
+    @property
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What `int8_linear` (and `decode_step_int8`, per projection) takes besides x: packed, sums, scales."""
+        return self.packed, self.sums, self.scales
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fused.int8_linear(x.float(), self.packed, self.sums, self.scales, self.out_features)
+        return self.fused.int8_linear(x.float(), *self.tensors, self.out_features)
 
 
 def int8_kernels():

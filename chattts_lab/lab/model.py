@@ -186,16 +186,13 @@ class LeanLlama(nn.Module):
         """(the flat weight list, the projections' output sizes) for `decode_step_int8` when every projection
         is the lab's own int8 (PackedInt8Linear), else None (the step runs layer by layer)."""
         names = ("qkv", "o", "gate_up", "down")
-        if self.fused is None or not all(isinstance(getattr(b, n), PackedInt8Linear) for b in self.layers for n in names):
+        if self.fused is None or not all(isinstance(getattr(b, n), PackedInt8Linear)
+                                         for b in self.layers for n in names):
             return None
         flat = []
-        for b in self.layers:
-            flat.append(b.norm1)
-            for n in names:
-                lin = getattr(b, n)
-                flat += [lin.packed, lin.sums, lin.scales]
-                if n == "o":
-                    flat.append(b.norm2)
+        for b in self.layers:  # the order decode_step_int8 reads them in
+            qkv, o, gate_up, down = (getattr(b, n).tensors for n in names)
+            flat += [b.norm1, *qkv, *o, b.norm2, *gate_up, *down]
         return flat, [getattr(self.layers[0], n).out_features for n in names]
 
     @property

@@ -24,7 +24,7 @@ from chattts_lab.synthetic import default_cache_dir
 
 log = logging.getLogger(__name__)
 
-EXPORT_FORMAT = 4  # bump when graph.py changes what it builds
+EXPORT_FORMAT = 4  # bump when what is built changes (graph.py, the quantizers' settings)
 # one scale per 128 weights, the group size GPTQ and AWQ use: full-size, 2 threads, a decode step took 6.3 ms
 # against 8.1 with blocks of 32 (the scales are a fifth of a 32-block graph's bytes; 101 MB instead of 119)
 INT4_BLOCK = 128
