@@ -12,6 +12,7 @@ cheap next to the fetch, and the step cannot finish faster than `weight bytes / 
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -27,7 +28,10 @@ log = logging.getLogger(__name__)
 
 MIN_READ_BYTES = 256 * 2**20  # never read less than this, whatever the cache sizes say
 CACHE_MULTIPLE = 4  # read this many times the last-level cache, so nearly every byte comes from DRAM
-READ_REPEATS = 5  # best of these: other work on the machine only ever makes a read slower
+# the median of these: a minority of reads slowed by other work, or sped up by a burst, moves it little (on the build
+# VM, one or two reads in five sometimes ran at 45-53 GB/s where the sustained rate was 33; a decode runs at the
+# sustained rate, and the best of five had put lab int8's roofline at 0.47-0.58 where it was 0.77)
+READ_REPEATS = 5
 
 
 # ----------------------------------------------------------------------------------------------
@@ -56,7 +60,7 @@ def _read_bytes(device: torch.device) -> int:
 
 def read_gbps(device: str | torch.device = "cpu", nbytes: int | None = None, repeats: int = READ_REPEATS,
               threads: int | None = None) -> dict:
-    """Read bandwidth of one device: a sum over an array far larger than its caches, best of `repeats`.
+    """Read bandwidth of one device: a sum over an array far larger than its caches, median of `repeats`.
 
     A streaming sum reads every byte once in order and writes nothing, the access pattern of a decode
     step's weight reads, so it measures the limit that step runs into. Every way of reading gives a
@@ -73,25 +77,25 @@ def read_gbps(device: str | torch.device = "cpu", nbytes: int | None = None, rep
         seconds = _numpy_read_seconds(nbytes, threads, repeats)
         how = f"numpy float64 sum over {nbytes / 2**20:.0f} MiB in {threads} threads"
     else:
-        seconds = _best_seconds(_torch_reader(nbytes, device), repeats)
+        seconds = _median_seconds(_torch_reader(nbytes, device), repeats)
         how = f"torch.sum over {nbytes / 2**20:.0f} MiB float32 on {device}"
-    return {"gbps": nbytes / seconds / 1e9, "method": f"{how}, best of {repeats} after a warm-up"}
+    return {"gbps": nbytes / seconds / 1e9, "method": f"{how}, median of {repeats} after a warm-up"}
 
 
-def _best_seconds(read, repeats: int) -> float:
+def _median_seconds(read, repeats: int) -> float:
     read()  # warm-up: threads started, kernels loaded, every page touched
     walls = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         read()
         walls.append(time.perf_counter() - t0)
-    return min(walls)  # other work on the machine only ever makes a read slower
+    return statistics.median(walls)
 
 
 def _numpy_read_seconds(nbytes: int, threads: int, repeats: int) -> float:
     slices = np.array_split(np.ones(nbytes // 8), threads)  # written once, so every page is mapped
     with ThreadPoolExecutor(threads) as pool:
-        return _best_seconds(lambda: list(pool.map(np.sum, slices)), repeats)
+        return _median_seconds(lambda: list(pool.map(np.sum, slices)), repeats)
 
 
 def _torch_reader(nbytes: int, device: torch.device):
