@@ -137,6 +137,8 @@ class Store:
             self._prepare(time.monotonic() + timeout_s)
         except sqlite3.DatabaseError as exc:
             self.conn.close()
+            if "locked" in str(exc):  # a readable database another process kept locked past the timeout
+                raise StoreError(f"{self.path} stayed locked by another process for {timeout_s:g} s: {exc}") from exc
             raise StoreError(f"{self.path} is not a ChatTTS Lab database: {exc}") from exc
         self.mark_dead_sweeps()
 

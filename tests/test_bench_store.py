@@ -80,6 +80,20 @@ def test_a_newer_schema_is_refused(tmp_path):
         Store(db)
 
 
+def test_a_database_locked_past_the_timeout_says_so_not_that_it_is_foreign(tmp_path):
+    db = tmp_path / "lab.sqlite"
+    Store(db).close()
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process in the middle of a long write
+    try:
+        with pytest.raises(Exception, match="stayed locked by another process"):
+            Store(db, timeout_s=0.3)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    Store(db).close()  # and it opens once the lock is gone
+
+
 # What each schema version added to the first release's file (tests/data/lab-schema-v1.sql). Two builds wrote 4:
 # the roofline columns (released) and, in development, the interleaved-passes columns and notes table.
 _SCHEMA_ADDITIONS = {

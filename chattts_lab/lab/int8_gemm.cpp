@@ -2,7 +2,7 @@
 //
 // Why its own: a decode step multiplies a few rows (one per batch item) by every weight of the GPT, so it is
 // bound by reading the weights, and at batch 8 it should cost what batch 1 costs. fbgemm's dynamic-int8 GEMM
-// (what the lab used before) read the weights at about 70 % of the AVX-512 build machine's bandwidth at batch 1,
+// (what the lab used before) read the weights at about 60 % of the AVX-512 build machine's bandwidth at batch 1,
 // cost twice as much at batch 8 as at batch 1, and keeps a second, unpacked copy of every weight for
 // `linear_unpack`. Here every weight byte is read once per call whatever M is, from one packed copy.
 //

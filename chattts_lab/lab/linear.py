@@ -96,7 +96,7 @@ class PackedInt8Linear(nn.Module):
 
     One packed copy of the weights (fbgemm keeps a second, unpacked one), every weight byte read once per call
     whatever the batch; per-row 8-bit activations. Full-size GPT, one decode step's projections, 2 threads,
-    AVX-512 VNNI: fbgemm read the weights at about 22 GB/s, this at about 28 (batch 1; the machine reads ~33).
+    AVX-512 VNNI: fbgemm read the weights at about 20 GB/s, this at about 28 (batch 1; the machine reads ~33).
     """
 
     effective_dtype = "int8"

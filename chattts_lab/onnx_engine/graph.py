@@ -10,8 +10,9 @@ The graph is written node by node rather than traced with `torch.onnx.export`: a
 60 small ONNX nodes per layer (rotary as slices, concats and multiplies, attention as transposes, matmuls and a
 softmax), which ONNX Runtime runs one by one and which cost about as much as the int4 matrix multiplies in a
 decode step. Here each layer is ONNX Runtime's own `SimplifiedLayerNormalization` (RMSNorm), `RotaryEmbedding`
-(rotate-half, from the positions) and `GroupQueryAttention` (the in-place KV cache, additive mask,
-softmax in one kernel), around four plain `MatMul`s with q/k/v and gate/up fused, which the int8 and int4 quantizers replace.
+(rotate-half, from the positions) and `GroupQueryAttention` (the in-place KV cache, additive mask, softmax in
+one kernel), around four plain `MatMul`s with q/k/v and gate/up fused, which the int8 and int4 quantizers
+replace.
 The maths is transformers' `LlamaModel`'s; tests compare the two.
 """
 
