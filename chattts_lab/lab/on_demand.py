@@ -51,12 +51,12 @@ def dvae_checkpoint(gpt_folder: str) -> Path | None:
     return path if gpt_folder and path.is_file() else None
 
 
-def load_dvae_on_demand(chat, gpt_folder: str) -> bool:
-    """Replace the loaded `chat.dvae` by an `OnDemand` that reloads it from its checkpoint; False (DVAE kept)
+def load_dvae_on_demand(chat, gpt_folder: str) -> None:
+    """Replace the loaded `chat.dvae` by an `OnDemand` that reloads it from its checkpoint; the DVAE stays loaded
     where the checkpoint cannot be found."""
     path = dvae_checkpoint(gpt_folder)
     if path is None or isinstance(chat.dvae, OnDemand):
-        return False
+        return
     device = chat.dvae.coef.device
     config = chat.config.dvae
 
@@ -70,4 +70,3 @@ def load_dvae_on_demand(chat, gpt_folder: str) -> bool:
         return dvae.eval()
 
     chat.dvae = OnDemand(build, f"ChatTTS's DVAE from {path}")
-    return True

@@ -57,11 +57,10 @@ def convert_projections(module: nn.Module) -> int:
     return converted
 
 
-def install_bf16_decoding(chat, device: torch.device) -> bool:
-    """The decoder's and vocoder's projections in bf16 where that pays here; True if they were converted."""
-    if not bf16_projections_pay(device):
-        return False
-    with torch.no_grad():
-        for module in (chat.decoder, chat.vocos):
-            convert_projections(module)
-    return True
+def install_bf16_decoding(chat, device: torch.device) -> None:
+    """The decoder's and vocoder's projections in bf16 where that pays here (the rows' dtype_decoder and
+    dtype_vocos say whether they were converted)."""
+    if bf16_projections_pay(device):
+        with torch.no_grad():
+            for module in (chat.decoder, chat.vocos):
+                convert_projections(module)
