@@ -4,6 +4,7 @@ bandwidth and floor / step; failed rows leave them empty; old databases, bundles
 the recommendation carry them. No timing bounds: only that a bandwidth is a positive, finite number."""
 
 import math
+import re
 import sqlite3
 from pathlib import Path
 
@@ -47,10 +48,22 @@ def expected_stock_bytes(gpt_bytes_per_value: int) -> int:
     return gpt * gpt_bytes_per_value + heads * 4
 
 
-def test_read_bandwidth_of_the_cpu_is_a_positive_finite_number_with_its_method():
+def test_read_bandwidth_of_the_cpu_is_the_faster_of_two_readers_and_names_both():
     measured = roofline.read_gbps("cpu", nbytes=64 * 2**20, repeats=2, threads=1)
     assert measured["gbps"] > 0 and math.isfinite(measured["gbps"])
-    assert "numpy float64 sum over 64 MiB in 1 threads" in measured["method"]
+    winner, other = re.fullmatch(r"(.+) over 64 MiB in 1 threads, median of 2 after a warm-up "
+                                 r"\(the faster reader; (.+) ([0-9.]+) GB/s\)", measured["method"]).group(1, 2)
+    assert {winner, other} == {"numpy float64 sum", "torch float32 sum"}
+    assert float(measured["method"].split()[-2]) <= round(measured["gbps"], 1)
+
+
+def test_the_independent_bandwidth_check_reports_every_reader_and_counts_the_fastest():
+    from bench.independent_bandwidth import READERS, measure
+
+    found = measure(procs=2, mib=64, repeats=2)
+    assert set(found["gbps_by_reader"]) == set(READERS) and found["reader"] in READERS
+    assert found["gbps"] == max(found["gbps_by_reader"].values()) > 0
+    assert all(len(walls) == 2 for walls in found["walls_s"].values())
 
 
 def test_the_read_is_several_times_larger_than_the_last_level_cache():
