@@ -143,6 +143,42 @@ def test_fused_attention_reads_a_bf16_cache_as_the_widened_fp32_values():
     torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)  # only the current slot's rounding differs
 
 
+def _attention_reference(qkv, rot, k_cache, v_cache, slot, end, valid):
+    """decode_attention's contract in torch ops: rotate q and k (adjacent pairs), write k and v at `slot`, attend
+    over slots [0, end) where `valid`."""
+    B, H, _, Dh = k_cache.shape
+    q, k, v = qkv.view(B, 3, H, Dh).unbind(1)
+    turn = torch.view_as_complex(rot)[:, None]  # [B, 1, Dh/2]
+    rotate = lambda x: torch.view_as_real(torch.view_as_complex(x.reshape(B, H, Dh // 2, 2)) * turn).reshape(B, H, Dh)
+    k_cache, v_cache = k_cache.clone(), v_cache.clone()
+    k_cache[:, :, slot], v_cache[:, :, slot] = rotate(k), v
+    scores = torch.einsum("bhd,bhtd->bht", rotate(q), k_cache[:, :, :end].float()) / Dh**0.5
+    scores = scores.masked_fill(~valid[:, None, :end], float("-inf"))
+    return torch.einsum("bht,bhtd->bhd", scores.softmax(-1), v_cache[:, :, :end].float()).reshape(B, H * Dh)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_attention_of_64_dim_heads_computes_softmax_attention(dtype):
+    """ChatTTS's heads are 64 wide: the kernel's path that scores 16 cached positions at a time and keeps the output
+    in registers, against torch ops, at lengths that leave partial groups of 16 and with a padded prompt."""
+    from chattts_lab.lab import kernels
+
+    fused = kernels.load()
+    if fused is None:
+        pytest.skip("no C++ toolchain here: the lab runs its torch-op path")
+    torch.manual_seed(0)
+    B, H, T, Dh = 3, 2, 50, 64
+    for end in (1, 15, 16, 17, 33, 50):
+        qkv, angle = torch.randn(B, 3 * H * Dh), torch.rand(B, Dh // 2) * 3
+        rot = torch.stack([angle.cos(), angle.sin()], -1).contiguous()
+        valid = torch.ones(B, T, dtype=torch.bool)
+        valid[1, : min(5, end - 1)] = False  # a padded prompt
+        k, v = torch.randn(B, H, T, Dh).to(dtype), torch.randn(B, H, T, Dh).to(dtype)
+        want = _attention_reference(qkv, rot, k, v, end - 1, end, valid)
+        got = fused.decode_attention(qkv, rot, k, v, end - 1, end, valid)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 if dtype == torch.float32 else 2e-2)
+
+
 def test_fused_kernels_can_be_switched_off(monkeypatch):
     from chattts_lab.lab import kernels
 

@@ -30,6 +30,12 @@ namespace {
 
 constexpr int64_t ROWS = 16;   // output rows per packed block (one zmm of int32 accumulators)
 constexpr int BLOCKS = 4;      // blocks a micro-kernel walks together: 4 independent accumulator chains at M=1
+// How far ahead of its reads a micro-kernel prefetches each block's weights, in 64-byte lines (4 KB). With more
+// than one row of x, the multiplies between one line and the next leave the hardware prefetchers behind. Full-size
+// GPT, one step's 80 projections, 2 threads, Zen 5 with AVX-512 VNNI, interleaved with the kernel without it: 0.93x
+// the time at 2 rows, 0.90x at 4, 0.66-0.69x at 8 (7.0 -> 4.8 ms), 0.99x at a batch-8 prompt's 440. 16 or 128
+// lines ahead did worse at 8 rows in back-to-back runs. A prefetch past the end of the weights is harmless: x86 prefetches never fault.
+constexpr int PREFETCH_LINES = 64;
 
 }  // namespace
 
@@ -95,7 +101,11 @@ static void micro(const uint8_t* q, int64_t K, const int8_t* w, int64_t b0, cons
   const int8_t* wb = w + b0 * K * ROWS;
   for (int64_t k = 0; k < K; k += 4) {
     __m512i wv[NB];
-    for (int b = 0; b < NB; ++b) wv[b] = _mm512_loadu_si512(wb + b * K * ROWS + k * ROWS);
+    for (int b = 0; b < NB; ++b) {
+      wv[b] = _mm512_loadu_si512(wb + b * K * ROWS + k * ROWS);
+      if constexpr (MT > 1)  // one row: the hardware prefetchers keep up (prefetching there cost 0-4 %)
+        _mm_prefetch(reinterpret_cast<const char*>(wb + b * K * ROWS + (k + 4 * PREFETCH_LINES) * ROWS), _MM_HINT_T0);
+    }
     for (int m = 0; m < MT; ++m) {
       const __m512i xv = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(q + m * K + k));
       for (int b = 0; b < NB; ++b) acc[m][b] = _mm512_dpbusd_epi32(acc[m][b], xv, wv[b]);

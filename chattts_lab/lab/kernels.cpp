@@ -172,6 +172,78 @@ torch::Tensor silu_mul(const torch::Tensor& gate_up) {
   return out;
 }
 
+#if defined(__AVX512F__)
+// The sums of 16 vectors' lanes, as one vector: out[j] = sum of v[j]'s 16 lanes. A transpose-and-add tree
+// (45 shuffles and adds) instead of 16 horizontal reductions (about 160).
+static inline __m512 sum_lanes16(__m512 v[16]) {
+  __m512 pairs[8], quads[4];
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: [v2i 0+2, v2i+1 0+2, v2i 1+3, v2i+1 1+3]
+    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)  // per 128-bit lane: v4i .. v4i+3, each summed over that lane's 4 values
+    quads[i] = _mm512_add_ps(_mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(pairs[2 * i], pairs[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // 128-bit lane L of the result: quads[L] summed over its 4 lanes
+  const __m512 a = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 b = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Scores q . k[t] * scale for t in [0, end) of one head of 64 dims, 16 positions at a time (q held in 4 registers,
+// one reduction tree per 16 positions); a slot `valid` (or nullptr: every slot) rules out scores -inf. Returns the
+// largest score.
+template <typename T>
+static inline float scores64(const float* q, const T* kbase, const bool* valid, int64_t end, float scale, float* p) {
+  const __m512 q0 = _mm512_loadu_ps(q), q1 = _mm512_loadu_ps(q + 16), q2 = _mm512_loadu_ps(q + 32),
+               q3 = _mm512_loadu_ps(q + 48), sv = _mm512_set1_ps(scale);
+  __m512 top = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t t = 0;
+  for (; t + 16 <= end; t += 16) {
+    __m512 acc[16];
+    for (int j = 0; j < 16; ++j) {
+      const T* k = kbase + (t + j) * 64;
+      acc[j] = _mm512_fmadd_ps(q3, load16(k + 48), _mm512_fmadd_ps(q2, load16(k + 32),
+               _mm512_fmadd_ps(q1, load16(k + 16), _mm512_mul_ps(q0, load16(k)))));
+    }
+    _mm512_storeu_ps(p + t, _mm512_mul_ps(sum_lanes16(acc), sv));
+    if (valid)
+      for (int j = 0; j < 16; ++j)
+        if (!valid[t + j]) p[t + j] = -std::numeric_limits<float>::infinity();
+    top = _mm512_max_ps(top, _mm512_loadu_ps(p + t));
+  }
+  float best = _mm512_reduce_max_ps(top);
+  for (; t < end; ++t) {
+    p[t] = valid && !valid[t] ? -std::numeric_limits<float>::infinity() : dot(q, kbase + t * 64, 64) * scale;
+    best = std::max(best, p[t]);
+  }
+  return best;
+}
+
+// o = sum over t of w[t] * v[t] * norm for one head of 64 dims, accumulated in registers (two sets, so consecutive
+// positions' FMAs do not wait on each other). A masked slot's weight is 0 and its value finite (the prompt's pass
+// wrote every slot before `end`), so it adds nothing.
+template <typename T>
+static inline void weighted_sum64(const float* w, const T* vbase, int64_t end, float norm, float* o) {
+  __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 b[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  int64_t t = 0;
+  for (; t + 2 <= end; t += 2) {
+    const T *v0 = vbase + t * 64, *v1 = v0 + 64;
+    const __m512 w0 = _mm512_set1_ps(w[t]), w1 = _mm512_set1_ps(w[t + 1]);
+    for (int c = 0; c < 4; ++c) {
+      a[c] = _mm512_fmadd_ps(w0, load16(v0 + 16 * c), a[c]);
+      b[c] = _mm512_fmadd_ps(w1, load16(v1 + 16 * c), b[c]);
+    }
+  }
+  for (; t < end; ++t)
+    for (int c = 0; c < 4; ++c) a[c] = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), load16(vbase + t * 64 + 16 * c), a[c]);
+  const __m512 nv = _mm512_set1_ps(norm);
+  for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(_mm512_add_ps(a[c], b[c]), nv));
+}
+#endif
+
 // One decode step of attention for every (item, head):
 //   qkv [B, 3*H*Dh]: the fused projection of this step's token (q and k rows rotary-paired);
 //   rot [B, Dh/2, 2]: cos and sin (times rope scaling) at each item's position;
@@ -203,9 +275,15 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
         vbase[slot * Dh + j] = static_cast<T>(vs[j]);
       }
 
+      const bool* valid = pvalid ? pvalid + b * valid_stride : nullptr;
       float top = -std::numeric_limits<float>::infinity();
+#if defined(__AVX512F__)
+      if (Dh == 64) {
+        top = scores64(q.data(), kbase, valid, end, scale, p.data());
+      } else
+#endif
       for (int64_t t = 0; t < end; ++t) {
-        if (pvalid && !pvalid[b * valid_stride + t]) {
+        if (valid && !valid[t]) {
           p[t] = -std::numeric_limits<float>::infinity();
           continue;
         }
@@ -231,6 +309,12 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
         sum += p[t];
       }
       float* o = po + b * H * Dh + h * Dh;
+#if defined(__AVX512F__)
+      if (Dh == 64) {
+        weighted_sum64(p.data(), vbase, end, 1.f / sum, o);
+        continue;
+      }
+#endif
       std::fill(o, o + Dh, 0.f);
       for (int64_t t = 0; t < end; ++t) {
         if (p[t] == 0.f) continue;
