@@ -94,10 +94,18 @@ def passes_frame(comparisons: dict | None) -> pd.DataFrame:
 
 
 def bandwidth_lines(env: dict) -> list[str]:
-    """The read bandwidth each device measured at the sweep's start: what `floor_step_ms` divides by."""
+    """The read bandwidth of each device, what `floor_step_ms` divides by: the sweep's one read, or the median of
+    its reads at the start and before each interleaved pass."""
     gbps, method = env.get("mem_read_gbps") or {}, env.get("mem_read_method") or {}
-    return [f"Memory read bandwidth ({device}): {_fmt(value)} GB/s, {method.get(device, 'method not recorded')}"
-            for device, value in gbps.items()]
+    reads = env.get("mem_read_gbps_reads") or {}
+    lines = []
+    for device, value in gbps.items():
+        line = f"Memory read bandwidth ({device}): {_fmt(value)} GB/s, {method.get(device, 'method not recorded')}"
+        if len(reads.get(device) or []) > 1:
+            line += (f"; the median of {len(reads[device])} such reads, at the start and before each pass: "
+                     f"{', '.join(_fmt(r) for r in reads[device])} GB/s")
+        lines.append(line)
+    return lines
 
 
 def markdown_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None,

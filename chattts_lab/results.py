@@ -99,7 +99,7 @@ class CellResult:
     audio_s: float | None = None
     cpu_share: float | None = None  # CPU seconds over wall seconds of the timed calls (all threads; 2.0 = two cores)
     passes: int = 0  # interleaved passes the timed calls came from (0: one process ran them back to back)
-    mem_read_gbps: float | None = None  # read bandwidth of the cell's device, measured once per sweep
+    mem_read_gbps: float | None = None  # read bandwidth of the cell's device, as its sweep measured it
     effective: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # load-time RSS, baseline RSS, interop threads ...
     samples: tuple[dict, ...] = ()  # raw per-run measurements, phases cold / warmup / timed

@@ -5,7 +5,8 @@ weight byte is fetched from memory once per step and used for only B multiply-ad
 cheap next to the fetch, and the step cannot finish faster than `weight bytes / read bandwidth`
 (`metrics.floor_step_ms`). `roofline` = floor / measured step says how close a configuration gets.
 
-    measure_read_bandwidth(devices)  once per sweep, recorded with the environment
+    measure_read_bandwidth(devices)  at a sweep's start (and before each interleaved pass: with_another_read),
+                                     recorded with the environment
     decode_weight_bytes(chat)         once per cell, from the loaded model's real tensors
 """
 
@@ -138,6 +139,24 @@ def measure_read_bandwidth(devices) -> dict:
             gbps[device], method[device] = measured["gbps"], measured["method"]
             log.info("memory read bandwidth of %s: %.1f GB/s (%s)", device, measured["gbps"], measured["method"])
     return {"mem_read_gbps": gbps, "mem_read_method": method}
+
+
+def with_another_read(environment: dict, measured: dict) -> dict:
+    """The environment with one more read of each device's bandwidth (`measured`, as `measure_read_bandwidth`
+    returns it): every read is kept in `mem_read_gbps_reads`, and `mem_read_gbps` becomes their median.
+
+    Why: an interleaved sweep reads again before each pass. A VM's bandwidth can change with its neighbours'
+    load for minutes at a time (one build VM read 49-55 GB/s in some minutes and 80-85 in others), and a single
+    read at the start can stand for a regime the cells never ran in; the median of reads spread over the
+    passes is taken where the cells' own figures are, across the same passes.
+    """
+    gbps = dict(environment.get("mem_read_gbps") or {})
+    reads = {device: list(values) for device, values in (environment.get("mem_read_gbps_reads") or {}).items()}
+    for device, value in measured["mem_read_gbps"].items():
+        if device in gbps:  # a device the sweep measured at its start
+            reads[device] = [*reads.get(device, [gbps[device]]), value]
+            gbps[device] = statistics.median(reads[device])
+    return {**environment, "mem_read_gbps": gbps, "mem_read_gbps_reads": reads}
 
 
 def with_bandwidth(result, environment: dict):

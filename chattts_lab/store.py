@@ -236,6 +236,12 @@ class Store:
             )
             return int(cur.lastrowid)
 
+    def update_environment(self, sweep_id: int, environment: dict) -> None:
+        """Replace a sweep's environment (an interleaved sweep adds a bandwidth read before each pass)."""
+        with self._lock, self.conn:
+            self.conn.execute("UPDATE sweeps SET env_json = ?, machine = ?, updated_at = ? WHERE id = ?",
+                              (json.dumps(environment), summary(environment), _now(), sweep_id))
+
     def set_status(self, sweep_id: int, status: str) -> None:
         if status not in SWEEP_STATUSES:
             raise ValueError(f"unknown sweep status {status!r}")
@@ -489,7 +495,7 @@ def read_bundle(path: str | Path) -> dict:
 # The parts of an environment that tables and reports read, and the type each must have: a bundle is
 # someone else's file, and a crafted one must be refused here rather than crash a report later.
 _ENVIRONMENT_SHAPE = {"cpu": dict, "versions": dict, "blas": dict, "git": dict, "gpus": list, "mem_read_gbps": dict,
-                      "mem_read_method": dict}
+                      "mem_read_method": dict, "mem_read_gbps_reads": dict}
 
 
 # What plots and tables read from a serving run's levels (the `serving` note): numbers where present.

@@ -36,7 +36,7 @@ from chattts_lab.compare import sweep_drift
 from chattts_lab.env import capture_environment
 from chattts_lab.limits import crash_under_budget
 from chattts_lab.results import DONE_STATUSES, PASS_MARKER, RESULT_MARKER, CellResult, RunConfig, summarize
-from chattts_lab.roofline import measure_read_bandwidth, with_bandwidth
+from chattts_lab.roofline import measure_read_bandwidth, with_another_read, with_bandwidth
 from chattts_lab.spec import SpecError, SweepSpec, absent_device_reason, cell_rule
 from chattts_lab.store import Store
 from chattts_lab.worker import repeat_until
@@ -560,6 +560,10 @@ def _run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int,
                     break
                 orders.append([c.index for c in order])
                 store.set_note(sweep_id, "pass_orders", orders)
+                if environment.get("mem_read_gbps"):  # the floor is read across the passes, as the cells are timed
+                    measured = measure_read_bandwidth(list(environment["mem_read_gbps"]))
+                    environment.update(with_another_read(environment, measured))
+                    store.update_environment(sweep_id, environment)
                 yield PassStarted(sweep_id, pass_no, passes, tuple(c.index for c in order))
                 for position, cell in enumerate(order):
                     yield from one_call(cell, {"pass": pass_no, "position": position})

@@ -5,6 +5,7 @@ the recommendation carry them. No timing bounds: only that a bandwidth is a posi
 
 import math
 import re
+import statistics
 import sqlite3
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from safetensors import safe_open
 from chattts_lab import metrics, roofline, sweep
 from chattts_lab.plots import REPORT_FIGURES, roofline_by_config
 from chattts_lab.recommend import recommend
-from chattts_lab.report import html_report, markdown_table, results_frame
+from chattts_lab.report import bandwidth_lines, html_report, markdown_table, results_frame
 from chattts_lab.results import CellResult, RunConfig, summarize
 from chattts_lab.spec import SweepSpec
 from chattts_lab.store import SCHEMA_VERSION, Store, cells_frame, export_bundle, import_bundle
@@ -103,22 +104,32 @@ def tiny_sweep(tmp_path_factory):
     patch.setattr(sweep, "measure_read_bandwidth", counting)
     try:
         spec = SweepSpec(model="synthetic-tiny", precisions=("fp32", "bf16", "int4"), tokens=(8,), repeats=1,
-                         warmup=0, min_time_s=0.0, fidelity=False)
+                         warmup=0, min_time_s=0.0, fidelity=False, passes=3)
         final = list(sweep.run_sweep(spec, db))[-1]
     finally:
         patch.undo()
     return db, final, calls
 
 
-def test_a_sweep_measures_bandwidth_once_and_records_it_with_the_environment(tiny_sweep):
+def test_a_sweep_reads_bandwidth_at_its_start_and_before_each_pass_and_records_the_median(tiny_sweep):
     db, final, calls = tiny_sweep
-    assert calls == [["cpu"]]  # once per sweep, not once per cell
+    assert calls == [["cpu"]] * 4  # the start and each of 3 interleaved passes, not once per cell
     with Store(db) as store:
         env = store.sweep(final.sweep_id)["environment"]
+    reads = env["mem_read_gbps_reads"]["cpu"]
     gbps = env["mem_read_gbps"]["cpu"]
-    assert gbps > 0 and "sum over" in env["mem_read_method"]["cpu"]
+    assert len(reads) == 4 and gbps == statistics.median(reads) > 0 and "sum over" in env["mem_read_method"]["cpu"]
     ok = [r.row() for r in final.results if r.status == "ok"]
     assert len(ok) == 2 and all(r["mem_read_gbps"] == gbps for r in ok)
+    line = bandwidth_lines(env)[0]
+    assert "the median of 4 such reads, at the start and before each pass" in line
+
+
+def test_another_read_keeps_every_read_and_takes_their_median_for_measured_devices_only():
+    env = {"mem_read_gbps": {"cpu": 50.0}, "mem_read_method": {"cpu": "torch float32 sum"}}
+    env = roofline.with_another_read(env, {"mem_read_gbps": {"cpu": 80.0, "cuda:0": 900.0}})
+    env = roofline.with_another_read(env, {"mem_read_gbps": {"cpu": 52.0}})
+    assert env["mem_read_gbps_reads"] == {"cpu": [50.0, 80.0, 52.0]} and env["mem_read_gbps"] == {"cpu": 52.0}
 
 
 def test_weight_bytes_per_step_match_the_checkpoint_shapes_in_fp32_and_bf16(tiny_sweep):
