@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from chattts_lab.lab import lab_unsupported_reason
 from chattts_lab.lab.linear import (FbgemmInt8Linear, Int4Linear, PackedInt8Linear, WeightOnlyInt8Linear, int4_available,
@@ -191,7 +192,28 @@ def test_lab_engine_reports_what_took_effect(lab_fp32):
     eff = lab_fp32.effective
     assert eff["engine"] == "lab" and eff["dtype_gpt"] == "float32" and eff["compile"] is False
     assert lab_fp32.chat.lab_engine.compiled is False
-    assert eff["kernels"].startswith("float32-matmul ") and eff["kernels"].endswith("kv-cache fp32")
+    from chattts_lab.lab.linear import fp32_rows_kernels
+
+    decode_kernel = "lab-fp32-rows avx512" if fp32_rows_kernels() is not None else "float32-matmul "
+    assert eff["kernels"].startswith(decode_kernel) and eff["kernels"].endswith("kv-cache fp32")
+
+
+def test_fp32_decode_rows_compute_what_torch_linear_computes():
+    """The lab's fp32 kernel for a decode step's 1-8 rows (AVX-512) against F.linear, on shapes that leave a partial
+    block of 16 output rows; a prompt's 9+ rows go to torch's own GEMM."""
+    from chattts_lab.lab.linear import FloatLinear, fp32_rows_kernels
+
+    if fp32_rows_kernels() is None:
+        pytest.skip("no AVX-512 build of the kernels here: fp32 runs torch's matmul")
+    torch.manual_seed(0)
+    for n, k in [(16, 32), (17, 64), (100, 96), (2304, 768), (768, 3072)]:
+        module = FloatLinear(torch.randn(n, k), torch.float32)
+        assert module.kernel == "lab-fp32-rows avx512"
+        for m in range(1, 9):
+            x = torch.randn(1, m, k)
+            torch.testing.assert_close(module(x), F.linear(x, module.weight), rtol=1e-5, atol=1e-5 * k**0.5)
+        prompt = torch.randn(2, 9, k)
+        assert torch.equal(module(prompt), F.linear(prompt, module.weight))
 
 
 @x86_64_only

@@ -244,6 +244,72 @@ static inline void weighted_sum64(const float* w, const T* vbase, int64_t end, f
 }
 #endif
 
+#if defined(__AVX512F__)
+// One block of 16 output rows n0..n0+16 (fewer at the end) for MT rows of x: each weight row is read once, in
+// order, and dotted with every row of x (2 accumulators per row of x: consecutive FMAs do not wait on each other).
+template <int MT>
+static void fp32_rows_block(const float* x, const float* w, float* y, int64_t K, int64_t N, int64_t n0) {
+  __m512 sums[MT][16];
+  const int64_t rows = std::min<int64_t>(16, N - n0);
+  for (int64_t r = 0; r < 16; ++r) {
+    if (r >= rows) {
+      for (int m = 0; m < MT; ++m) sums[m][r] = _mm512_setzero_ps();
+      continue;
+    }
+    const float* wr = w + (n0 + r) * K;
+    __m512 a[MT], b[MT];
+    for (int m = 0; m < MT; ++m) a[m] = b[m] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 32) {
+      const __m512 w0 = _mm512_loadu_ps(wr + k), w1 = _mm512_loadu_ps(wr + k + 16);
+      for (int m = 0; m < MT; ++m) {
+        a[m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + m * K + k), a[m]);
+        b[m] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + m * K + k + 16), b[m]);
+      }
+    }
+    for (int m = 0; m < MT; ++m) sums[m][r] = _mm512_add_ps(a[m], b[m]);
+  }
+  const __mmask16 keep = static_cast<__mmask16>(rows == 16 ? 0xFFFF : (1u << rows) - 1);
+  for (int m = 0; m < MT; ++m) _mm512_mask_storeu_ps(y + m * N + n0, keep, sum_lanes16(sums[m]));
+}
+#endif
+
+// y [M, N] = x [M, K] . w [N, K]^T in fp32, for the few rows of a decode step (M <= 8, K a multiple of 32), with w
+// as torch holds it. Why: torch's fp32 GEMV (MKL's, in the PyPI build) read the weights at about 19 GB/s on a
+// Zen 5 machine that reads 55-88; one pass over w per call, every row of x at once, reads at the memory's pace.
+// Larger M (a prompt) stays with torch's GEMM, which is compute-bound there and good at it.
+torch::Tensor fp32_linear_rows(const torch::Tensor& x, const torch::Tensor& w) {
+#if defined(__AVX512F__)
+  check_fp32(w, "fp32_linear_rows");
+  const auto xc = x.contiguous();
+  TORCH_CHECK(xc.scalar_type() == at::kFloat, "fp32_linear_rows: fp32 activations");
+  const int64_t K = w.size(1), N = w.size(0), M = xc.numel() / K;
+  TORCH_CHECK(xc.size(-1) == K && K % 32 == 0 && M >= 1 && M <= 8, "fp32_linear_rows: 1-8 rows, K a multiple of 32");
+  auto sizes = xc.sizes().vec();
+  sizes.back() = N;
+  auto y = torch::empty(sizes, xc.options());
+  const float *px = xc.data_ptr<float>(), *pw = w.data_ptr<float>();
+  float* py = y.data_ptr<float>();
+  at::parallel_for(0, (N + 15) / 16, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t blk = begin; blk < end; ++blk) {
+      const int64_t n0 = blk * 16;
+      switch (M) {
+        case 1: fp32_rows_block<1>(px, pw, py, K, N, n0); break;
+        case 2: fp32_rows_block<2>(px, pw, py, K, N, n0); break;
+        case 3: fp32_rows_block<3>(px, pw, py, K, N, n0); break;
+        case 4: fp32_rows_block<4>(px, pw, py, K, N, n0); break;
+        case 5: fp32_rows_block<5>(px, pw, py, K, N, n0); break;
+        case 6: fp32_rows_block<6>(px, pw, py, K, N, n0); break;
+        case 7: fp32_rows_block<7>(px, pw, py, K, N, n0); break;
+        default: fp32_rows_block<8>(px, pw, py, K, N, n0); break;
+      }
+    }
+  });
+  return y;
+#else
+  TORCH_CHECK(false, "fp32_linear_rows: this build has no AVX-512 (see simd())");
+#endif
+}
+
 // One decode step of attention for every (item, head):
 //   qkv [B, 3*H*Dh]: the fused projection of this step's token (q and k rows rotary-paired);
 //   rot [B, Dh/2, 2]: cos and sin (times rope scaling) at each item's position;

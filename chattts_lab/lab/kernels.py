@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 
 # kernels.cpp: the fused decode step's glue; int8_gemm.cpp: the int8 matrix multiply for AVX-512 VNNI CPUs
 SOURCES = [Path(__file__).with_name("kernels.cpp"), Path(__file__).with_name("int8_gemm.cpp")]
-FUNCTIONS = ["simd", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention", "int8_isa", "int8_pack",
-             "int8_linear", "decode_step_int8"]
+FUNCTIONS = ["simd", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention", "fp32_linear_rows", "int8_isa",
+             "int8_pack", "int8_linear", "decode_step_int8"]
 # -march=native: the build is for this machine only (its cache name carries the CPU flags)
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP
 
