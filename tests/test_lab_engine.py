@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from chattts_lab.lab import lab_unsupported_reason
-from chattts_lab.lab.linear import (FbgemmInt8Linear, Int4Linear, PackedInt8Linear, WeightOnlyInt8Linear, int4_available,
-                                    int8_kernels)
+from chattts_lab.lab.linear import (FbgemmInt8Linear, Int4Linear, PackedInt4Linear, PackedInt8Linear,
+                                    WeightOnlyInt8Linear, int4_available, int8_kernels)
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.models import LoadConfig, load_model, unload_all
 from chattts_lab.precision import UnsupportedPrecision
@@ -256,21 +256,48 @@ def test_int8_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
             assert float((got - want).norm() / want.norm()) < 0.02, (n, k, m)  # 8-bit activations' rounding
 
 
-def test_int8_step_in_one_call_computes_what_the_layer_loop_computes():
-    """Lab int8 on a VNNI CPU runs each decode step as one C++ call (decode_step_int8); the per-layer Python
-    loop over the same kernels gives the same tokens and hidden states."""
+def test_int4_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
+    """The lab's VNNI int4 GEMM (int8_gemm.cpp's int4_linear) against x @ dequantized W (groups of 128), on shapes
+    that leave partial blocks: output rows not a multiple of 16, 1 to 33 rows of x."""
+    from chattts_lab.lab.linear import PackedInt4Linear, per_group_int4
+
+    fused = int8_kernels()
+    if fused is None:
+        pytest.skip("no AVX-512 VNNI here (or no compiler): lab int4 runs torch's int4 kernel")
+    torch.manual_seed(0)
+    group = fused.int4_group()
+    for n, k in [(16, 128), (17, 256), (100, 768), (2504, 768), (768, 3072)]:
+        w = torch.randn(n, k)
+        q, scales = per_group_int4(w, group)
+        assert int(q.abs().max()) <= 7
+        dequantized = (q.float().view(n, -1, group) * scales[..., None]).view(n, k)
+        module = PackedInt4Linear(w, fused)
+        assert module.packed.numel() == -(-n // 16) * 16 * k // 2  # two weights a byte, rows padded to 16
+        for m in (1, 2, 5, 8, 9, 33):
+            x = torch.randn(2, m, k)
+            want = x @ dequantized.T
+            got = module(x)
+            assert got.shape == (2, m, n)
+            assert float((got - want).norm() / want.norm()) < 0.02, (n, k, m)  # 8-bit activations' rounding
+
+
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_packed_step_in_one_call_computes_what_the_layer_loop_computes(precision):
+    """Lab int8 and int4 on a VNNI CPU run each decode step as one C++ call (decode_step_packed); the per-layer
+    Python loop over the same kernels gives the same tokens and hidden states."""
     if int8_kernels() is None:
         pytest.skip("no AVX-512 VNNI here (or no compiler): the step runs layer by layer")
     unload_all()
-    model = load("lab", "int8")
+    model = load("lab", precision)
     gpt = model.chat.lab_engine.gpt_module
-    assert gpt.int8_step is not None
+    assert gpt.packed_step is not None
+    assert model.effective["kernels"].startswith(f"lab-{precision} avx512_vnni; ")
     one_call = code_tokens(model, TEXTS, 24, seed=7)
-    saved, gpt.int8_step = gpt.int8_step, None
+    saved, gpt.packed_step = gpt.packed_step, None
     try:
         layer_loop = code_tokens(model, TEXTS, 24, seed=7)
     finally:
-        gpt.int8_step = saved
+        gpt.packed_step = saved
     for a, b in zip(one_call[0], layer_loop[0]):
         assert torch.equal(a, b)
     for a, b in zip(one_call[1], layer_loop[1]):
@@ -427,7 +454,7 @@ def test_weight_formats_approximate_fp32():
     fused = int8_kernels()
     for module, tol in [(FbgemmInt8Linear(w), 0.03), (WeightOnlyInt8Linear(w), 0.02)] + (
         [(Int4Linear(w), 0.15)] if int4_available() else []
-    ) + ([(PackedInt8Linear(w, fused), 0.02)] if fused is not None else []):
+    ) + ([(PackedInt8Linear(w, fused), 0.02), (PackedInt4Linear(w, fused), 0.15)] if fused is not None else []):
         err = (module(x).float() - ref).norm() / ref.norm()
         assert err < tol, (type(module).__name__, float(err))
 

@@ -197,28 +197,188 @@ torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, c
 #endif
 }
 
-// A whole int8 decode step of the GPT in one call: for each layer, the same kernels the lab's Python loop calls
-// one by one (kernels.cpp's rms_norm, decode_attention, add_rms_norm, silu_mul; int8_linear above), then the
-// final norm. Why: from Python a step is 9 calls per layer, 180 in all, and at about 7 us each their dispatch
-// was ~1.3 ms of a ~9 ms batch-1 step; here it is one.
-//   x [B, 1, dim] fp32; layers: 14 tensors per layer (norm1, qkv packed/sums/scales, o ..., norm2, gate_up ...,
-//   down ...); out: the 4 projections' output sizes; caches: k, v per layer; rot, slot, end, valid as for
+// ---------------------------------------------------------------------------------------------------------------
+// int4 weights, the same int8 dot products. Why: a decode step is bound by reading the weights, and int4 halves
+// them; torch's int4 CPU kernel (bf16 activations) ran a step slower than this file's int8 one.
+//
+// Layout: W is int4 in [-7, 7], symmetric, one fp32 scale per output row and group of INT4_GROUP along K. Blocks of
+// 16 output rows as int8_pack's; for each 8 consecutive k, 64 bytes: byte r*4 + j holds k0+j of row r in its low
+// nibble and k0+4+j in its high one, each stored + 8. The kernel widens the nibbles back to int8 (and, shift,
+// subtract 8) and runs `vpdpbusd` on them; each group's int32 sums are scaled into fp32 sums when the group ends.
+// The +128 shift of the activations is undone once per row with `corr` = 128 * sum over groups of scale * sum(q).
+
+constexpr int64_t INT4_GROUP = 128;
+
+int64_t int4_group() { return INT4_GROUP; }
+
+// q int8 [N, K] in [-7, 7], scales fp32 [N, K / INT4_GROUP] -> (packed uint8 [blocks * K/2 * 16],
+// group scales fp32 [blocks * K/INT4_GROUP * 16], corr fp32 [blocks * 16]); rows padded to whole blocks with zeros.
+std::vector<torch::Tensor> int4_pack(const torch::Tensor& q, const torch::Tensor& scales) {
+  TORCH_CHECK(q.dim() == 2 && q.scalar_type() == at::kChar, "int4_pack: an int8 [N, K] of values in [-7, 7]");
+  TORCH_CHECK(q.size(1) % INT4_GROUP == 0, "int4_pack: K must be a multiple of ", INT4_GROUP);
+  const auto qc = q.contiguous();
+  const auto sc = scales.to(at::kFloat).contiguous();
+  const int64_t N = qc.size(0), K = qc.size(1), groups = K / INT4_GROUP, blocks = (N + ROWS - 1) / ROWS;
+  TORCH_CHECK(sc.numel() == N * groups, "int4_pack: one scale per row and group");
+  auto packed = torch::full({blocks * K / 2 * ROWS}, 0x88, qc.options().dtype(at::kByte));  // padding rows: 0
+  auto gscales = torch::zeros({blocks * groups * ROWS}, sc.options());
+  auto corr = torch::zeros({blocks * ROWS}, sc.options());
+  const int8_t* src = qc.data_ptr<int8_t>();
+  const float* ps = sc.data_ptr<float>();
+  uint8_t* dst = packed.data_ptr<uint8_t>();
+  float *pg = gscales.data_ptr<float>(), *pc = corr.data_ptr<float>();
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t block = n / ROWS, r = n % ROWS;
+    double correction = 0.0;
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t sum = 0;
+      for (int64_t k = g * INT4_GROUP; k < (g + 1) * INT4_GROUP; ++k) sum += src[n * K + k];
+      pg[(block * groups + g) * ROWS + r] = ps[n * groups + g];
+      correction += 128.0 * ps[n * groups + g] * static_cast<double>(sum);
+    }
+    pc[n] = static_cast<float>(correction);
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t k8 = k / 8, j = k % 4;
+      uint8_t& byte = dst[block * (K / 2) * ROWS + k8 * 64 + r * 4 + j];
+      const uint8_t nibble = static_cast<uint8_t>(src[n * K + k] + 8);
+      byte = (k % 8) < 4 ? static_cast<uint8_t>((byte & 0xF0) | nibble) : static_cast<uint8_t>((byte & 0x0F) | (nibble << 4));
+    }
+  }
+  return {packed, gscales, corr};
+}
+
+#ifdef LAB_INT8_VNNI
+
+// y[m, blocks b0 .. b0+NB) for MT rows of q (at most 16 accumulators and 16 fp32 sums: MT * NB <= 8).
+template <int MT, int NB>
+static void micro4(const uint8_t* q, int64_t K, const uint8_t* w, int64_t b0, const float* gscales, const float* corr,
+                   const float* xscale, float* y, int64_t N) {
+  const int64_t groups = K / INT4_GROUP;
+  __m512 sums[MT][NB];
+  for (int m = 0; m < MT; ++m)
+    for (int b = 0; b < NB; ++b) sums[m][b] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+  const uint8_t* wb = w + b0 * (K / 2) * ROWS;
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i acc[MT][NB];
+    for (int m = 0; m < MT; ++m)
+      for (int b = 0; b < NB; ++b) acc[m][b] = _mm512_setzero_si512();
+    for (int64_t k = g * INT4_GROUP; k < (g + 1) * INT4_GROUP; k += 8) {
+      __m512i lo[NB], hi[NB];
+      for (int b = 0; b < NB; ++b) {
+        const uint8_t* line = wb + b * (K / 2) * ROWS + (k / 8) * 64;
+        const __m512i v = _mm512_loadu_si512(line);
+        if constexpr (MT > 1)  // as micro above
+          _mm_prefetch(reinterpret_cast<const char*>(line + 64 * PREFETCH_LINES), _MM_HINT_T0);
+        lo[b] = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
+        hi[b] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), eight);
+      }
+      for (int m = 0; m < MT; ++m) {
+        const __m512i x0 = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(q + m * K + k));
+        const __m512i x1 = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(q + m * K + k + 4));
+        for (int b = 0; b < NB; ++b) acc[m][b] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][b], x0, lo[b]), x1, hi[b]);
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      const __m512 s = _mm512_loadu_ps(gscales + ((b0 + b) * groups + g) * ROWS);
+      for (int m = 0; m < MT; ++m) sums[m][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][b]), s, sums[m][b]);
+    }
+  }
+  for (int b = 0; b < NB; ++b) {
+    const int64_t n0 = (b0 + b) * ROWS;
+    const __m512 c = _mm512_loadu_ps(corr + n0);
+    const __mmask16 keep = n0 + ROWS <= N ? 0xFFFF : static_cast<__mmask16>((1u << (N - n0)) - 1);
+    for (int m = 0; m < MT; ++m)
+      _mm512_mask_storeu_ps(y + m * N + n0, keep, _mm512_mul_ps(_mm512_sub_ps(sums[m][b], c), _mm512_set1_ps(xscale[m])));
+  }
+}
+
+// One block of 16 output rows for 1-8 rows of q.
+static void tile4(int MT, const uint8_t* q, int64_t K, const uint8_t* w, int64_t b, const float* gscales,
+                  const float* corr, const float* xscale, float* y, int64_t N) {
+  switch (MT) {
+    case 1: return micro4<1, 1>(q, K, w, b, gscales, corr, xscale, y, N);
+    case 2: return micro4<2, 1>(q, K, w, b, gscales, corr, xscale, y, N);
+    case 3: return micro4<3, 1>(q, K, w, b, gscales, corr, xscale, y, N);
+    case 4: return micro4<4, 1>(q, K, w, b, gscales, corr, xscale, y, N);
+    case 5: return micro4<5, 1>(q, K, w, b, gscales, corr, xscale, y, N);
+    case 6: return micro4<6, 1>(q, K, w, b, gscales, corr, xscale, y, N);
+    case 7: return micro4<7, 1>(q, K, w, b, gscales, corr, xscale, y, N);
+    case 8: return micro4<8, 1>(q, K, w, b, gscales, corr, xscale, y, N);
+  }
+  TORCH_CHECK(false, "int4_linear: no tile of ", MT, " rows");
+}
+
+#endif
+
+// x fp32 [..., K] . int4-packed weight (int4_pack) -> y fp32 [..., N].
+torch::Tensor int4_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& gscales,
+                          const torch::Tensor& corr, int64_t N) {
+#if defined(LAB_INT8_VNNI)
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "int4_linear: fp32 activations");
+  const auto xc = x.contiguous();
+  const int64_t K = xc.size(-1), M = xc.numel() / K, blocks = (N + ROWS - 1) / ROWS;
+  TORCH_CHECK(K % INT4_GROUP == 0 && packed.numel() == blocks * K / 2 * ROWS, "int4_linear: weight packed for another shape");
+  TORCH_CHECK(gscales.numel() == blocks * (K / INT4_GROUP) * ROWS && corr.numel() == blocks * ROWS,
+              "int4_linear: group scales or corrections of another shape");
+  std::vector<uint8_t> q(M * K);
+  std::vector<float> xscale(M);
+  const float* px = xc.data_ptr<float>();
+  for (int64_t m = 0; m < M; ++m) xscale[m] = quantize_row(px + m * K, q.data() + m * K, K);
+  auto sizes = xc.sizes().vec();
+  sizes.back() = N;
+  auto y = torch::empty(sizes, xc.options());
+  const uint8_t* pw = packed.data_ptr<uint8_t>();
+  const float *pg = gscales.data_ptr<float>(), *pc = corr.data_ptr<float>();
+  float* py = y.data_ptr<float>();
+  const int64_t groups = (blocks + BLOCKS - 1) / BLOCKS;
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t gi = begin; gi < end; ++gi) {
+      const int64_t b0 = gi * BLOCKS, nb = std::min<int64_t>(BLOCKS, blocks - b0);
+      if (M == 1 && nb == 4) {  // one row: 4 blocks at a time, 4 independent accumulator chains
+        micro4<1, 4>(q.data(), K, pw, b0, pg, pc, xscale.data(), py, N);
+        continue;
+      }
+      for (int64_t b = b0; b < b0 + nb; ++b)  // each block's 16 * K/2 bytes stay in L1 across the row tiles
+        for (int64_t m0 = 0; m0 < M; m0 += 8)
+          tile4(static_cast<int>(std::min<int64_t>(8, M - m0)), q.data() + m0 * K, K, pw, b, pg, pc,
+                xscale.data() + m0, py + m0 * N, N);
+    }
+  });
+  return y;
+#else
+  TORCH_CHECK(false, "int4_linear: this build has no AVX-512 VNNI (see int8_isa())");
+#endif
+}
+
+// One projection in either packed format, told apart by the packed weights' dtype: int8 (int8_pack: packed, row
+// sums, scales) or int4 (int4_pack: packed uint8, group scales, corrections).
+static torch::Tensor packed_linear(const torch::Tensor& x, const torch::Tensor* w, int64_t N) {
+  return w[0].scalar_type() == at::kByte ? int4_linear(x, w[0], w[1], w[2], N) : int8_linear(x, w[0], w[1], w[2], N);
+}
+
+// A whole int8 or int4 decode step of the GPT in one call: for each layer, the same kernels the lab's Python loop
+// calls one by one (kernels.cpp's rms_norm, decode_attention, add_rms_norm, silu_mul; int8_linear or int4_linear
+// above), then the final norm. Why: from Python a step is 9 calls per layer, 180 in all, and at about 7 us each
+// their dispatch was ~1.3 ms of a ~9 ms batch-1 step; here it is one.
+//   x [B, 1, dim] fp32; layers: 14 tensors per layer (norm1, qkv's 3 packed tensors, o's 3, norm2, gate_up's 3,
+//   down's 3); out: the 4 projections' output sizes; caches: k, v per layer; rot, slot, end, valid as for
 //   decode_attention. Returns the final-normed last hidden state [B, dim].
-torch::Tensor decode_step_int8(torch::Tensor x, const std::vector<torch::Tensor>& layers,
-                               const std::vector<int64_t>& out, const std::vector<torch::Tensor>& caches,
-                               const torch::Tensor& rot, int64_t slot, int64_t end, const torch::Tensor& valid,
-                               double eps, const torch::Tensor& final_norm) {
+torch::Tensor decode_step_packed(torch::Tensor x, const std::vector<torch::Tensor>& layers,
+                                 const std::vector<int64_t>& out, const std::vector<torch::Tensor>& caches,
+                                 const torch::Tensor& rot, int64_t slot, int64_t end, const torch::Tensor& valid,
+                                 double eps, const torch::Tensor& final_norm) {
   constexpr size_t PER_LAYER = 14;
   const size_t n_layers = caches.size() / 2;
-  TORCH_CHECK(layers.size() == n_layers * PER_LAYER && out.size() == 4, "decode_step_int8: 14 tensors per layer");
+  TORCH_CHECK(layers.size() == n_layers * PER_LAYER && out.size() == 4, "decode_step_packed: 14 tensors per layer");
   const int64_t B = x.size(0), dim = x.size(-1);
   for (size_t l = 0; l < n_layers; ++l) {
     const torch::Tensor* w = layers.data() + l * PER_LAYER;
-    const auto qkv = int8_linear(rms_norm(x, w[0], eps), w[1], w[2], w[3], out[0]);
+    const auto qkv = packed_linear(rms_norm(x, w[0], eps), w + 1, out[0]);
     const auto y = decode_attention(qkv.view({B, -1}), rot, caches[2 * l], caches[2 * l + 1], slot, end, valid);
-    const auto sum_normed = add_rms_norm(x, int8_linear(y.view({B, 1, dim}), w[4], w[5], w[6], out[1]), w[7], eps);
-    const auto gate_up = int8_linear(sum_normed[1], w[8], w[9], w[10], out[2]);
-    x = sum_normed[0] + int8_linear(silu_mul(gate_up), w[11], w[12], w[13], out[3]);
+    const auto sum_normed = add_rms_norm(x, packed_linear(y.view({B, 1, dim}), w + 4, out[1]), w[7], eps);
+    const auto gate_up = packed_linear(sum_normed[1], w + 8, out[2]);
+    x = sum_normed[0] + packed_linear(silu_mul(gate_up), w + 11, out[3]);
   }
   return rms_norm(x.select(1, x.size(1) - 1).contiguous(), final_norm, eps);
 }

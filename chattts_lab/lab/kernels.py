@@ -1,5 +1,5 @@
 """The lab engine's C++ CPU kernels, built on first use with the local C++ compiler: the fused decode step's
-glue (`kernels.cpp`) and, on AVX-512 VNNI CPUs, the int8 GEMM and the one-call int8 step (`int8_gemm.cpp`).
+glue (`kernels.cpp`) and, on AVX-512 VNNI CPUs, the int8 and int4 GEMMs and the one-call step (`int8_gemm.cpp`).
 
 Optional by design: where there is no compiler (or ninja), where the build fails, or with
 CHATTTS_LAB_KERNELS=off, `load()` returns None and the lab engine runs the same maths as torch ops.
@@ -20,10 +20,10 @@ import torch
 
 log = logging.getLogger(__name__)
 
-# kernels.cpp: the fused decode step's glue; int8_gemm.cpp: the int8 matrix multiply for AVX-512 VNNI CPUs
+# kernels.cpp: the fused decode step's glue; int8_gemm.cpp: the int8 and int4 matrix multiplies for AVX-512 VNNI CPUs
 SOURCES = [Path(__file__).with_name("kernels.cpp"), Path(__file__).with_name("int8_gemm.cpp")]
 FUNCTIONS = ["simd", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention", "fp32_linear_rows", "int8_isa",
-             "int8_pack", "int8_linear", "decode_step_int8"]
+             "int8_pack", "int8_linear", "int4_group", "int4_pack", "int4_linear", "decode_step_packed"]
 # -march=native: the build is for this machine only (its cache name carries the CPU flags)
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP
 

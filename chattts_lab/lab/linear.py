@@ -137,11 +137,52 @@ class PackedInt8Linear(nn.Module):
 
     @property
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """What `int8_linear` (and `decode_step_int8`, per projection) takes besides x: packed, sums, scales."""
+        """What `int8_linear` (and `decode_step_packed`, per projection) takes besides x: packed, sums, scales."""
         return self.packed, self.sums, self.scales
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fused.int8_linear(x.float(), *self.tensors, self.out_features)
+
+
+class PackedInt4Linear(nn.Module):
+    """int4 weights (symmetric, one scale per output row and group of 128 along the input), int8 dynamic activations,
+    fp32 in/out: the lab's own AVX-512 VNNI kernel (int8_gemm.cpp's int4_linear). A decode step reads half the bytes
+    of int8's, which torch's int4 CPU kernel (bf16 activations) did not turn into a faster step."""
+
+    effective_dtype = "int4"
+
+    def __init__(self, weight: torch.Tensor, fused):
+        super().__init__()
+        self.kernel = f"lab-int4 {fused.int8_isa()}"
+        self.fused = fused
+        q, scales = per_group_int4(weight, fused.int4_group())
+        self.out_features = weight.shape[0]
+        packed, group_scales, corrections = fused.int4_pack(q, scales)
+        del q
+        self.register_buffer("packed", packed)
+        self.register_buffer("group_scales", group_scales)
+        self.register_buffer("corrections", corrections)
+
+    @property
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What `int4_linear` (and `decode_step_packed`, per projection) takes besides x."""
+        return self.packed, self.group_scales, self.corrections
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fused.int4_linear(x.float(), *self.tensors, self.out_features)
+
+
+def per_group_int4(weight: torch.Tensor, group: int, rows_per_chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int4 per output row and group of `group` inputs: weight ~= q * scales (q in [-7, 7], int8)."""
+    n, k = weight.shape
+    q = torch.empty(n, k, dtype=torch.int8, device=weight.device)
+    scales = torch.empty(n, k // group, dtype=torch.float32, device=weight.device)
+    for start in range(0, n, rows_per_chunk):
+        g = weight[start : start + rows_per_chunk].float().reshape(-1, k // group, group)
+        s = g.abs().amax(-1).clamp(min=1e-8) / 7.0
+        q[start : start + rows_per_chunk] = torch.round(g / s[..., None]).clamp_(-7, 7).reshape(-1, k)
+        scales[start : start + rows_per_chunk] = s
+    return q, scales
 
 
 def int8_kernels():
@@ -232,5 +273,7 @@ def make_linear(weight: torch.Tensor, precision: str, device: torch.device, comp
             return FbgemmInt8Linear(weight)
         return WeightOnlyInt8Linear(weight)
     if precision == "int4":
+        if device.type == "cpu" and (fused := int8_kernels()) is not None and weight.shape[1] % fused.int4_group() == 0:
+            return PackedInt4Linear(weight, fused)
         return Int4Linear(weight)
     return FloatLinear(weight, compute_dtype)

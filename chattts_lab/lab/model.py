@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from chattts_lab.lab import kernels
-from chattts_lab.lab.linear import PackedInt8Linear, make_linear
+from chattts_lab.lab.linear import PackedInt4Linear, PackedInt8Linear, make_linear
 
 log = logging.getLogger(__name__)
 
@@ -180,17 +180,17 @@ class LeanLlama(nn.Module):
         self.cache_dtype = cache_dtype(precision, dtype)
         self.rot_table: torch.Tensor | None = None
         self.fused = kernels.load() if device.type == "cpu" and dtype == torch.float32 else None
-        self.int8_step = self._int8_step_weights()
+        self.packed_step = self._packed_step_weights()
 
-    def _int8_step_weights(self):
-        """(the flat weight list, the projections' output sizes) for `decode_step_int8` when every projection
-        is the lab's own int8 (PackedInt8Linear), else None (the step runs layer by layer)."""
+    def _packed_step_weights(self):
+        """(the flat weight list, the projections' output sizes) for `decode_step_packed` when every projection
+        is the lab's own int8 or int4 (PackedInt8Linear, PackedInt4Linear), else None (the step runs layer by layer)."""
         names = ("qkv", "o", "gate_up", "down")
-        if self.fused is None or not all(isinstance(getattr(b, n), PackedInt8Linear)
+        if self.fused is None or not all(isinstance(getattr(b, n), (PackedInt8Linear, PackedInt4Linear))
                                          for b in self.layers for n in names):
             return None
         flat = []
-        for b in self.layers:  # the order decode_step_int8 reads them in
+        for b in self.layers:  # the order decode_step_packed reads them in
             qkv, o, gate_up, down = (getattr(b, n).tensors for n in names)
             flat += [b.norm1, *qkv, *o, b.norm2, *gate_up, *down]
         return flat, [getattr(self.layers[0], n).out_features for n in names]
@@ -234,11 +234,11 @@ class LeanLlama(nn.Module):
     def _decode_fused(self, x, positions, start: int, end: int, mask) -> torch.Tensor:
         rot = torch.view_as_real(self.rot_table[positions[:, 0]]).contiguous()  # [B, D/2, 2]
         valid = mask.view(mask.shape[0], -1) if mask is not None else torch.empty(0, dtype=torch.bool)
-        if self.int8_step is not None:  # the whole step in one C++ call
-            layers, out = self.int8_step
+        if self.packed_step is not None:  # the whole step in one C++ call
+            layers, out = self.packed_step
             caches = [c for kv in self.caches for c in kv]
-            return self.fused.decode_step_int8(x.contiguous(), layers, out, caches, rot, start, end, valid,
-                                               self.shape.eps, self.norm)
+            return self.fused.decode_step_packed(x.contiguous(), layers, out, caches, rot, start, end, valid,
+                                                 self.shape.eps, self.norm)
         for layer, (k, v) in zip(self.layers, self.caches):
             x = layer.decode_fused(self.fused, x, rot, k, v, start, end, valid)
         return self.fused.rms_norm(x[:, -1], self.norm, self.shape.eps)
