@@ -258,8 +258,8 @@ def test_int8_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
 
 def test_int4_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
     """The lab's VNNI int4 GEMM (int8_gemm.cpp's int4_linear) against x @ dequantized W (groups of 128), on shapes
-    that leave partial blocks: output rows not a multiple of 16, 1 to 33 rows of x."""
-    from chattts_lab.lab.linear import PackedInt4Linear, per_group_int4
+    that leave partial blocks: output rows not a multiple of 16, 1 to 33 rows of x, weights not centred on 0."""
+    from chattts_lab.lab.linear import PackedInt4Linear, per_group_uint4
 
     fused = int8_kernels()
     if fused is None:
@@ -267,10 +267,11 @@ def test_int4_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
     torch.manual_seed(0)
     group = fused.int4_group()
     for n, k in [(16, 128), (17, 256), (100, 768), (2504, 768), (768, 3072)]:
-        w = torch.randn(n, k)
-        q, scales = per_group_int4(w, group)
-        assert int(q.abs().max()) <= 7
-        dequantized = (q.float().view(n, -1, group) * scales[..., None]).view(n, k)
+        w = torch.randn(n, k) + 0.5
+        u, scales, mins = per_group_uint4(w, group)
+        assert int(u.max()) <= 15
+        dequantized = (u.float().view(n, -1, group) * scales[..., None] + mins[..., None]).view(n, k)
+        assert float((dequantized - w).norm() / w.norm()) < 0.1
         module = PackedInt4Linear(w, fused)
         assert module.packed.numel() == -(-n // 16) * 16 * k // 2  # two weights a byte, rows padded to 16
         for m in (1, 2, 5, 8, 9, 33):

@@ -201,63 +201,69 @@ torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, c
 // int4 weights, the same int8 dot products. Why: a decode step is bound by reading the weights, and int4 halves
 // them; torch's int4 CPU kernel (bf16 activations) ran a step slower than this file's int8 one.
 //
-// Layout: W is int4 in [-7, 7], symmetric, one fp32 scale per output row and group of INT4_GROUP along K. Blocks of
-// 16 output rows as int8_pack's; for each 8 consecutive k, 64 bytes: byte r*4 + j holds k0+j of row r in its low
-// nibble and k0+4+j in its high one, each stored + 8. The kernel widens the nibbles back to int8 (and, shift,
-// subtract 8) and runs `vpdpbusd` on them; each group's int32 sums are scaled into fp32 sums when the group ends.
-// The +128 shift of the activations is undone once per row with `corr` = 128 * sum over groups of scale * sum(q).
+// Layout: W ~= u * scale + min per output row and group of INT4_GROUP along K, u in [0, 15] (asymmetric, as the
+// lab's int4 was before: symmetric groups drifted further from fp32). Blocks of 16 output rows as int8_pack's; for
+// each 8 consecutive k, 64 bytes: byte r*4 + j holds k0+j of row r in its low nibble and k0+4+j in its high one.
+// The kernel widens the nibbles to bytes (and, shift) and runs `vpdpbusd` with them as the unsigned operand and the
+// activations, quantized per row to signed 8 bits, as the signed one. When a group ends its int32 sums become fp32:
+// sum += scale * (u . x) + min * sum(x over the group).
 
 constexpr int64_t INT4_GROUP = 128;
 
 int64_t int4_group() { return INT4_GROUP; }
 
-// q int8 [N, K] in [-7, 7], scales fp32 [N, K / INT4_GROUP] -> (packed uint8 [blocks * K/2 * 16],
-// group scales fp32 [blocks * K/INT4_GROUP * 16], corr fp32 [blocks * 16]); rows padded to whole blocks with zeros.
-std::vector<torch::Tensor> int4_pack(const torch::Tensor& q, const torch::Tensor& scales) {
-  TORCH_CHECK(q.dim() == 2 && q.scalar_type() == at::kChar, "int4_pack: an int8 [N, K] of values in [-7, 7]");
-  TORCH_CHECK(q.size(1) % INT4_GROUP == 0, "int4_pack: K must be a multiple of ", INT4_GROUP);
-  const auto qc = q.contiguous();
-  const auto sc = scales.to(at::kFloat).contiguous();
-  const int64_t N = qc.size(0), K = qc.size(1), groups = K / INT4_GROUP, blocks = (N + ROWS - 1) / ROWS;
-  TORCH_CHECK(sc.numel() == N * groups, "int4_pack: one scale per row and group");
-  auto packed = torch::full({blocks * K / 2 * ROWS}, 0x88, qc.options().dtype(at::kByte));  // padding rows: 0
-  auto gscales = torch::zeros({blocks * groups * ROWS}, sc.options());
-  auto corr = torch::zeros({blocks * ROWS}, sc.options());
-  const int8_t* src = qc.data_ptr<int8_t>();
-  const float* ps = sc.data_ptr<float>();
+// u uint8 [N, K] in [0, 15], scales and mins fp32 [N, K / INT4_GROUP] -> (packed uint8 [blocks * K/2 * 16],
+// group scales fp32 [blocks * K/INT4_GROUP * 16], group mins the same); rows padded to whole blocks with zeros.
+std::vector<torch::Tensor> int4_pack(const torch::Tensor& u, const torch::Tensor& scales, const torch::Tensor& mins) {
+  TORCH_CHECK(u.dim() == 2 && u.scalar_type() == at::kByte, "int4_pack: a uint8 [N, K] of values in [0, 15]");
+  TORCH_CHECK(u.size(1) % INT4_GROUP == 0, "int4_pack: K must be a multiple of ", INT4_GROUP);
+  const auto uc = u.contiguous();
+  const auto sc = scales.to(at::kFloat).contiguous(), mc = mins.to(at::kFloat).contiguous();
+  const int64_t N = uc.size(0), K = uc.size(1), groups = K / INT4_GROUP, blocks = (N + ROWS - 1) / ROWS;
+  TORCH_CHECK(sc.numel() == N * groups && mc.numel() == N * groups, "int4_pack: one scale and min per row and group");
+  auto packed = torch::zeros({blocks * K / 2 * ROWS}, uc.options());
+  auto gscales = torch::zeros({blocks * groups * ROWS}, sc.options()), gmins = torch::zeros_like(gscales);
+  const uint8_t* src = uc.data_ptr<uint8_t>();
   uint8_t* dst = packed.data_ptr<uint8_t>();
-  float *pg = gscales.data_ptr<float>(), *pc = corr.data_ptr<float>();
   for (int64_t n = 0; n < N; ++n) {
     const int64_t block = n / ROWS, r = n % ROWS;
-    double correction = 0.0;
     for (int64_t g = 0; g < groups; ++g) {
-      int64_t sum = 0;
-      for (int64_t k = g * INT4_GROUP; k < (g + 1) * INT4_GROUP; ++k) sum += src[n * K + k];
-      pg[(block * groups + g) * ROWS + r] = ps[n * groups + g];
-      correction += 128.0 * ps[n * groups + g] * static_cast<double>(sum);
+      gscales.data_ptr<float>()[(block * groups + g) * ROWS + r] = sc.data_ptr<float>()[n * groups + g];
+      gmins.data_ptr<float>()[(block * groups + g) * ROWS + r] = mc.data_ptr<float>()[n * groups + g];
     }
-    pc[n] = static_cast<float>(correction);
     for (int64_t k = 0; k < K; ++k) {
-      const int64_t k8 = k / 8, j = k % 4;
-      uint8_t& byte = dst[block * (K / 2) * ROWS + k8 * 64 + r * 4 + j];
-      const uint8_t nibble = static_cast<uint8_t>(src[n * K + k] + 8);
-      byte = (k % 8) < 4 ? static_cast<uint8_t>((byte & 0xF0) | nibble) : static_cast<uint8_t>((byte & 0x0F) | (nibble << 4));
+      const uint8_t nibble = src[n * K + k] & 0x0F;
+      dst[block * (K / 2) * ROWS + (k / 8) * 64 + r * 4 + k % 4] |= (k % 8) < 4 ? nibble : static_cast<uint8_t>(nibble << 4);
     }
   }
-  return {packed, gscales, corr};
+  return {packed, gscales, gmins};
 }
 
 #ifdef LAB_INT8_VNNI
 
+// One row of x -> int8 (x / scale rounded, scale max|x|/127) and its scale; sums[g] = the sum of group g's values.
+static float quantize_row_signed(const float* x, int8_t* q, int32_t* sums, int64_t K) {
+  const float scale = quantize_row(x, reinterpret_cast<uint8_t*>(q), K);  // + 128, then shifted back below
+  for (int64_t g = 0; g < K / INT4_GROUP; ++g) {
+    int32_t sum = 0;
+    for (int64_t k = g * INT4_GROUP; k < (g + 1) * INT4_GROUP; ++k) {
+      q[k] = static_cast<int8_t>(static_cast<int32_t>(reinterpret_cast<uint8_t*>(q)[k]) - 128);
+      sum += q[k];
+    }
+    sums[g] = sum;
+  }
+  return scale;
+}
+
 // y[m, blocks b0 .. b0+NB) for MT rows of q (at most 16 accumulators and 16 fp32 sums: MT * NB <= 8).
 template <int MT, int NB>
-static void micro4(const uint8_t* q, int64_t K, const uint8_t* w, int64_t b0, const float* gscales, const float* corr,
-                   const float* xscale, float* y, int64_t N) {
+static void micro4(const int8_t* q, const int32_t* xsums, int64_t K, const uint8_t* w, int64_t b0, const float* gscales,
+                   const float* gmins, const float* xscale, float* y, int64_t N) {
   const int64_t groups = K / INT4_GROUP;
   __m512 sums[MT][NB];
   for (int m = 0; m < MT; ++m)
     for (int b = 0; b < NB; ++b) sums[m][b] = _mm512_setzero_ps();
-  const __m512i low = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+  const __m512i low = _mm512_set1_epi8(0x0F);
   const uint8_t* wb = w + b0 * (K / 2) * ROWS;
   for (int64_t g = 0; g < groups; ++g) {
     __m512i acc[MT][NB];
@@ -270,41 +276,43 @@ static void micro4(const uint8_t* q, int64_t K, const uint8_t* w, int64_t b0, co
         const __m512i v = _mm512_loadu_si512(line);
         if constexpr (MT > 1)  // as micro above
           _mm_prefetch(reinterpret_cast<const char*>(line + 64 * PREFETCH_LINES), _MM_HINT_T0);
-        lo[b] = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
-        hi[b] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), eight);
+        lo[b] = _mm512_and_si512(v, low);
+        hi[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
       }
       for (int m = 0; m < MT; ++m) {
         const __m512i x0 = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(q + m * K + k));
         const __m512i x1 = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(q + m * K + k + 4));
-        for (int b = 0; b < NB; ++b) acc[m][b] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][b], x0, lo[b]), x1, hi[b]);
+        for (int b = 0; b < NB; ++b) acc[m][b] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][b], lo[b], x0), hi[b], x1);
       }
     }
     for (int b = 0; b < NB; ++b) {
       const __m512 s = _mm512_loadu_ps(gscales + ((b0 + b) * groups + g) * ROWS);
-      for (int m = 0; m < MT; ++m) sums[m][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][b]), s, sums[m][b]);
+      const __m512 mn = _mm512_loadu_ps(gmins + ((b0 + b) * groups + g) * ROWS);
+      for (int m = 0; m < MT; ++m)
+        sums[m][b] = _mm512_fmadd_ps(mn, _mm512_set1_ps(static_cast<float>(xsums[m * groups + g])),
+                                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][b]), s, sums[m][b]));
     }
   }
   for (int b = 0; b < NB; ++b) {
     const int64_t n0 = (b0 + b) * ROWS;
-    const __m512 c = _mm512_loadu_ps(corr + n0);
     const __mmask16 keep = n0 + ROWS <= N ? 0xFFFF : static_cast<__mmask16>((1u << (N - n0)) - 1);
     for (int m = 0; m < MT; ++m)
-      _mm512_mask_storeu_ps(y + m * N + n0, keep, _mm512_mul_ps(_mm512_sub_ps(sums[m][b], c), _mm512_set1_ps(xscale[m])));
+      _mm512_mask_storeu_ps(y + m * N + n0, keep, _mm512_mul_ps(sums[m][b], _mm512_set1_ps(xscale[m])));
   }
 }
 
 // One block of 16 output rows for 1-8 rows of q.
-static void tile4(int MT, const uint8_t* q, int64_t K, const uint8_t* w, int64_t b, const float* gscales,
-                  const float* corr, const float* xscale, float* y, int64_t N) {
+static void tile4(int MT, const int8_t* q, const int32_t* xsums, int64_t K, const uint8_t* w, int64_t b,
+                  const float* gscales, const float* gmins, const float* xscale, float* y, int64_t N) {
   switch (MT) {
-    case 1: return micro4<1, 1>(q, K, w, b, gscales, corr, xscale, y, N);
-    case 2: return micro4<2, 1>(q, K, w, b, gscales, corr, xscale, y, N);
-    case 3: return micro4<3, 1>(q, K, w, b, gscales, corr, xscale, y, N);
-    case 4: return micro4<4, 1>(q, K, w, b, gscales, corr, xscale, y, N);
-    case 5: return micro4<5, 1>(q, K, w, b, gscales, corr, xscale, y, N);
-    case 6: return micro4<6, 1>(q, K, w, b, gscales, corr, xscale, y, N);
-    case 7: return micro4<7, 1>(q, K, w, b, gscales, corr, xscale, y, N);
-    case 8: return micro4<8, 1>(q, K, w, b, gscales, corr, xscale, y, N);
+    case 1: return micro4<1, 1>(q, xsums, K, w, b, gscales, gmins, xscale, y, N);
+    case 2: return micro4<2, 1>(q, xsums, K, w, b, gscales, gmins, xscale, y, N);
+    case 3: return micro4<3, 1>(q, xsums, K, w, b, gscales, gmins, xscale, y, N);
+    case 4: return micro4<4, 1>(q, xsums, K, w, b, gscales, gmins, xscale, y, N);
+    case 5: return micro4<5, 1>(q, xsums, K, w, b, gscales, gmins, xscale, y, N);
+    case 6: return micro4<6, 1>(q, xsums, K, w, b, gscales, gmins, xscale, y, N);
+    case 7: return micro4<7, 1>(q, xsums, K, w, b, gscales, gmins, xscale, y, N);
+    case 8: return micro4<8, 1>(q, xsums, K, w, b, gscales, gmins, xscale, y, N);
   }
   TORCH_CHECK(false, "int4_linear: no tile of ", MT, " rows");
 }
@@ -313,36 +321,37 @@ static void tile4(int MT, const uint8_t* q, int64_t K, const uint8_t* w, int64_t
 
 // x fp32 [..., K] . int4-packed weight (int4_pack) -> y fp32 [..., N].
 torch::Tensor int4_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& gscales,
-                          const torch::Tensor& corr, int64_t N) {
+                          const torch::Tensor& gmins, int64_t N) {
 #if defined(LAB_INT8_VNNI)
   TORCH_CHECK(x.scalar_type() == at::kFloat, "int4_linear: fp32 activations");
   const auto xc = x.contiguous();
-  const int64_t K = xc.size(-1), M = xc.numel() / K, blocks = (N + ROWS - 1) / ROWS;
+  const int64_t K = xc.size(-1), M = xc.numel() / K, blocks = (N + ROWS - 1) / ROWS, groups = K / INT4_GROUP;
   TORCH_CHECK(K % INT4_GROUP == 0 && packed.numel() == blocks * K / 2 * ROWS, "int4_linear: weight packed for another shape");
-  TORCH_CHECK(gscales.numel() == blocks * (K / INT4_GROUP) * ROWS && corr.numel() == blocks * ROWS,
-              "int4_linear: group scales or corrections of another shape");
-  std::vector<uint8_t> q(M * K);
+  TORCH_CHECK(gscales.numel() == blocks * groups * ROWS && gmins.numel() == blocks * groups * ROWS,
+              "int4_linear: group scales or mins of another shape");
+  std::vector<int8_t> q(M * K);
+  std::vector<int32_t> xsums(M * groups);
   std::vector<float> xscale(M);
   const float* px = xc.data_ptr<float>();
-  for (int64_t m = 0; m < M; ++m) xscale[m] = quantize_row(px + m * K, q.data() + m * K, K);
+  for (int64_t m = 0; m < M; ++m) xscale[m] = quantize_row_signed(px + m * K, q.data() + m * K, xsums.data() + m * groups, K);
   auto sizes = xc.sizes().vec();
   sizes.back() = N;
   auto y = torch::empty(sizes, xc.options());
   const uint8_t* pw = packed.data_ptr<uint8_t>();
-  const float *pg = gscales.data_ptr<float>(), *pc = corr.data_ptr<float>();
+  const float *pg = gscales.data_ptr<float>(), *pm = gmins.data_ptr<float>();
   float* py = y.data_ptr<float>();
-  const int64_t groups = (blocks + BLOCKS - 1) / BLOCKS;
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t gi = begin; gi < end; ++gi) {
-      const int64_t b0 = gi * BLOCKS, nb = std::min<int64_t>(BLOCKS, blocks - b0);
+  const int64_t tasks = (blocks + BLOCKS - 1) / BLOCKS;
+  at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t b0 = t * BLOCKS, nb = std::min<int64_t>(BLOCKS, blocks - b0);
       if (M == 1 && nb == 4) {  // one row: 4 blocks at a time, 4 independent accumulator chains
-        micro4<1, 4>(q.data(), K, pw, b0, pg, pc, xscale.data(), py, N);
+        micro4<1, 4>(q.data(), xsums.data(), K, pw, b0, pg, pm, xscale.data(), py, N);
         continue;
       }
       for (int64_t b = b0; b < b0 + nb; ++b)  // each block's 16 * K/2 bytes stay in L1 across the row tiles
         for (int64_t m0 = 0; m0 < M; m0 += 8)
-          tile4(static_cast<int>(std::min<int64_t>(8, M - m0)), q.data() + m0 * K, K, pw, b, pg, pc,
-                xscale.data() + m0, py + m0 * N, N);
+          tile4(static_cast<int>(std::min<int64_t>(8, M - m0)), q.data() + m0 * K, xsums.data() + m0 * groups, K, pw,
+                b, pg, pm, xscale.data() + m0, py + m0 * N, N);
     }
   });
   return y;

@@ -145,9 +145,9 @@ class PackedInt8Linear(nn.Module):
 
 
 class PackedInt4Linear(nn.Module):
-    """int4 weights (symmetric, one scale per output row and group of 128 along the input), int8 dynamic activations,
-    fp32 in/out: the lab's own AVX-512 VNNI kernel (int8_gemm.cpp's int4_linear). A decode step reads half the bytes
-    of int8's, which torch's int4 CPU kernel (bf16 activations) did not turn into a faster step."""
+    """int4 weights (asymmetric: a scale and a minimum per output row and group of 128 inputs), int8 dynamic
+    activations, fp32 in/out: the lab's own AVX-512 VNNI kernel (int8_gemm.cpp's int4_linear). A decode step reads
+    about half the bytes of int8's, which torch's int4 CPU kernel (bf16 activations) did not turn into a faster step."""
 
     effective_dtype = "int4"
 
@@ -155,34 +155,37 @@ class PackedInt4Linear(nn.Module):
         super().__init__()
         self.kernel = f"lab-int4 {fused.int8_isa()}"
         self.fused = fused
-        q, scales = per_group_int4(weight, fused.int4_group())
+        u, scales, mins = per_group_uint4(weight, fused.int4_group())
         self.out_features = weight.shape[0]
-        packed, group_scales, corrections = fused.int4_pack(q, scales)
-        del q
+        packed, group_scales, group_mins = fused.int4_pack(u, scales, mins)
+        del u
         self.register_buffer("packed", packed)
         self.register_buffer("group_scales", group_scales)
-        self.register_buffer("corrections", corrections)
+        self.register_buffer("group_mins", group_mins)
 
     @property
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """What `int4_linear` (and `decode_step_packed`, per projection) takes besides x."""
-        return self.packed, self.group_scales, self.corrections
+        return self.packed, self.group_scales, self.group_mins
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fused.int4_linear(x.float(), *self.tensors, self.out_features)
 
 
-def per_group_int4(weight: torch.Tensor, group: int, rows_per_chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric int4 per output row and group of `group` inputs: weight ~= q * scales (q in [-7, 7], int8)."""
+def per_group_uint4(weight: torch.Tensor, group: int, rows_per_chunk: int = 1024):
+    """Asymmetric 4-bit per output row and group of `group` inputs: weight ~= u * scales + mins, u in [0, 15]
+    (uint8). Returns (u [N, K], scales [N, K / group], mins [N, K / group])."""
     n, k = weight.shape
-    q = torch.empty(n, k, dtype=torch.int8, device=weight.device)
+    u = torch.empty(n, k, dtype=torch.uint8, device=weight.device)
     scales = torch.empty(n, k // group, dtype=torch.float32, device=weight.device)
+    mins = torch.empty_like(scales)
     for start in range(0, n, rows_per_chunk):
         g = weight[start : start + rows_per_chunk].float().reshape(-1, k // group, group)
-        s = g.abs().amax(-1).clamp(min=1e-8) / 7.0
-        q[start : start + rows_per_chunk] = torch.round(g / s[..., None]).clamp_(-7, 7).reshape(-1, k)
-        scales[start : start + rows_per_chunk] = s
-    return q, scales
+        lo, hi = g.amin(-1), g.amax(-1)
+        s = (hi - lo).clamp(min=1e-8) / 15.0
+        u[start : start + rows_per_chunk] = torch.round((g - lo[..., None]) / s[..., None]).clamp_(0, 15).reshape(-1, k)
+        scales[start : start + rows_per_chunk], mins[start : start + rows_per_chunk] = s, lo
+    return u, scales, mins
 
 
 def int8_kernels():
