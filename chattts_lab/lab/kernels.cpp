@@ -242,9 +242,7 @@ static inline void weighted_sum64(const float* w, const T* vbase, int64_t end, f
   const __m512 nv = _mm512_set1_ps(norm);
   for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(_mm512_add_ps(a[c], b[c]), nv));
 }
-#endif
 
-#if defined(__AVX512F__)
 // One block of 16 output rows n0..n0+16 (fewer at the end) for MT rows of x: each weight row is read once, in
 // order, and dotted with every row of x (2 accumulators per row of x: consecutive FMAs do not wait on each other).
 template <int MT>
