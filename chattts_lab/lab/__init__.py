@@ -20,7 +20,7 @@ import torch
 from chattts_lab.lab import kernels
 from chattts_lab.lab.engine import (COMPUTE_DTYPE, Heads, LabEngine, drop_stock_code_heads, lab_generate,
                                     quantize_text_tables)
-from chattts_lab.lab.linear import int4_available
+from chattts_lab.lab.linear import int4_available, int8_kernels
 from chattts_lab.lab.model import LeanLlama, release_freed_memory
 from chattts_lab.lab.on_demand import load_dvae_on_demand
 from chattts_lab.lab.stream import stream_infer
@@ -45,9 +45,9 @@ def lab_unsupported_reason(device, precision: str) -> str | None:
         return "this torch build has no oneDNN, so float16 matmuls on CPU are unavailable"
     if precision == "int4":
         if device.type != "cpu":
-            return "lab int4 uses torch's CPU int4 kernel; on GPUs use int8 or bf16"
-        if not int4_available():
-            return "this torch build lacks the CPU int4 kernel (_weight_int4pack_mm_for_cpu)"
+            return "lab int4 runs a CPU int4 kernel (the lab's own on AVX-512 VNNI, else torch's); on GPUs use int8 or bf16"
+        if not int4_available() and int8_kernels() is None:  # the lab's own kernel is asked for only where torch has none
+            return "this torch build lacks the CPU int4 kernel (_weight_int4pack_mm_for_cpu) and this CPU the lab's own"
     if precision not in ("fp32", "fp16", "bf16", "int8") + LAB_EXTRA_PRECISIONS:
         return f"the lab engine has no {precision!r} precision"
     return None
