@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -243,6 +244,23 @@ static inline void weighted_sum64(const float* w, const T* vbase, int64_t end, f
   for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(_mm512_add_ps(a[c], b[c]), nv));
 }
 
+// f(std::integral_constant<int, MT>{}) for MT = rows, 1 to 8: a kernel templated on its row count, picked at run
+// time (the fp32 rows here, the int8 and int4 tiles of int8_gemm.cpp).
+template <typename F>
+static void with_rows(int64_t rows, F&& f) {
+  switch (rows) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+  }
+  TORCH_CHECK(false, "no kernel for ", rows, " rows (1 to 8)");
+}
+
 // One block of 16 output rows n0..n0+16 (fewer at the end) for MT rows of x: each weight row is read once, in
 // order, and dotted with every row of x (2 accumulators per row of x: consecutive FMAs do not wait on each other).
 template <int MT>
@@ -290,16 +308,7 @@ torch::Tensor fp32_linear_rows(const torch::Tensor& x, const torch::Tensor& w) {
   at::parallel_for(0, (N + 15) / 16, 1, [&](int64_t begin, int64_t end) {
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t n0 = blk * 16;
-      switch (M) {
-        case 1: fp32_rows_block<1>(px, pw, py, K, N, n0); break;
-        case 2: fp32_rows_block<2>(px, pw, py, K, N, n0); break;
-        case 3: fp32_rows_block<3>(px, pw, py, K, N, n0); break;
-        case 4: fp32_rows_block<4>(px, pw, py, K, N, n0); break;
-        case 5: fp32_rows_block<5>(px, pw, py, K, N, n0); break;
-        case 6: fp32_rows_block<6>(px, pw, py, K, N, n0); break;
-        case 7: fp32_rows_block<7>(px, pw, py, K, N, n0); break;
-        default: fp32_rows_block<8>(px, pw, py, K, N, n0); break;
-      }
+      with_rows(M, [&](auto rows) { fp32_rows_block<rows()>(px, pw, py, K, N, n0); });
     }
   });
   return y;
