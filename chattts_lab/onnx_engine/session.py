@@ -72,8 +72,8 @@ class OnnxLlama(nn.Module):
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         # the pool threads spin between parallel sections (ONNX Runtime's default), which a decode step's ~160
         # short matmuls need: waking a sleeping thread for each cost 13-20 % of an int4 step (full-size, 2
-        # threads, graph only, interleaved: 7.7 ms per step sleeping, 6.6 spinning). They spin on their own cores: while the GPT
-        # generates, torch runs the heads and sampling on one thread (onnx_generate).
+        # threads, graph only, interleaved: 7.7 ms per step sleeping, 6.6 spinning). They spin on their own
+        # cores: while the GPT generates, torch runs the heads and sampling on one thread (onnx_generate).
         options.add_session_config_entry("session.intra_op.allow_spinning", "1")
         self.session = None  # the old session's weights go before the new one loads its own
         self.session = ort.InferenceSession(str(self.path), options, providers=[provider_for(self.device)])
