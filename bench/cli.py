@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("the grid (comma lists; integer ranges lo-hi, lo-hi+step, lo-hi*factor)")
     g.add_argument("--model", default="auto", help="auto, hf, synthetic, synthetic-tiny or a folder")
     g.add_argument("--device", type=str_list, default=("cpu",), help="cpu, cuda, cuda:N, mps")
-    g.add_argument("--precision", type=str_list, default=("fp32",), help="fp32, fp16, bf16, int8")
+    g.add_argument("--precision", type=str_list, default=("fp32",), help="fp32, fp16, bf16, int8; int4 with --engine lab or onnx")
     g.add_argument("--batch", type=int_list, default=(1,), help="texts per call")
     g.add_argument("--threads", type=int_list, default=None, help="torch CPU threads (default: usable cores)")
     g.add_argument("--tokens", type=int_list, default=(128,), help=f"audio tokens per text (exactly; {STEPS_PER_AUDIO_SECOND:g} per second)")

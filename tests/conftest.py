@@ -35,7 +35,7 @@ CPU_PRECISION_TABLE = {
     "stock": {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "qint8",
               "int4": "unsupported:int4 is a lab-engine precision"},
     "lab": {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "int8", "int4": "int4"},
-    "onnx": {"fp32": "float32", "fp16": "unsupported:no fp16 graph", "bf16": "unsupported:no bf16 graph",
+    "onnx": {"fp32": "float32", "fp16": "float16", "bf16": "unsupported:no bf16 graph",
              "int8": "int8", "int4": "int4"},
 }
 x86_64_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),

@@ -1,4 +1,4 @@
-"""The onnx engine: ChatTTS's GPT exported to ONNX and run by ONNX Runtime, in fp32, int8 or int4.
+"""The onnx engine: ChatTTS's GPT exported to ONNX and run by ONNX Runtime, in fp32, fp16, int8 or int4.
 
 `install_onnx_engine(chat, device, precision, threads)` exports the loaded GPT (or reuses the cached export of
 the same weights), quantizes it if asked, opens an ONNX Runtime session and routes `chat.gpt.generate` through
@@ -40,11 +40,11 @@ def onnx_unsupported_reason(device, precision: str) -> str | None:
     provider = provider_for(device)
     if provider not in onnxruntime.get_available_providers():
         return f"this onnxruntime build has no {provider} (install onnxruntime-gpu for CUDA)"
-    if precision in ("fp16", "bf16"):
-        return f"the onnx engine exports fp32 and quantizes to int8/int4; it has no {precision} graph"
+    if precision == "bf16":
+        return "the onnx engine writes fp32 and fp16 graphs and quantizes to int8/int4; it has no bf16 graph"
     if precision == "int4" and not int4_available():
         return "this onnxruntime has no MatMulNBits quantizer (onnxruntime.quantization.matmul_nbits_quantizer)"
-    if precision not in ("fp32", "int8") + ONNX_EXTRA_PRECISIONS:
+    if precision not in ("fp32", "fp16", "int8") + ONNX_EXTRA_PRECISIONS:
         return f"the onnx engine has no {precision!r} precision"
     return None
 

@@ -1,7 +1,7 @@
 """Exported and quantized GPT graphs, cached in the model cache under a hash of the weights.
 
 `ensure_graph(llama, precision)` returns the .onnx file for a precision, building what is missing:
-fp32 written from the loaded `LlamaModel`'s weights (graph.py), int8 by ONNX Runtime's dynamic quantization
+fp32 (and fp16) written from the loaded `LlamaModel`'s weights (graph.py), int8 by ONNX Runtime's dynamic quantization
 (per-channel int8 weights, activations quantized per call), int4 by its `MatMulNBits` quantizer (4-bit blocks
 of 128 with int8 compute). The folder's name is a hash of the GPT's weights and config, of this export's format
 and of the ONNX Runtime version, so changed weights get a fresh folder and are rebuilt. Files are written
@@ -68,13 +68,16 @@ def ensure_graph(llama, precision: str, cache_dir: Path | None = None) -> tuple[
     source = _source_folder(llama)
     if source is not None:
         _forget_older_builds(folder, source)
-    fp32 = folder / "gpt-fp32.onnx"
-    if not fp32.exists():
-        built["export_s"] = _timed(lambda tmp: export_fp32(llama, tmp), fp32)
-    if precision == "int8":
-        built["quantize_s"] = _timed(lambda tmp: quantize_int8(fp32, tmp), target)
-    elif precision == "int4":
-        built["quantize_s"] = _timed(lambda tmp: quantize_int4(fp32, tmp), target)
+    if precision == "fp16":  # written directly in fp16; the quantizers start from the fp32 graph
+        built["export_s"] = _timed(lambda tmp: export(llama, tmp, "fp16"), target)
+    else:
+        fp32 = folder / "gpt-fp32.onnx"
+        if not fp32.exists():
+            built["export_s"] = _timed(lambda tmp: export(llama, tmp, "fp32"), fp32)
+        if precision == "int8":
+            built["quantize_s"] = _timed(lambda tmp: quantize_int8(fp32, tmp), target)
+        elif precision == "int4":
+            built["quantize_s"] = _timed(lambda tmp: quantize_int4(fp32, tmp), target)
     log.info("onnx engine: built %s in %s", target, built)
     return target, built
 
@@ -90,14 +93,14 @@ def _timed(write, target: Path) -> float:
     return round(time.perf_counter() - t0, 2)
 
 
-def export_fp32(llama, path: Path) -> None:
-    """Write ChatTTS's GPT as one fp32 graph (graph.build_graph). ONNX's checker does not know ONNX Runtime's
-    SimplifiedLayerNormalization; the session that opens the file checks it."""
+def export(llama, path: Path, compute: str) -> None:
+    """Write ChatTTS's GPT as one graph computing in `compute`, fp32 or fp16 (graph.build_graph). ONNX's checker
+    does not know ONNX Runtime's SimplifiedLayerNormalization; the session that opens the file checks it."""
     import onnx
 
     from chattts_lab.onnx_engine.graph import build_graph
 
-    onnx.save(build_graph(llama), str(path))
+    onnx.save(build_graph(llama, compute), str(path))
 
 
 def quantize_int8(source: Path, path: Path) -> None:

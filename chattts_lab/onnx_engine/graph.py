@@ -2,7 +2,8 @@
 
 Inputs: embeddings [B, S, dim], positions [B, S], mask [B, 1, S, P+S] (True = attend) and each layer's KV cache
 [B, H, M, D] (M: the most positions a call will hold); outputs: the last position's hidden state [B, dim] and
-the KV caches again. The caches are shared buffers: each step writes its S new keys/values at slots P..P+S-1
+the KV caches again. The graph computes in fp32 or fp16 (weights, activations and KV caches in that dtype);
+embeddings in and the hidden state out are fp32 either way, cast inside the graph. The caches are shared buffers: each step writes its S new keys/values at slots P..P+S-1
 in place (the caller binds the same memory as input and output), so no step copies the cache. One graph
 serves prefill (S prompt positions, P = 0) and decode (S = 1); P comes from the mask's width.
 
@@ -36,16 +37,23 @@ def output_names(n_layers: int) -> list[str]:
     return ["hidden"] + [f"present_{kv}.{i}" for i in range(n_layers) for kv in "kv"]
 
 
-class _Graph:
-    """Collects initializers and nodes; each helper returns its output names."""
+# the dtypes a graph computes in: numpy's, and the onnx TensorProto name of each
+COMPUTE_DTYPES = {"fp32": np.float32, "fp16": np.float16}
 
-    def __init__(self):
-        self.initializers, self.nodes = [], []
+
+class _Graph:
+    """Collects initializers and nodes; each helper returns its output names. Float weights are stored in
+    `dtype`, the dtype the graph computes in; integer constants keep their own."""
+
+    def __init__(self, dtype=np.float32):
+        self.initializers, self.nodes, self.dtype = [], [], dtype
 
     def weight(self, name: str, value) -> str:
         from onnx import numpy_helper
 
-        array = value.detach().float().numpy() if isinstance(value, torch.Tensor) else value
+        array = value.detach().float().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+        if array.dtype.kind == "f":
+            array = array.astype(self.dtype)
         self.initializers.append(numpy_helper.from_array(np.array(array, order="C"), name))
         return name
 
@@ -61,34 +69,42 @@ class _Graph:
         return outputs[0] if len(outputs) == 1 else outputs
 
 
-def build_graph(llama):
-    """An onnx.ModelProto of `llama` (a transformers LlamaModel, ChatTTS's GPT) as described above."""
+def build_graph(llama, compute: str = "fp32"):
+    """An onnx.ModelProto of `llama` (a transformers LlamaModel, ChatTTS's GPT) as described above, computing in
+    `compute` (a key of COMPUTE_DTYPES)."""
     from onnx import TensorProto, helper
 
+    dtype = COMPUTE_DTYPES[compute]
     s = Shape.of(llama.config)
-    g = _Graph()
+    g = _Graph(dtype)
     rotary = llama.rotary_emb
     angles = torch.arange(llama.config.max_position_embeddings).float()[:, None] * rotary.inv_freq.detach().float()
     scaling = float(rotary.attention_scaling)
     cos, sin = g.weight("cos", angles.cos() * scaling), g.weight("sin", angles.sin() * scaling)
     # a large negative, not -inf: a fully masked row (never produced here) would give NaN
-    attend, block = g.weight("attend", np.array(0.0, np.float32)), g.weight("block", np.array(np.finfo(np.float32).min))
+    attend, block = g.weight("attend", np.array(0.0)), g.weight("block", np.array(np.finfo(dtype).min))
     bias = g.op("Where", ["mask", attend, block], ["attention_bias"])
     lengths = _cache_lengths(g)
-    x = "emb"
+    cache_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    x = g.op("Cast", ["emb"], ["emb_cast"], to=cache_type) if dtype != np.float32 else "emb"
     with torch.no_grad():
         for i, layer in enumerate(llama.layers):
             x = _layer(g, f"layer{i}", layer, s, x, bias, lengths, cos, sin, i)
         last = g.op("Gather", [x, g.weight("last", np.array(-1, np.int64))], ["last_position"], axis=1)
-        g.op("SimplifiedLayerNormalization", [last, g.weight("norm", llama.norm.weight)], ["hidden"], axis=-1,
+        normed = "hidden" if dtype == np.float32 else "hidden_cast"
+        g.op("SimplifiedLayerNormalization", [last, g.weight("norm", llama.norm.weight)], [normed], axis=-1,
              epsilon=s.eps)
+        if normed != "hidden":
+            g.op("Cast", [normed], ["hidden"], to=TensorProto.FLOAT)
     f, dims = TensorProto.FLOAT, ["batch", s.n_heads, None, s.head_dim]
     inputs = [helper.make_tensor_value_info("emb", f, ["batch", "seq", s.dim]),
               helper.make_tensor_value_info("positions", TensorProto.INT64, ["batch", "seq"]),
               helper.make_tensor_value_info("mask", TensorProto.BOOL, ["batch", 1, "seq", "total"])]
-    inputs += [helper.make_tensor_value_info(n, f, dims[:2] + ["slots"] + dims[3:]) for n in input_names(s.n_layers)[3:]]
+    inputs += [helper.make_tensor_value_info(n, cache_type, dims[:2] + ["slots"] + dims[3:])
+               for n in input_names(s.n_layers)[3:]]
     outputs = [helper.make_tensor_value_info("hidden", f, ["batch", s.dim])]
-    outputs += [helper.make_tensor_value_info(n, f, dims[:2] + ["slots"] + dims[3:]) for n in output_names(s.n_layers)[1:]]
+    outputs += [helper.make_tensor_value_info(n, cache_type, dims[:2] + ["slots"] + dims[3:])
+                for n in output_names(s.n_layers)[1:]]
     graph = helper.make_graph(g.nodes, "chattts_gpt", inputs, outputs, g.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 9  # what onnxruntime 1.2x/1.3x reads

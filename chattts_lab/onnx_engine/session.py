@@ -24,7 +24,7 @@ from chattts_lab.onnx_engine.graph import input_names, output_names
 log = logging.getLogger(__name__)
 
 # precision -> the dtype its matrix multiplies hold their weights in (recorded as dtype_gpt)
-WEIGHT_DTYPE = {"fp32": "float32", "int8": "int8", "int4": "int4"}
+WEIGHT_DTYPE = {"fp32": "float32", "fp16": "float16", "int8": "int8", "int4": "int4"}
 
 
 def provider_for(device: torch.device) -> str:
@@ -90,7 +90,8 @@ class OnnxLlama(nn.Module):
 
         s = self.shape
         shape = (batch, s.n_heads, length, s.head_dim)
-        self.cache = [ort.OrtValue.ortvalue_from_shape_and_type(shape, np.float32, *self._ort_device())
+        dtype = np.float16 if self.precision == "fp16" else np.float32  # as the graph computes (graph.py)
+        self.cache = [ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, *self._ort_device())
                       for _ in range(2 * s.n_layers)]
         self.binding = self.session.io_binding()
         for past, present, value in zip(input_names(s.n_layers)[3:], output_names(s.n_layers)[1:], self.cache):
