@@ -94,16 +94,20 @@ def passes_frame(comparisons: dict | None) -> pd.DataFrame:
 
 
 def bandwidth_lines(env: dict) -> list[str]:
-    """The read bandwidth of each device, what `floor_step_ms` divides by: the sweep's one read, or the median of
-    its reads at the start and before each interleaved pass."""
+    """The read bandwidth of each device, what `floor_step_ms` divides by: the sweep's one read; or the median of
+    its reads at the start and before each interleaved pass; or, in a one-pass sweep, the read made just before
+    each cell (its row's `mem_read_gbps`), of which the median is shown."""
     gbps, method = env.get("mem_read_gbps") or {}, env.get("mem_read_method") or {}
     reads = env.get("mem_read_gbps_reads") or {}
+    per_cell = env.get("mem_read_before") == "cell"
     lines = []
     for device, value in gbps.items():
         line = f"Memory read bandwidth ({device}): {_fmt(value)} GB/s, {method.get(device, 'method not recorded')}"
         if len(reads.get(device) or []) > 1:
-            line += (f"; the median of {len(reads[device])} such reads, at the start and before each pass: "
-                     f"{', '.join(_fmt(r) for r in reads[device])} GB/s")
+            listed = ", ".join(_fmt(r) for r in reads[device])
+            line += (f"; the median of {len(reads[device])} such reads, at the start and before each cell: {listed} "
+                     "GB/s (each row's floor uses the read just before its cell)" if per_cell else
+                     f"; the median of {len(reads[device])} such reads, at the start and before each pass: {listed} GB/s")
         lines.append(line)
     return lines
 

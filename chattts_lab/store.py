@@ -237,7 +237,7 @@ class Store:
             return int(cur.lastrowid)
 
     def update_environment(self, sweep_id: int, environment: dict) -> None:
-        """Replace a sweep's environment (an interleaved sweep adds a bandwidth read before each pass)."""
+        """Replace a sweep's environment (a sweep adds a bandwidth read before each pass, or each cell of one pass)."""
         with self._lock, self.conn:
             self.conn.execute("UPDATE sweeps SET env_json = ?, machine = ?, updated_at = ? WHERE id = ?",
                               (json.dumps(environment), summary(environment), _now(), sweep_id))

@@ -560,10 +560,7 @@ def _run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int,
                     break
                 orders.append([c.index for c in order])
                 store.set_note(sweep_id, "pass_orders", orders)
-                if environment.get("mem_read_gbps"):  # the floor is read across the passes, as the cells are timed
-                    measured = measure_read_bandwidth(list(environment["mem_read_gbps"]))
-                    environment.update(with_another_read(environment, measured))
-                    store.update_environment(sweep_id, environment)
+                _read_bandwidth_again(sweep_id, store, environment, "pass")  # the floor is read as the cells are timed
                 yield PassStarted(sweep_id, pass_no, passes, tuple(c.index for c in order))
                 for position, cell in enumerate(order):
                     yield from one_call(cell, {"pass": pass_no, "position": position})
@@ -590,12 +587,18 @@ def _run_one_by_one(sweep_id: int, pending: list, total: int, store: Store, stop
     """Each cell in its own fresh process, one after another (passes == 1); returns finished or cancelled."""
     durations: list[float] = []
     n_done = total - len(pending)
+    start_read_unused = n_done == 0  # a fresh sweep's read at its start serves its first cell
     for pos, (index, cfg) in enumerate(pending):
         if stop():
             return "cancelled"
         runnable_left = sum(1 for _, c in pending[pos:] if cell_rule(c) is None)
         yield CellStarted(sweep_id, index, total, cfg, _eta(durations, runnable_left))
-        result = with_bandwidth(run_cell(cfg, should_stop=stop, python=python), environment)
+        bandwidth = environment
+        if cell_rule(cfg) is None:  # a cell that runs: its floor is the bandwidth read just before it
+            if not start_read_unused:
+                bandwidth = _read_bandwidth_again(sweep_id, store, environment, "cell")
+            start_read_unused = False
+        result = with_bandwidth(run_cell(cfg, should_stop=stop, python=python), bandwidth)
         store.add_cell(sweep_id, index, result)
         if cell_rule(cfg) is None:
             durations.append(result.elapsed_s)
@@ -604,6 +607,22 @@ def _run_one_by_one(sweep_id: int, pending: list, total: int, store: Store, stop
         if result.status == "cancelled":
             return "cancelled"
     return "finished"
+
+
+def _read_bandwidth_again(sweep_id: int, store: Store, environment: dict, before: str) -> dict:
+    """Read each measured device's bandwidth once more (before each "pass" or each "cell"), keep the read in the
+    sweep's environment (`roofline.with_another_read`) and return it, as `measure_read_bandwidth` does.
+
+    An interleaved pass times every cell, so its rows take the median of the reads over the passes; a one-pass
+    sweep times its cells one after another, so each row takes the read made just before its cell: on a VM whose
+    bandwidth changes regime for minutes at a time, a read at the sweep's start can be minutes away from a cell.
+    """
+    if not environment.get("mem_read_gbps"):  # not measured (an older sweep resumed): nothing to read again
+        return environment
+    measured = measure_read_bandwidth(list(environment["mem_read_gbps"]))
+    environment.update(with_another_read(environment, measured), mem_read_before=before)
+    store.update_environment(sweep_id, environment)
+    return measured
 
 
 def _run_ruled_then_interleaved(sweep_id: int, pending: list, total: int, store: Store, spec: SweepSpec,

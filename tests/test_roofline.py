@@ -89,26 +89,33 @@ def test_an_absent_device_is_left_out_of_the_measurement():
     assert set(found["mem_read_gbps"]) == {"cpu"} and set(found["mem_read_method"]) == {"cpu"}
 
 
-@pytest.fixture(scope="module")
-def tiny_sweep(tmp_path_factory):
-    """One real sweep: stock fp32 and bf16 measured in worker processes, stock int4 ruled out (a failed row)."""
-    db = tmp_path_factory.mktemp("roofline") / "lab.sqlite"
-    calls = []
+def _counted_sweep(db: Path, passes: int):
+    """One real sweep of stock fp32 and bf16 (measured in worker processes) and stock int4 (ruled out: a failed
+    row), with each bandwidth measurement it makes (real ones) kept in order."""
+    reads = []
     real = sweep.measure_read_bandwidth
 
-    def counting(devices):  # the real measurement, counted
-        calls.append(list(devices))
-        return real(devices)
+    def counting(devices):
+        reads.append(real(devices))
+        return reads[-1]
 
     patch = pytest.MonkeyPatch()
     patch.setattr(sweep, "measure_read_bandwidth", counting)
     try:
-        spec = SweepSpec(model="synthetic-tiny", precisions=("fp32", "bf16", "int4"), tokens=(8,), repeats=1,
-                         warmup=0, min_time_s=0.0, fidelity=False, passes=3)
+        spec = SweepSpec(model="synthetic-tiny", precisions=("fp32", "int4", "bf16"), tokens=(8,), repeats=1,
+                         warmup=0, min_time_s=0.0, fidelity=False, passes=passes)
         final = list(sweep.run_sweep(spec, db))[-1]
     finally:
         patch.undo()
-    return db, final, calls
+    return final, [r["mem_read_gbps"] for r in reads]
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    """The counted sweep in 3 interleaved passes."""
+    db = tmp_path_factory.mktemp("roofline") / "lab.sqlite"
+    final, reads = _counted_sweep(db, passes=3)
+    return db, final, [list(r) for r in reads]
 
 
 def test_a_sweep_reads_bandwidth_at_its_start_and_before_each_pass_and_records_the_median(tiny_sweep):
@@ -123,6 +130,19 @@ def test_a_sweep_reads_bandwidth_at_its_start_and_before_each_pass_and_records_t
     assert len(ok) == 2 and all(r["mem_read_gbps"] == gbps for r in ok)
     line = bandwidth_lines(env)[0]
     assert "the median of 4 such reads, at the start and before each pass" in line
+
+
+def test_a_one_pass_sweep_reads_bandwidth_before_each_cell_and_each_row_takes_its_own_read(tmp_path):
+    db = tmp_path / "lab.sqlite"
+    final, reads = _counted_sweep(db, passes=1)
+    assert len(reads) == 2  # the start (serving the first cell) and before the second runnable cell; none for int4
+    rows = {r.config.precision: r.row() for r in final.results}
+    assert rows["fp32"]["mem_read_gbps"] == reads[0]["cpu"] and rows["bf16"]["mem_read_gbps"] == reads[1]["cpu"]
+    assert rows["int4"]["mem_read_gbps"] is None
+    with Store(db) as store:
+        env = store.sweep(final.sweep_id)["environment"]
+    assert env["mem_read_gbps_reads"]["cpu"] == [reads[0]["cpu"], reads[1]["cpu"]]
+    assert "at the start and before each cell" in bandwidth_lines(env)[0]
 
 
 def test_another_read_keeps_every_read_and_takes_their_median_for_measured_devices_only():
