@@ -4,10 +4,11 @@
 
 `procs` separate processes each own one part of `mib` MiB (float64 ones) and reduce it with numpy, all
 starting together at a barrier; a round lasts from the first start to the last finish, and the median
-of `repeats` rounds gives GB/s (1e9 bytes per second). Three reductions each read every byte once: a
-float64 sum, a float64 max and a bitwise or of the same bytes as uint64. Each is a lower bound (numpy's
-float64 sum is held back by its chain of adds on a Zen 5 CPU), so the fastest counts, and all are
-reported. The sweep reads one array from threads of its own process; a figure that agrees from separate
+of `repeats` rounds gives GB/s (1e9 bytes per second). Four reductions each read every byte once: a
+float64 sum, a float64 max, a bitwise or of the same bytes as uint64, and the array's dot product with
+itself (BLAS's ddot on one thread per process: each element is loaded once and used twice). Each is a
+lower bound (numpy's float64 sum is held back by its chain of adds on a Zen 5 CPU, where its max and or read
+about 38 GB/s a core and ddot about 42, like torch's sum), so the fastest counts, and all are reported. The sweep reads one array from threads of its own process; a figure that agrees from separate
 processes and separate code is the machine's, not the method's. Expect agreement within the machine's noise.
 """
 
@@ -27,7 +28,10 @@ READERS = {
     "float64 sum": lambda data: data.sum(),
     "float64 max": lambda data: data.max(),
     "uint64 bitwise or": lambda data: np.bitwise_or.reduce(data.view(np.uint64)),
+    "float64 dot with itself": lambda data: np.dot(data, data),
 }
+# each process reads on one core: BLAS threads of their own would crowd the other processes' cores
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def _reader(nbytes: int, repeats: int, barrier, spans) -> None:
@@ -46,8 +50,17 @@ def measure(procs: int, mib: int, repeats: int) -> dict:
     barrier, spans = ctx.Barrier(procs), ctx.Queue()
     workers = [ctx.Process(target=_reader, args=(mib * 2**20 // procs, repeats, barrier, spans))
                for _ in range(procs)]
-    for w in workers:
-        w.start()
+    saved = {name: os.environ.get(name) for name in ONE_THREAD}
+    os.environ.update(ONE_THREAD)  # what the spawned interpreters inherit when they start
+    try:
+        for w in workers:
+            w.start()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name)
+            else:
+                os.environ[name] = value
     got = [spans.get(timeout=600) for _ in range(procs * repeats * len(READERS))]
     for w in workers:
         w.join()
