@@ -130,3 +130,17 @@ def test_requests_with_different_voices_share_a_batch_and_each_row_speaks_in_its
     assert not np.allclose(all_a[1].audio[0], all_b[1].audio[0], atol=1e-3), "the two voices should differ"
     np.testing.assert_allclose(mixed[0].audio[0], all_a[0].audio[0], atol=1e-4)
     np.testing.assert_allclose(mixed[1].audio[0], all_b[1].audio[0], atol=1e-4)
+
+
+def test_interrupt_stops_every_synthesis_of_its_session_and_none_of_another():
+    from webui.speech import Running
+
+    running = Running()
+    with running.mark("a") as first, running.mark("a") as second, running.mark("b") as other:
+        assert running.interrupt("a")
+        assert first.is_set() and second.is_set() and not other.is_set()
+    with running.mark("a") as first:
+        with running.mark("a"):
+            pass  # the second request of the session ends first: the first must stay interruptible
+        assert running.interrupt("a") and first.is_set()
+    assert not running.interrupt("a")  # nothing of that session is running any more

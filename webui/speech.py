@@ -31,30 +31,34 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Running:
-    """Which session's synthesis holds the model now, so Interrupt only ever stops your own."""
+    """Which sessions' syntheses hold or wait for the model now, so Interrupt only ever stops your own (every one
+    of them: a session may have more than one request under way, e.g. the Generate button and the API)."""
 
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _by_session: dict = field(default_factory=dict)
+    _by_session: dict = field(default_factory=dict)  # session -> the stop events of its running syntheses
 
     @contextmanager
     def mark(self, session: str | None):
-        """Yields the stop event of this session's synthesis (pass it to synthesize)."""
+        """Yields the stop event of this synthesis (pass it to synthesize)."""
         stop = threading.Event()
         with self._lock:
-            self._by_session[session] = stop
+            self._by_session.setdefault(session, set()).add(stop)
         try:
             yield stop
         finally:
             with self._lock:
-                self._by_session.pop(session, None)
+                running = self._by_session.get(session, set())
+                running.discard(stop)
+                if not running:
+                    self._by_session.pop(session, None)
 
     def interrupt(self, session: str | None) -> bool:
+        """Ask every synthesis of `session` to stop; False if it has none running."""
         with self._lock:
-            stop = self._by_session.get(session)
-        if stop is None:
-            return False
-        stop.set()
-        return True
+            stops = list(self._by_session.get(session, ()))
+        for stop in stops:
+            stop.set()
+        return bool(stops)
 
 
 RUNNING = Running()
