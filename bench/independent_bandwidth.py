@@ -8,8 +8,9 @@ of `repeats` rounds gives GB/s (1e9 bytes per second). Four reductions each read
 float64 sum, a float64 max, a bitwise or of the same bytes as uint64, and the array's dot product with
 itself (BLAS's ddot on one thread per process: each element is loaded once and used twice). Each is a
 lower bound (numpy's float64 sum is held back by its chain of adds on a Zen 5 CPU, where its max and or read
-about 38 GB/s a core and ddot about 42, like torch's sum), so the fastest counts, and all are reported. The sweep reads one array from threads of its own process; a figure that agrees from separate
-processes and separate code is the machine's, not the method's. Expect agreement within the machine's noise.
+about 38 GB/s a core and ddot about 42, like torch's sum), so the fastest counts, and all are reported. The
+sweep reads one array from threads of its own process; a figure that agrees from separate processes and
+separate code is the machine's, not the method's. Expect agreement within the machine's noise.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 Inputs: embeddings [B, S, dim], positions [B, S], mask [B, 1, S, P+S] (True = attend) and each layer's KV cache
 [B, H, M, D] (M: the most positions a call will hold); outputs: the last position's hidden state [B, dim] and
 the KV caches again. The graph computes in fp32 or fp16 (weights, activations and KV caches in that dtype);
-embeddings in and the hidden state out are fp32 either way, cast inside the graph. The caches are shared buffers: each step writes its S new keys/values at slots P..P+S-1
-in place (the caller binds the same memory as input and output), so no step copies the cache. One graph
-serves prefill (S prompt positions, P = 0) and decode (S = 1); P comes from the mask's width.
+embeddings in and the hidden state out are fp32 either way, cast inside the graph. The caches are shared
+buffers: each step writes its S new keys/values at slots P..P+S-1 in place (the caller binds the same memory
+as input and output), so no step copies the cache. One graph serves prefill (S prompt positions, P = 0) and
+decode (S = 1); P comes from the mask's width.
 
 The graph is written node by node rather than traced with `torch.onnx.export`: a traced Llama becomes about
 60 small ONNX nodes per layer (rotary as slices, concats and multiplies, attention as transposes, matmuls and a
@@ -37,7 +38,7 @@ def output_names(n_layers: int) -> list[str]:
     return ["hidden"] + [f"present_{kv}.{i}" for i in range(n_layers) for kv in "kv"]
 
 
-# the dtypes a graph computes in: numpy's, and the onnx TensorProto name of each
+# the precisions a graph is written in, and the numpy dtype of its float weights, activations and KV caches
 COMPUTE_DTYPES = {"fp32": np.float32, "fp16": np.float16}
 
 
