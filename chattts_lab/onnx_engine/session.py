@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from chattts_lab.lab.model import Shape, release_freed_memory
-from chattts_lab.onnx_engine.graph import input_names, output_names
+from chattts_lab.onnx_engine.graph import COMPUTE_DTYPES, input_names, output_names
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class OnnxLlama(nn.Module):
 
         s = self.shape
         shape = (batch, s.n_heads, length, s.head_dim)
-        dtype = np.float16 if self.precision == "fp16" else np.float32  # as the graph computes (graph.py)
+        dtype = COMPUTE_DTYPES.get(self.precision, np.float32)  # int8/int4 graphs are quantized from the fp32 one
         self.cache = [ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, *self._ort_device())
                       for _ in range(2 * s.n_layers)]
         self.binding = self.session.io_binding()
