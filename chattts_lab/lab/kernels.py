@@ -63,7 +63,8 @@ def load():
         from torch.utils.cpp_extension import load_inline
 
         sources = [path.read_text() for path in SOURCES]
-        log.info("building the lab's fused CPU kernels (first use on this machine: about a minute)")
+        log.info("loading the lab's fused CPU kernels (built first where this machine has no cached build: about a "
+                 "minute)")
         return load_inline(name=_build_name("".join(sources)), cpp_sources=sources, functions=FUNCTIONS,
                            extra_cflags=CFLAGS, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the torch path computes the same
