@@ -92,12 +92,6 @@ static float quantize_row(const float* x, uint8_t* q, int64_t K) {
   return scale;
 }
 
-// An uninitialised fp32 y of x's shape with N in its last dimension.
-static torch::Tensor rows_of(const torch::Tensor& x, int64_t N) {
-  auto sizes = x.sizes().vec();
-  sizes.back() = N;
-  return torch::empty(sizes, x.options());
-}
 
 // y[m, block b0 .. b0+NB) for MT rows of q: walks K once, reading each block's 16 * K weight bytes once.
 template <int MT, int NB>
@@ -123,7 +117,7 @@ static void micro(const uint8_t* q, int64_t K, const int8_t* w, int64_t b0, cons
     const int64_t n0 = (b0 + b) * ROWS;
     const __m512i shift = _mm512_slli_epi32(_mm512_loadu_si512(sums + n0), 7);  // 128 * row sum
     const __m512 ws = _mm512_loadu_ps(wscale + n0);
-    const __mmask16 keep = n0 + ROWS <= N ? 0xFFFF : static_cast<__mmask16>((1u << (N - n0)) - 1);
+    const __mmask16 keep = first_lanes(N - n0);
     for (int m = 0; m < MT; ++m) {
       const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[m][b], shift));
       _mm512_mask_storeu_ps(y + m * N + n0, keep, _mm512_mul_ps(v, _mm512_mul_ps(ws, _mm512_set1_ps(xscale[m]))));
@@ -288,7 +282,7 @@ static void micro4(const int8_t* q, const int32_t* xsums, int64_t K, const uint8
   }
   for (int b = 0; b < NB; ++b) {
     const int64_t n0 = (b0 + b) * ROWS;
-    const __mmask16 keep = n0 + ROWS <= N ? 0xFFFF : static_cast<__mmask16>((1u << (N - n0)) - 1);
+    const __mmask16 keep = first_lanes(N - n0);
     for (int m = 0; m < MT; ++m)
       _mm512_mask_storeu_ps(y + m * N + n0, keep, _mm512_mul_ps(sums[m][b], _mm512_set1_ps(xscale[m])));
   }
@@ -330,7 +324,7 @@ torch::Tensor int4_linear(const torch::Tensor& x, const torch::Tensor& packed, c
 }
 
 // One projection in either packed format, told apart by the packed weights' dtype: int8 (int8_pack: packed, row
-// sums, scales) or int4 (int4_pack: packed uint8, group scales, corrections).
+// sums, scales) or int4 (int4_pack: packed uint8, group scales, group mins).
 static torch::Tensor packed_linear(const torch::Tensor& x, const torch::Tensor* w, int64_t N) {
   return w[0].scalar_type() == at::kByte ? int4_linear(x, w[0], w[1], w[2], N) : int8_linear(x, w[0], w[1], w[2], N);
 }

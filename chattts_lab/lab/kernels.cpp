@@ -107,6 +107,13 @@ static void check_fp32(const torch::Tensor& t, const char* what) {
   TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), what, ": contiguous fp32 only");
 }
 
+// An uninitialised tensor of x's shape and dtype with N in its last dimension (kernels' outputs; int8_gemm.cpp too).
+static torch::Tensor rows_of(const torch::Tensor& x, int64_t N) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = N;
+  return torch::empty(sizes, x.options());
+}
+
 // out = x * rsqrt(mean(x^2) + eps) * w, per row of a contiguous fp32 [N, D].
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   check_fp32(x, "rms_norm");
@@ -139,9 +146,7 @@ std::vector<torch::Tensor> add_rms_norm(const torch::Tensor& x, const torch::Ten
 torch::Tensor silu_mul(const torch::Tensor& gate_up) {
   check_fp32(gate_up, "silu_mul");
   const int64_t F = gate_up.size(-1) / 2, N = gate_up.numel() / (2 * F);
-  auto sizes = gate_up.sizes().vec();
-  sizes.back() = F;
-  auto out = torch::empty(sizes, gate_up.options());
+  auto out = rows_of(gate_up, F);
   const float* pg = gate_up.data_ptr<float>();
   float* po = out.data_ptr<float>();
   // A decode step's few rows take microseconds on one thread: waking a second costs more than that,
@@ -174,6 +179,11 @@ torch::Tensor silu_mul(const torch::Tensor& gate_up) {
 }
 
 #if defined(__AVX512F__)
+// The mask of a vector's first n lanes (all 16 from n = 16 on): the stores of a last, partial block of 16 outputs.
+static inline __mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
+
 // The sums of 16 vectors' lanes, as one vector: out[j] = sum of v[j]'s 16 lanes. A transpose-and-add tree
 // (45 shuffles and adds) instead of 16 horizontal reductions (about 160).
 static inline __m512 sum_lanes16(__m512 v[16]) {
@@ -284,8 +294,7 @@ static void fp32_rows_block(const float* x, const float* w, float* y, int64_t K,
     }
     for (int m = 0; m < MT; ++m) sums[m][r] = _mm512_add_ps(a[m], b[m]);
   }
-  const __mmask16 keep = static_cast<__mmask16>(rows == 16 ? 0xFFFF : (1u << rows) - 1);
-  for (int m = 0; m < MT; ++m) _mm512_mask_storeu_ps(y + m * N + n0, keep, sum_lanes16(sums[m]));
+  for (int m = 0; m < MT; ++m) _mm512_mask_storeu_ps(y + m * N + n0, first_lanes(rows), sum_lanes16(sums[m]));
 }
 #endif
 
@@ -300,9 +309,7 @@ torch::Tensor fp32_linear_rows(const torch::Tensor& x, const torch::Tensor& w) {
   TORCH_CHECK(xc.scalar_type() == at::kFloat, "fp32_linear_rows: fp32 activations");
   const int64_t K = w.size(1), N = w.size(0), M = xc.numel() / K;
   TORCH_CHECK(xc.size(-1) == K && K % 32 == 0 && M >= 1 && M <= 8, "fp32_linear_rows: 1-8 rows, K a multiple of 32");
-  auto sizes = xc.sizes().vec();
-  sizes.back() = N;
-  auto y = torch::empty(sizes, xc.options());
+  auto y = rows_of(xc, N);
   const float *px = xc.data_ptr<float>(), *pw = w.data_ptr<float>();
   float* py = y.data_ptr<float>();
   at::parallel_for(0, (N + 15) / 16, 1, [&](int64_t begin, int64_t end) {
