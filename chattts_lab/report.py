@@ -104,10 +104,9 @@ def bandwidth_lines(env: dict) -> list[str]:
     for device, value in gbps.items():
         line = f"Memory read bandwidth ({device}): {_fmt(value)} GB/s, {method.get(device, 'method not recorded')}"
         if len(reads.get(device) or []) > 1:
-            listed = ", ".join(_fmt(r) for r in reads[device])
-            line += (f"; the median of {len(reads[device])} such reads, at the start and before each cell: {listed} "
-                     "GB/s (each row's floor uses the read just before its cell)" if per_cell else
-                     f"; the median of {len(reads[device])} such reads, at the start and before each pass: {listed} GB/s")
+            line += (f"; the median of {len(reads[device])} such reads, at the start and before each "
+                     f"{'cell' if per_cell else 'pass'}: {', '.join(_fmt(r) for r in reads[device])} GB/s")
+            line += " (each row's floor uses the read just before its cell)" if per_cell else ""
         lines.append(line)
     return lines
 

@@ -5,8 +5,8 @@ weight byte is fetched from memory once per step and used for only B multiply-ad
 cheap next to the fetch, and the step cannot finish faster than `weight bytes / read bandwidth`
 (`metrics.floor_step_ms`). `roofline` = floor / measured step says how close a configuration gets.
 
-    measure_read_bandwidth(devices)  at a sweep's start (and before each interleaved pass: with_another_read),
-                                     recorded with the environment
+    measure_read_bandwidth(devices)  at a sweep's start and again before each interleaved pass, or each cell of
+                                     a one-pass sweep (with_another_read), recorded with the environment
     decode_weight_bytes(chat)         once per cell, from the loaded model's real tensors
 """
 

@@ -495,7 +495,7 @@ def read_bundle(path: str | Path) -> dict:
 # The parts of an environment that tables and reports read, and the type each must have: a bundle is
 # someone else's file, and a crafted one must be refused here rather than crash a report later.
 _ENVIRONMENT_SHAPE = {"cpu": dict, "versions": dict, "blas": dict, "git": dict, "gpus": list, "mem_read_gbps": dict,
-                      "mem_read_method": dict, "mem_read_gbps_reads": dict}
+                      "mem_read_method": dict, "mem_read_gbps_reads": dict, "mem_read_before": str}
 
 
 # What plots and tables read from a serving run's levels (the `serving` note): numbers where present.

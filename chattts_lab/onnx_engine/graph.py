@@ -86,25 +86,25 @@ def build_graph(llama, compute: str = "fp32"):
     attend, block = g.weight("attend", np.array(0.0)), g.weight("block", np.array(np.finfo(dtype).min))
     bias = g.op("Where", ["mask", attend, block], ["attention_bias"])
     lengths = _cache_lengths(g)
-    cache_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    x = g.op("Cast", ["emb"], ["emb_cast"], to=cache_type) if dtype != np.float32 else "emb"
+    fp32 = dtype == np.float32
+    compute_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    x = "emb" if fp32 else g.op("Cast", ["emb"], ["emb_cast"], to=compute_type)
     with torch.no_grad():
         for i, layer in enumerate(llama.layers):
             x = _layer(g, f"layer{i}", layer, s, x, bias, lengths, cos, sin, i)
         last = g.op("Gather", [x, g.weight("last", np.array(-1, np.int64))], ["last_position"], axis=1)
-        normed = "hidden" if dtype == np.float32 else "hidden_cast"
-        g.op("SimplifiedLayerNormalization", [last, g.weight("norm", llama.norm.weight)], [normed], axis=-1,
-             epsilon=s.eps)
-        if normed != "hidden":
+        normed = g.op("SimplifiedLayerNormalization", [last, g.weight("norm", llama.norm.weight)],
+                      ["hidden" if fp32 else "hidden_cast"], axis=-1, epsilon=s.eps)
+        if not fp32:
             g.op("Cast", [normed], ["hidden"], to=TensorProto.FLOAT)
     f, dims = TensorProto.FLOAT, ["batch", s.n_heads, None, s.head_dim]
     inputs = [helper.make_tensor_value_info("emb", f, ["batch", "seq", s.dim]),
               helper.make_tensor_value_info("positions", TensorProto.INT64, ["batch", "seq"]),
               helper.make_tensor_value_info("mask", TensorProto.BOOL, ["batch", 1, "seq", "total"])]
-    inputs += [helper.make_tensor_value_info(n, cache_type, dims[:2] + ["slots"] + dims[3:])
+    inputs += [helper.make_tensor_value_info(n, compute_type, dims[:2] + ["slots"] + dims[3:])
                for n in input_names(s.n_layers)[3:]]
     outputs = [helper.make_tensor_value_info("hidden", f, ["batch", s.dim])]
-    outputs += [helper.make_tensor_value_info(n, cache_type, dims[:2] + ["slots"] + dims[3:])
+    outputs += [helper.make_tensor_value_info(n, compute_type, dims[:2] + ["slots"] + dims[3:])
                 for n in output_names(s.n_layers)[1:]]
     graph = helper.make_graph(g.nodes, "chattts_gpt", inputs, outputs, g.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)])
