@@ -16,7 +16,7 @@ import gradio as gr  # noqa: E402
 
 from chattts_lab.batcher import BatchPolicy  # noqa: E402
 from chattts_lab.devices import DeviceUnavailable, parse_device  # noqa: E402
-from chattts_lab.precision import unsupported_reason  # noqa: E402
+from chattts_lab.engines import unsupported_reason  # noqa: E402
 from webui import openai_api, present, security, speech  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
 from webui.context import AppContext, bind  # noqa: E402

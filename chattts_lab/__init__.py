@@ -11,7 +11,7 @@ The library never imports gradio. Typical use:
 from chattts_lab.devices import DeviceUnavailable, available_devices
 from chattts_lab.limits import OutOfMemory
 from chattts_lab.models import LoadConfig, LoadedModel, ModelUnavailable, load_model
-from chattts_lab.precision import PRECISIONS, UnsupportedPrecision
+from chattts_lab.engines import ENGINES, PRECISIONS, UnsupportedPrecision
 from chattts_lab.requests import InvalidRequest, Refine, Sampling, SynthesisRequest, Voice
 from chattts_lab.synthesis import (
     SYNTHETIC_WARNING,
@@ -25,6 +25,6 @@ from chattts_lab.synthesis import (
 
 __all__ = [
     "DeviceUnavailable", "available_devices", "OutOfMemory", "LoadConfig", "LoadedModel", "ModelUnavailable", "load_model",
-    "PRECISIONS", "UnsupportedPrecision", "InvalidRequest", "Refine", "Sampling", "SynthesisRequest", "Voice",
+    "ENGINES", "PRECISIONS", "UnsupportedPrecision", "InvalidRequest", "Refine", "Sampling", "SynthesisRequest", "Voice",
     "SYNTHETIC_WARNING", "StreamChunk", "SynthesisOutput", "interrupt", "synthesize", "synthesize_stream", "warm_up",
 ]

@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from chattts_lab import metrics
+from chattts_lab import engines, metrics
 from chattts_lab.results import RunConfig
 from chattts_lab.spec import SpecError, SweepSpec, cell_rule
 from chattts_lab.store import Store
@@ -86,32 +86,31 @@ def describe(seconds: float) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Reference figures (README, "Measured" tables: batch 1, 2 threads, N=128, full-size weights)
+# Reference figures: each engine's own (chattts_lab/engines: batch 1, 2 threads, N=128, full-size weights)
 
-REFERENCE_STEP_MS = {
-    ("stock", "fp32"): 122.0, ("stock", "bf16"): 66.0, ("stock", "fp16"): 66.0, ("stock", "int8"): 56.0,
-    ("lab", "fp32"): 98.0, ("lab", "bf16"): 54.0, ("lab", "fp16"): 54.0, ("lab", "int8"): 25.3, ("lab", "int4"): 32.0,
-}
 # Step time grows with the batch: int8 batch 8 is ~1.95x batch 1, fp32 ~2.4-2.8x, bf16 ~4.4x (README tables).
 BATCH_SLOPE = {"fp32": 0.3, "bf16": 0.5, "fp16": 0.5, "int8": 0.14, "int4": 0.14}
 THREADS_EXPONENT = 0.3  # 1 thread vs 2: fp32 about even, int8 1.15x, bf16 1.56x slower; 2**0.3 = 1.23 between
 TINY_FACTOR = 0.1  # synthetic-tiny keeps 2 of the GPT's 20 layers
 DECODE_S_PER_AUDIO_S = 0.15  # decoder + vocoder + prompt per item: p50 latency minus the steps, README tables
 START_S = 8.0  # a fresh worker: Python, torch and ChatTTS imported
-LOAD_S = {"stock": 2.0, "lab": 6.0}  # README: stock 1.7 s; lab converts the GPT layer by layer
 COLD_EXTRA_S = 1.5  # the first call also compiles the text normaliser (numba)
 
 
 def reference_step_ms(cfg: RunConfig) -> float:
-    base = REFERENCE_STEP_MS.get((cfg.engine, cfg.precision), REFERENCE_STEP_MS[("stock", "fp32")])
+    base = _engine(cfg).reference_step_ms.get(cfg.precision) or engines.get("stock").reference_step_ms["fp32"]
     step = base * (1 + BATCH_SLOPE.get(cfg.precision, 0.3) * (cfg.batch_size - 1))
     step *= (2 / cfg.threads) ** THREADS_EXPONENT
     return step * (TINY_FACTOR if _is_tiny(cfg.model) else 1.0)
 
 
 def _reference_overhead_s(cfg: RunConfig) -> float:
-    load = LOAD_S.get(cfg.engine, LOAD_S["stock"])
+    load = _engine(cfg).load_s
     return START_S + load * (TINY_FACTOR if _is_tiny(cfg.model) else 1.0)
+
+
+def _engine(cfg: RunConfig) -> engines.Engine:
+    return engines.get(cfg.engine if cfg.engine in engines.ENGINES else "stock")
 
 
 def _is_tiny(model: str) -> bool:

@@ -21,8 +21,8 @@ import torch
 from chattts_lab import synthetic
 from chattts_lab.devices import parse_device
 from chattts_lab.limits import out_of_memory_boundary
-from chattts_lab.precision import (UnsupportedPrecision, apply_stock_precision, module_dtype, stock_kernels,
-                                   unsupported_reason)
+from chattts_lab import engines
+from chattts_lab.engines import EngineRuntime, module_dtype
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ class LoadedModel:
     source: ModelSource
     device: torch.device
     load_s: float
+    engine: EngineRuntime  # the engine installed on `chat` (chattts_lab/engines): ask it, never sniff `chat`
     effective: dict = field(default_factory=dict)  # what took effect: dtypes, compile, threads
     lock: threading.Lock = field(default_factory=threading.Lock)  # one synthesis at a time
 
@@ -180,9 +181,7 @@ def set_threads(threads: int | None) -> int:
 def validate(config: LoadConfig) -> torch.device:
     """Check a load configuration without loading anything; return its device."""
     device = parse_device(config.device)
-    reason = unsupported_reason(config.engine, device, config.precision)
-    if reason:
-        raise UnsupportedPrecision(f"{config.precision} on {device} with the {config.engine} engine: {reason}")
+    engines.get(config.engine).check(device, config.precision)
     if config.threads is not None and config.threads < 1:
         raise ValueError(f"threads must be at least 1, got {config.threads}")
     return device
@@ -236,12 +235,12 @@ def _load_uncached(config: LoadConfig, device: torch.device) -> LoadedModel:
         synthetic.apply_size(chat.config, synthetic.read_marker(source.path)["size"])
     paths = {k: str(source.path / "asset" / Path(v).name) for k, v in _asset_paths(chat).items()}
     # Chat._load, not Chat.load: the latter insists on the released files' sha256 sums.
-    use_compile = bool(config.compile and device.type == "cuda" and config.engine == "stock")
-    if not chat._load(device=device, compile=use_compile, **paths):
+    engine = engines.get(config.engine)
+    if not chat._load(device=device, compile=engine.compile_at_load(device, config.compile), **paths):
         raise ModelUnavailable(f"ChatTTS could not load the weights in {source.path}")
-    _apply_engine(chat, config, device)
-    effective = _effective(chat, config, threads, use_compile)
-    return LoadedModel(chat, config, source, device, time.perf_counter() - t0, effective)
+    runtime = engine.install(chat, device, config.precision, compile=config.compile, threads=threads)
+    return LoadedModel(chat, config, source, device, time.perf_counter() - t0, runtime,
+                       _effective(chat, runtime, config, threads))
 
 
 def _asset_paths(chat) -> dict:
@@ -250,35 +249,18 @@ def _asset_paths(chat) -> dict:
     return asdict(chat.config.path)
 
 
-def _apply_engine(chat, config: LoadConfig, device: torch.device) -> None:
-    if config.engine == "lab":
-        from chattts_lab.lab import install_lab_engine
-
-        install_lab_engine(chat, device=device, precision=config.precision, compile=config.compile)
-    elif config.engine == "onnx":
-        from chattts_lab.onnx_engine import install_onnx_engine
-
-        install_onnx_engine(chat, device=device, precision=config.precision, threads=torch.get_num_threads())
-    else:
-        apply_stock_precision(chat, config.precision)
-
-
-def _effective(chat, config: LoadConfig, threads: int, compiled: bool) -> dict:
-    lab_state = getattr(chat, "lab_engine", None)
-    session = getattr(lab_state.gpt_module, "session", None) if lab_state else None  # the onnx engine's
+def _effective(chat, runtime: EngineRuntime, config: LoadConfig, threads: int) -> dict:
     return {
         "device": str(chat.device),
         "device_gpt": str(chat.device_gpt),
-        "engine": config.engine,
-        "precision": config.precision,
-        "dtype_gpt": module_dtype(lab_state.gpt_module if lab_state else chat.gpt.gpt),
+        "engine": runtime.name,
+        "precision": runtime.precision,
+        "dtype_gpt": runtime.gpt_dtype,
         "dtype_decoder": module_dtype(chat.decoder),
         "dtype_vocos": module_dtype(chat.vocos),
         "threads": threads,
-        "compile": bool(getattr(lab_state, "compiled", compiled)),
+        "compile": runtime.compiled,
         "compile_requested": config.compile,
-        "kernels": lab_state.kernels if lab_state else stock_kernels(chat, config.precision),
-        # ONNX Runtime's own: the provider that runs the graph, its intra-op threads, whether the graph was built now
-        **({"onnx_provider": lab_state.gpt_module.provider, "onnx_threads": lab_state.gpt_module.threads,
-            "onnx_built": lab_state.gpt_module.built} if session else {}),
+        "kernels": runtime.kernels,
+        **runtime.effective(),
     }

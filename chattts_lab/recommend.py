@@ -6,6 +6,7 @@ Pure functions over canonical result rows (sweep.CANONICAL_COLUMNS); no plotting
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import pandas as pd
 
@@ -75,3 +76,122 @@ def _floor_sentence(row: pd.Series) -> list[str]:
 
 def _name(row: pd.Series) -> str:
     return f"{row['device']} · {row['engine']} · {row['precision']} · {int(row['threads'])} threads"
+
+
+# ----------------------------------------------------------------------------------------------
+# The configuration an app serves by default
+
+
+@dataclass(frozen=True)
+class ServedDefault:
+    settings: dict  # device, precision, threads, engine
+    reason: str  # why this one, in a sentence the page shows
+    fastest: dict | None = None  # the fastest configuration measured here, when it is not the one served
+
+
+def served_default(cells: pd.DataFrame, sweeps: pd.DataFrame, model: str, default: dict,
+                   cannot_run: Callable[[dict], str | None]) -> ServedDefault:
+    """What an app on `model` serves: its `default`, replaced only by a configuration measured faster than it on
+    this machine, this model and this device (a local sweep that is not noisy and did not run on Ray nodes).
+
+    `cells` and `sweeps` are the history's frames (store.cells_frame, store.sweeps_frame); `cannot_run(settings)`
+    says why a configuration cannot run in this app (None when it can). The default is compared with the
+    candidate as measured in the same sweep, else in the history, else by the engines' reference figures, and the
+    reason says which.
+    """
+    eligible, why_not = _eligible_sweeps(sweeps, model)
+    if eligible.empty:
+        return ServedDefault(default, why_not or "no sweep on this machine yet")
+    sweep_id = int(eligible["id"].iloc[0])  # the latest
+    mine = cells[cells["sweep_id"].isin(eligible["id"]) & (cells["status"] == "ok") & cells["rtf"].notna()
+                 & (cells["node"].fillna("") == "")]
+    runnable = mine[[cannot_run(_settings(r)) is None for _, r in mine.iterrows()]] if len(mine) else mine
+    latest = runnable[runnable["sweep_id"] == sweep_id]
+    rec = recommend(latest)
+    if rec.settings is None:
+        return ServedDefault(default, f"sweep #{sweep_id} measured nothing that runs in this app"
+                                      + _unrunnable_note(mine[mine["sweep_id"] == sweep_id], cannot_run))
+    candidate = rec.settings
+    fastest = _fastest(runnable)
+    note = _unrunnable_note(mine[mine["sweep_id"] == sweep_id], cannot_run)
+    if _same(candidate, default):
+        return ServedDefault(candidate, f"the recommendation of sweep #{sweep_id} on this machine (lowest RTF at "
+                                        f"batch 1), which is also the default{note}", _unless_same(fastest, candidate))
+    faster, how = _faster_than_default(candidate, default, latest, runnable)
+    if faster:
+        return ServedDefault(candidate, f"the recommendation of sweep #{sweep_id} on this machine (lowest RTF at "
+                                        f"batch 1), faster than the default {_label(default)} {how}{note}",
+                             _unless_same(fastest, candidate))
+    return ServedDefault(default, f"the default, {_label(default)}: sweep #{sweep_id}'s fastest, {_label(candidate)}, "
+                                  f"is not faster than it {how}{note}", _unless_same(fastest, default))
+
+
+def _eligible_sweeps(sweeps: pd.DataFrame, model: str) -> tuple[pd.DataFrame, str]:
+    """The local sweeps (newest first) that may set the default, and why the latest local one may not."""
+    if sweeps.empty:
+        return sweeps, ""
+    local = sweeps[(sweeps["origin"] == "local") & (sweeps["kind"] == "sweep")].sort_values("id", ascending=False)
+    reasons = {}
+    for _, s in local.iterrows():
+        if s["model"] != model:
+            reasons[s["id"]] = f"sweep #{s['id']} measured the model {s['model']!r}, not this app's {model!r}"
+        elif s["noisy"] is True or s["noisy"] == 1:
+            reasons[s["id"]] = f"sweep #{s['id']} was noisy (its passes drifted {s['drift_pct']:.1f} %)"
+    eligible = local[~local["id"].isin(list(reasons))]
+    latest = int(local["id"].iloc[0]) if len(local) else None
+    why = (reasons.get(latest, "") + ", so the default stays") if latest in reasons else ""
+    return eligible, why
+
+
+def _faster_than_default(candidate: dict, default: dict, latest: pd.DataFrame, history: pd.DataFrame):
+    """Whether the candidate beats the default, and how that was judged (for the reason)."""
+    cand = _best_rtf(latest, candidate)
+    for frame, where in ((latest, "in the same sweep"), (history, "in this machine's history")):
+        base = _best_rtf(frame, default)
+        if base is not None:
+            return cand < base, f"(RTF {cand:.2f} against {base:.2f} {where})"
+    from chattts_lab import engines
+
+    def reference(s):
+        return engines.get(s["engine"]).reference_step_ms.get(s["precision"], float("inf"))
+
+    c, d = reference(candidate), reference(default)
+    return c < d, (f"by the engines' reference figures ({c:g} against {d:g} ms per step; the default was not "
+                   f"measured here)")
+
+
+def _best_rtf(frame: pd.DataFrame, settings: dict) -> float | None:
+    same = frame[(frame["engine"] == settings["engine"]) & (frame["precision"] == settings["precision"])
+                 & (frame["device"] == settings["device"])]
+    single = same[same["batch_size"] == 1]
+    pool = single if len(single) else same
+    return float(pool["rtf"].min()) if len(pool) else None
+
+
+def _fastest(frame: pd.DataFrame) -> dict | None:
+    single = frame[frame["batch_size"] == 1]
+    pool = single if len(single) else frame
+    return _settings(pool.sort_values("rtf").iloc[0]) if len(pool) else None
+
+
+def _unrunnable_note(frame: pd.DataFrame, cannot_run) -> str:
+    rec = recommend(frame)
+    reason = cannot_run(rec.settings) if rec.settings else None
+    return f"; its fastest cell, {_label(rec.settings)}, cannot run in this app: {reason}" if reason else ""
+
+
+def _settings(row: pd.Series) -> dict:
+    return {"device": str(row["device"]), "precision": str(row["precision"]), "threads": int(row["threads"]),
+            "engine": str(row["engine"])}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return all(a[k] == b[k] for k in ("device", "precision", "engine"))
+
+
+def _unless_same(fastest: dict | None, served: dict) -> dict | None:
+    return None if fastest is None or fastest == served else fastest
+
+
+def _label(s: dict) -> str:
+    return f"{s['engine']} · {s['precision']} · {s['device']} · {s['threads']} thread{'s' if s['threads'] != 1 else ''}"

@@ -7,7 +7,7 @@ cheap next to the fetch, and the step cannot finish faster than `weight bytes / 
 
     measure_read_bandwidth(devices)  at a sweep's start and again before each interleaved pass, or each cell of
                                      a one-pass sweep (with_another_read), recorded with the environment
-    decode_weight_bytes(chat)         once per cell, from the loaded model's real tensors
+    decode_weight_bytes(model)        once per cell, from the loaded model's real tensors
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def with_bandwidth(result, environment: dict):
 # Weight bytes a decode step reads
 
 
-def decode_weight_bytes(chat) -> int:
+def decode_weight_bytes(model) -> int:
     """Bytes of GPT weights one audio-code decode step reads, in the formats that took effect.
 
     Counted: the 20 (or, for synthetic-tiny, 2) transformer layers' projections and norms, the final
@@ -185,11 +185,7 @@ def decode_weight_bytes(chat) -> int:
     floor is a lower bound.
     A batched step reads the weights once for all its items: the floor is the same at every batch size.
     """
-    lab = getattr(chat, "lab_engine", None)
-    if lab is not None:
-        gpt_bytes = getattr(lab.gpt_module, "weight_bytes", None)  # the onnx engine's weights live in its session
-        return (gpt_bytes or module_weight_bytes(lab.gpt_module)) + module_weight_bytes(lab.heads.code)
-    return module_weight_bytes(chat.gpt.gpt) + sum(module_weight_bytes(h) for h in chat.embed.head_code)
+    return model.engine.weight_bytes_per_step()  # each engine counts the formats it holds
 
 
 def module_weight_bytes(module: torch.nn.Module) -> int:

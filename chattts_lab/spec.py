@@ -11,10 +11,13 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Callable
 
+import torch
+
+from chattts_lab import engines
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.env import usable_cores
 from chattts_lab.limits import memory_budget_error
-from chattts_lab.precision import ENGINES, PRECISIONS, extra_precisions, unsupported_reason
+from chattts_lab.engines import ENGINES, PRECISIONS, unsupported_reason
 from chattts_lab.requests import MAX_BATCH, MAX_NEW_TOKEN
 from chattts_lab.results import BENCH_TEXT, RunConfig
 
@@ -64,10 +67,9 @@ class SweepSpec:
         """Everything wrong with the spec (empty when it can run). No side effects."""
         errs = [f"{name} is empty" for name in ("devices", "precisions", "batches", "threads", "tokens", "engines",
                                                 "compiles", "streams") if not getattr(self, name)]
-        known_precisions = set(PRECISIONS) | set(extra_precisions("lab"))
         errs += [f"unknown device {d!r}: use cpu, cuda, cuda:N or mps" for d in self.devices if not DEVICE_PATTERN.match(d)]
-        errs += [f"unknown precision {p!r}: choose from {', '.join(sorted(known_precisions))}"
-                 for p in self.precisions if p not in known_precisions]
+        errs += [f"unknown precision {p!r}: choose from {', '.join(PRECISIONS)}"
+                 for p in self.precisions if p not in PRECISIONS]
         errs += [f"unknown engine {e!r}: choose from {', '.join(ENGINES)}" for e in self.engines if e not in ENGINES]
         errs += [f"batch size must be in 1..{MAX_BATCH}, got {b}" for b in self.batches if not _int_in(b, 1, MAX_BATCH)]
         errs += [f"threads must be in 1..{MAX_THREADS}, got {t}" for t in self.threads if not _int_in(t, 1, MAX_THREADS)]
@@ -171,9 +173,8 @@ def _rule_precision(cfg: RunConfig) -> str | None:
 
 
 def _rule_compile(cfg: RunConfig) -> str | None:
-    if cfg.compile and cfg.engine == "stock" and not cfg.device.startswith("cuda"):
-        return ("stock ChatTTS silently ignores compile=True off CUDA, so this cell would repeat the "
-                "compile=off one")
+    if cfg.compile and cfg.engine in ENGINES:
+        return engines.get(cfg.engine).compile_ignored_reason(torch.device(cfg.device))
     return None
 
 

@@ -123,8 +123,9 @@ class StageRecorder:
         return timed
 
     @contextmanager
-    def attached(self, chat):
-        """Wrap the Chat's methods for the duration of one call, then restore them exactly."""
+    def attached(self, chat, engine):
+        """Wrap the Chat's methods for the duration of one call, then restore them exactly; `engine` (the
+        model's EngineRuntime) reports its GPT forward passes."""
         wrappers = [
             (chat.gpt, "generate", self._wrap_generate(chat.gpt.generate)),
             (chat, "_refine_text", self._wrap_timed(chat._refine_text, "refine_s")),
@@ -134,19 +135,15 @@ class StageRecorder:
         saved = [(owner, name, owner.__dict__.get(name, _MISSING)) for owner, name, _ in wrappers]
         for owner, name, wrapper in wrappers:
             owner.__dict__[name] = wrapper
-        hook = chat.gpt.gpt.register_forward_hook(lambda *_: self.gpt_forward_done()) if hasattr(chat.gpt, "gpt") else None
-        chat.lab_recorder = self  # the lab engine reports its forward passes here
         try:
-            yield self
+            with engine.reporting_steps_to(self):
+                yield self
         finally:
             for owner, name, value in saved:
                 if value is _MISSING:
                     owner.__dict__.pop(name, None)
                 else:
                     owner.__dict__[name] = value
-            chat.lab_recorder = None
-            if hook is not None:
-                hook.remove()
 
     def finish(self, wall_s: float) -> StageTimes:
         measured = sum(getattr(self.times, s) for s in STAGES)

@@ -123,7 +123,7 @@ def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | Non
     request = request if checked else validate_request(request)
     with model.lock, _memory_errors_explained(model, request), _speakers_per_row(model, row_speakers):
         call = _begin(model, request, threads, stop)
-        with call.recorder.attached(model.chat), call.memory:
+        with call.recorder.attached(model.chat, model.engine), call.memory:
             call.t0 = call.recorder.clock.now()
             _infer(model, request, stream=False)
             wall = call.recorder.clock.now() - call.t0
@@ -140,7 +140,7 @@ def synthesize_stream(
     with model.lock, _memory_errors_explained(model, request), _speakers_per_row(model, row_speakers):
         call = _begin(model, request, threads, stop)
         index = 0
-        with call.recorder.attached(model.chat), call.memory:
+        with call.recorder.attached(model.chat, model.engine), call.memory:
             call.t0 = call.recorder.clock.now()
             for wavs in _infer(model, request, stream=True):
                 wavs = np.asarray(wavs)
@@ -179,9 +179,7 @@ def _memory_errors_explained(model: LoadedModel, request: SynthesisRequest):
 def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None, stop: threading.Event | None) -> _Call:
     threads = set_threads(threads if threads is not None else model.config.threads)
     model.effective["threads"] = threads
-    session_model = getattr(getattr(model.chat, "lab_engine", None), "gpt_module", None)
-    if hasattr(session_model, "use_threads"):  # ONNX Runtime fixes threads per session: follow this call's
-        model.effective["onnx_threads"] = session_model.use_threads(threads)
+    model.effective.update(model.engine.use_threads(threads))  # engines that fix threads themselves follow
     recorder = StageRecorder(Stopwatch(model.device))
     if stop is not None:
         # Checked at every GPT step, not once: ChatTTS clears its own interrupt flag when `infer` starts,
@@ -193,12 +191,10 @@ def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None, s
 def _infer(model: LoadedModel, request: SynthesisRequest, stream: bool):
     chat = model.chat
     params_code, params_refine = _params(model, request)
-    if stream and model.config.engine in ("lab", "onnx"):
-        # Lab decode loop only (lab and onnx engines): incremental streaming (new frames only, first chunk early).
-        from chattts_lab.lab import stream_infer
-
-        return stream_infer(chat, list(request.texts), params_refine, params_code,
-                            skip_refine_text=not request.refine.enabled, do_text_normalization=request.normalize_text)
+    if stream and model.engine.streams_incrementally:  # new frames only, first chunk early (the lab's loop)
+        return model.engine.stream(chat, list(request.texts), params_refine, params_code,
+                                   skip_refine_text=not request.refine.enabled,
+                                   do_text_normalization=request.normalize_text)
     result = chat.infer(
         list(request.texts),
         stream=stream,

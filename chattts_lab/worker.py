@@ -46,7 +46,7 @@ def repeat_until(fn: Callable[[], object], min_count: int, min_time_s: float, ma
 def classify(exc: BaseException) -> tuple[str, str]:
     """(status, reason) for an exception raised while measuring a cell."""
     from chattts_lab.devices import DeviceUnavailable  # both import torch: not before the task needs it
-    from chattts_lab.precision import UnsupportedPrecision
+    from chattts_lab.engines import UnsupportedPrecision
 
     if isinstance(exc, OutOfMemory):
         return "oom", str(exc)[:800]
@@ -103,7 +103,7 @@ def prepare_cell(cfg, samples: list, info: dict) -> Callable[..., dict]:
         interop_threads=torch.get_num_interop_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
         source=model.source.label, synthetic=model.synthetic,
     )
-    info["effective"]["weight_bytes_per_step"] = decode_weight_bytes(model.chat)  # after the load's peak RSS is read
+    info["effective"]["weight_bytes_per_step"] = decode_weight_bytes(model)  # after the load's peak RSS is read
     request = SynthesisRequest.of(
         [cfg.text] * cfg.batch_size, max_new_token=cfg.tokens, min_new_token=cfg.tokens,
         voice=Voice(speaker=speaker_from_seed(model, VOICE_SEED)), sampling=Sampling(audio_seed=AUDIO_SEED),

@@ -87,7 +87,7 @@ def test_other_errors_cross_the_boundary_unchanged_and_are_errors(exc):
 
 def test_unsupported_and_absent_devices_are_classified():
     from chattts_lab.devices import DeviceUnavailable
-    from chattts_lab.precision import UnsupportedPrecision
+    from chattts_lab.engines import UnsupportedPrecision
 
     assert classify(UnsupportedPrecision("no"))[0] == "unsupported"
     assert classify(DeviceUnavailable("absent"))[0] == "skipped"

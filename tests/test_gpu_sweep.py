@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from chattts_lab.precision import unsupported_reason
+from chattts_lab.engines import unsupported_reason
 from chattts_lab.store import Store, import_bundle
 
 ROOT = Path(__file__).resolve().parents[1]

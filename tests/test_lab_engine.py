@@ -7,12 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from chattts_lab.lab import lab_unsupported_reason
+from chattts_lab.engines import unsupported_reason
 from chattts_lab.lab.linear import (FbgemmInt8Linear, Int4Linear, PackedInt4Linear, PackedInt8Linear,
                                     WeightOnlyInt8Linear, int4_available, int8_kernels)
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.models import LoadConfig, load_model, unload_all
-from chattts_lab.precision import UnsupportedPrecision
+from chattts_lab.engines import UnsupportedPrecision
 from chattts_lab.requests import Refine, Sampling, SynthesisRequest
 from chattts_lab.synthesis import interrupt, synthesize, synthesize_stream
 
@@ -104,7 +104,7 @@ def test_fused_cpu_kernels_compute_what_the_torch_ops_compute(stock_runs, lab_fp
     """The lab's fused decode kernels (C++, built here on first use) against its torch-op path, padding included."""
     from chattts_lab.lab import kernels
 
-    model = lab_fp32.chat.lab_engine.gpt_module
+    model = lab_fp32.engine.gpt_module
     if kernels.load() is None:
         pytest.skip("no C++ toolchain here: the lab runs its torch-op path (tested by the stock comparisons)")
     assert "fused-decode" in lab_fp32.effective["kernels"] and model.fused is not None
@@ -191,7 +191,7 @@ def test_fused_kernels_can_be_switched_off(monkeypatch):
 def test_lab_engine_reports_what_took_effect(lab_fp32):
     eff = lab_fp32.effective
     assert eff["engine"] == "lab" and eff["dtype_gpt"] == "float32" and eff["compile"] is False
-    assert lab_fp32.chat.lab_engine.compiled is False
+    assert lab_fp32.engine.compiled is False
     from chattts_lab.lab.linear import fp32_rows_kernels
 
     decode_kernel = "lab-fp32-rows avx512" if fp32_rows_kernels() is not None else "float32-matmul "
@@ -290,7 +290,7 @@ def test_packed_step_in_one_call_computes_what_the_layer_loop_computes(precision
         pytest.skip("no AVX-512 VNNI here (or no compiler): the step runs layer by layer")
     unload_all()
     model = load("lab", precision)
-    gpt = model.chat.lab_engine.gpt_module
+    gpt = model.engine.gpt_module
     assert gpt.packed_step is not None
     assert model.effective["kernels"].startswith(f"lab-{precision} avx512_vnni; ")
     one_call = code_tokens(model, TEXTS, 24, seed=7)
@@ -377,8 +377,8 @@ def test_every_lab_precision_runs_on_cpu_as_the_table_says(precision, expected):
 def test_lab_reasons_for_what_cannot_run():
     with pytest.raises(UnsupportedPrecision, match="unknown precision 'int3'"):
         load("lab", "int3")
-    assert "no 'int3' precision" in lab_unsupported_reason(CPU, "int3")
-    assert "CPU int4 kernel" in lab_unsupported_reason(torch.device("cuda"), "int4")  # no CUDA needed to ask
+    assert "unknown precision 'int3'" in unsupported_reason("lab", CPU, "int3")
+    assert "CPU int4 kernel" in unsupported_reason("lab", torch.device("cuda"), "int4")  # no CUDA needed to ask
 
 
 def test_lab_streaming_sends_early_chunks_that_add_up_to_the_full_decode(lab_fp32):

@@ -17,9 +17,8 @@ import torch
 from chattts_lab.fidelity import compare, trace
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.models import LoadConfig, load_model, unload_all
-from chattts_lab.onnx_engine import onnx_unsupported_reason
 from chattts_lab.onnx_engine.build import ensure_graph
-from chattts_lab.precision import UnsupportedPrecision
+from chattts_lab.engines import UnsupportedPrecision, unsupported_reason
 from chattts_lab.requests import SynthesisRequest
 from chattts_lab.store import Store
 from chattts_lab.synthesis import synthesize, synthesize_stream
@@ -77,7 +76,7 @@ def test_onnx_int8_drift_from_stock_is_measured_and_small(stock_runs):
 
 def test_onnx_fp16_computes_in_fp16_and_stays_close_to_stock(stock_runs):
     model = load("onnx", "fp16")
-    assert model.effective["dtype_gpt"] == "float16" and model.chat.lab_engine.gpt_module.path.name == "gpt-fp16.onnx"
+    assert model.effective["dtype_gpt"] == "float16" and model.engine.gpt_module.path.name == "gpt-fp16.onnx"
     got = compare(stock_runs["greedy"], trace(model, TOKENS))
     # fp16 rounding moves the hidden states (so the error is above fp32's 1e-7) but keeps them close
     assert 1e-5 < got["hidden_rel_err"] < 1e-2, got
@@ -86,11 +85,11 @@ def test_onnx_fp16_computes_in_fp16_and_stays_close_to_stock(stock_runs):
 def test_second_load_reuses_the_cached_graph_file():
     unload_all()
     first = load("onnx", "int8")
-    path = first.chat.lab_engine.gpt_module.path
+    path = first.engine.gpt_module.path
     before = path.stat()
     unload_all()
     again = load("onnx", "int8")
-    assert again.chat.lab_engine.gpt_module.path == path
+    assert again.engine.gpt_module.path == path
     assert again.effective["onnx_built"] == {}
     after = path.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
@@ -121,7 +120,7 @@ def test_onnx_engine_synthesizes_a_batch_with_this_calls_threads():
     out = synthesize(model, SynthesisRequest.of(TEXTS, max_new_token=8, min_new_token=8), threads=1)
     assert out.measurements.tokens == [8, 8] and all(np.isfinite(a).all() for a in out.audio)
     assert out.measurements.effective["onnx_threads"] == 1  # the session follows this call's thread count
-    assert model.chat.lab_engine.gpt_module.session.get_session_options().intra_op_num_threads == 1
+    assert model.engine.gpt_module.session.get_session_options().intra_op_num_threads == 1
 
 
 def test_int8_keeps_int8_text_tables_and_torch_runs_one_thread_only_while_the_gpt_generates():
@@ -131,7 +130,7 @@ def test_int8_keeps_int8_text_tables_and_torch_runs_one_thread_only_while_the_gp
     model = load("onnx", "int8", threads=2)
     assert isinstance(model.chat.embed.emb_text, Int8Embedding)  # the fp32 tables are gone, as in the lab engine
     assert isinstance(model.chat.dvae, OnDemand) and not len(model.chat.embed.head_code)  # trimmed as the lab's
-    heads, seen = model.chat.lab_engine.heads, []
+    heads, seen = model.engine.heads, []
     code_logits = heads.code_logits
     heads.code_logits = lambda hidden: (seen.append(torch.get_num_threads()), code_logits(hidden))[1]  # a spy
     try:
@@ -164,7 +163,7 @@ def test_each_onnx_precision_runs_on_cpu_as_the_table_says(precision, expected):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no CUDA provider exists")
 def test_a_missing_cuda_provider_is_a_reason_not_a_crash():
-    assert "CUDAExecutionProvider" in onnx_unsupported_reason(torch.device("cuda"), "fp32")
+    assert "CUDAExecutionProvider" in unsupported_reason("onnx", torch.device("cuda"), "fp32")
 
 
 def test_cli_sweep_runs_an_onnx_cell_and_keeps_the_unsupported_one(tmp_path):

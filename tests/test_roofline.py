@@ -197,7 +197,7 @@ def test_lab_int8_counts_one_int8_copy_and_per_channel_scales():
         packed = model.effective["kernels"].startswith("lab-int8")
         padded = [(-(-n // 16) * 16 if packed else n, k) for n, k in matrices]
         expected = sum(n * k + (8 if packed else 4) * n for n, k in padded) + 4 * sum(_numel(s) for s in norms)
-        assert roofline.decode_weight_bytes(model.chat) == expected
+        assert roofline.decode_weight_bytes(model) == expected
     finally:
         unload_all()
 

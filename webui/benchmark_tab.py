@@ -26,7 +26,8 @@ from chattts_lab.devices import parse_device
 from chattts_lab.env import usable_cores
 from chattts_lab.grid import bool_list, describe, estimate_grid, int_list, refuse_huge_grid, str_list
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
-from chattts_lab.precision import ENGINES, PRECISIONS, extra_precisions, unsupported_reason
+from chattts_lab import engines as engine_registry
+from chattts_lab.engines import ENGINES, PRECISIONS, unsupported_reason
 from chattts_lab.recommend import recommend
 from chattts_lab.report import environment_lines, results_frame, shown_columns, write_reports
 from chattts_lab.results import STATUSES, CellResult
@@ -41,9 +42,7 @@ from webui.serving_tab import build_serving_tab
 
 COMPARE_METRICS = ["latency_p50_s", "rtf", "audio_s_per_s", "step_ms", "peak_rss_mb", "ttfa_s"]
 ON_OFF = ("off", "on")
-ENGINE_NOTES = {"stock": "ChatTTS's own Chat.infer, untouched (the reference)",
-                "lab": "this project's decode loop over the same weights (README: the lab engine)",
-                "onnx": "the lab's decode loop with the GPT exported to ONNX Runtime (README: the onnx engine)"}
+ENGINE_NOTES = {e.name: e.summary for e in engine_registry.all_engines()}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -154,13 +153,8 @@ def estimate(ctx: AppContext, form: SweepForm) -> str:
 # What can run here
 
 
-def all_precisions() -> tuple[str, ...]:
-    return PRECISIONS + tuple(p for e in ENGINES for p in extra_precisions(e) if p not in PRECISIONS)
-
-
 def runnable_precisions(device: str, engine: str) -> list[str]:
-    dev = parse_device(device)
-    return [p for p in all_precisions() if unsupported_reason(engine, dev, p) is None]
+    return engine_registry.runnable_precisions(parse_device(device), engine)
 
 
 def runnable_engines() -> list[str]:
@@ -168,7 +162,7 @@ def runnable_engines() -> list[str]:
 
 
 def offered_precisions() -> list[str]:
-    return [p for p in all_precisions() if any(p in runnable_precisions(d, e) for d in devices() for e in ENGINES)]
+    return [p for p in PRECISIONS if any(p in runnable_precisions(d, e) for d in devices() for e in ENGINES)]
 
 
 def has_cuda() -> bool:

@@ -47,7 +47,7 @@ class AppContext:
         outputs = Path(os.environ.get("CHATTTS_LAB_OUTPUTS", "outputs")).resolve()
         db = Path(os.environ.get("CHATTTS_LAB_HISTORY", DEFAULT_DB)).resolve()
         ctx = AppContext(model=model, outputs_dir=outputs, history_db=db, api_key=api_key, batching=batching,
-                         serving=serving_choice(db))
+                         serving=serving_choice(db, model))
         for folder in (ctx.audio_dir, ctx.voices_dir, ctx.files_dir):
             folder.mkdir(parents=True, exist_ok=True)
         return ctx

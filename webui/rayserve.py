@@ -35,7 +35,7 @@ from chattts_lab.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.batcher import BatchPolicy
 from chattts_lab.cluster import HOLD_DIR_VAR, connect, hold_here, note_if_asked, ray_module
 from chattts_lab.devices import DeviceUnavailable, parse_device
-from chattts_lab.precision import unsupported_reason
+from chattts_lab.engines import unsupported_reason
 from chattts_lab.spec import SpecError
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput, warm_up
 from webui import openai_api

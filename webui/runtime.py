@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from chattts_lab import LoadConfig, available_devices
-from chattts_lab.devices import parse_device
+from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.env import usable_cores
-from chattts_lab.precision import ENGINES, PRECISIONS, unsupported_reason
+from chattts_lab.engines import runnable_engines, runnable_precisions, unsupported_reason
 
 
 @dataclass(frozen=True)
@@ -35,31 +35,40 @@ class ServingChoice:
     fastest: RuntimeSettings | None = None  # one click away when it is not already in use
 
 
-def serving_choice(history_db) -> ServingChoice:
-    """This machine's latest sweep's recommendation; without one, the fastest configuration that computes the
-    same audio as stock (lab fp32), with lab int8 one click away."""
-    from chattts_lab.recommend import recommend
+def serving_choice(history_db, model: str) -> ServingChoice:
+    """What requests run on unless a person picks another: the default (lab fp32, which computes the same audio as
+    stock fp32, faster; stock fp32 where lab cannot run), replaced only by a configuration a sweep of this machine
+    and model measured faster (chattts_lab.recommend.served_default), with the fastest measured one a click away."""
+    from chattts_lab.recommend import served_default
     from chattts_lab.store import cells_frame, sweeps_frame
 
-    sweeps = sweeps_frame(history_db)
-    local = sweeps[(sweeps["origin"] == "local") & (sweeps["kind"] == "sweep")] if not sweeps.empty else sweeps
-    for sweep_id in local["id"].head(1):
-        rec = recommend(cells_frame(history_db, [int(sweep_id)]))
-        if rec.settings and rec.settings["device"] in devices():
-            settings = settings_from(**rec.settings)
-            return ServingChoice(settings, f"the recommendation of sweep #{int(sweep_id)} on this machine "
-                                           f"(lowest RTF at batch 1)")
     cores = max_threads()
-    if "lab" not in engines_for("cpu"):
-        return ServingChoice(RuntimeSettings("cpu", "fp32", cores, "stock"), "no sweep on this machine yet")
-    fastest = settings_from("cpu", "int8", cores, "lab")
-    return ServingChoice(RuntimeSettings("cpu", "fp32", cores, "lab"),
-                         "no sweep on this machine yet: lab fp32 computes the same audio as stock fp32, faster; "
-                         "lab int8 is faster still (its audio differs slightly)", fastest)
+    default = RuntimeSettings("cpu", "fp32", cores, "lab" if "lab" in engines_for("cpu") else "stock")
+    sweeps = sweeps_frame(history_db)
+    if sweeps.empty:
+        fastest = RuntimeSettings("cpu", "int8", cores, "lab") if default.engine == "lab" else None
+        return ServingChoice(default, "no sweep on this machine yet: lab fp32 computes the same audio as stock fp32, "
+                                      "faster; lab int8 is faster still (its audio differs slightly)"
+                             if fastest else "no sweep on this machine yet", fastest)
+    chosen = served_default(cells_frame(history_db), sweeps, model, default.as_dict(), cannot_run_here)
+    fastest = RuntimeSettings(**chosen.fastest) if chosen.fastest else None
+    return ServingChoice(RuntimeSettings(**chosen.settings), chosen.reason, fastest)
+
+
+def cannot_run_here(settings: dict) -> str | None:
+    """Why this app cannot serve these settings (None when it can): an absent device, an engine or precision
+    that does not run on it."""
+    try:
+        device = parse_device(settings["device"])
+    except DeviceUnavailable as exc:
+        return str(exc)
+    return unsupported_reason(settings["engine"], device, settings["precision"])
 
 
 def describe(settings: RuntimeSettings) -> str:
-    return f"{settings.engine} · {settings.precision} · {settings.device} · {settings.threads} threads"
+    threads = settings.threads
+    count = "torch's default threads" if threads is None else f"{threads} thread{'s' if threads != 1 else ''}"
+    return f"{settings.engine} · {settings.precision} · {settings.device} · {count}"
 
 
 def max_threads() -> int:
@@ -71,13 +80,12 @@ def default_settings() -> RuntimeSettings:
 
 
 def engines_for(device: str) -> list[str]:
-    dev = parse_device(device)
-    return [e for e in ENGINES if any(unsupported_reason(e, dev, p) is None for p in PRECISIONS)]
+    return runnable_engines(parse_device(device))
 
 
 def precisions_for(device: str, engine: str) -> list[str]:
-    dev = parse_device(device)
-    return [p for p in PRECISIONS if unsupported_reason(engine, dev, p) is None]
+    """The one list of precisions the page offers for an engine on a device (the registry's, as it runs here)."""
+    return runnable_precisions(parse_device(device), engine)
 
 
 def devices() -> list[str]:
@@ -85,9 +93,9 @@ def devices() -> list[str]:
 
 
 def settings_from(device: str, precision: str, threads, engine: str) -> RuntimeSettings:
-    """Coerce UI values into settings that can run here (an unsupported precision falls back to fp32)."""
-    device = device if device in devices() else "cpu"
-    engine = engine if engine in engines_for(device) else "stock"
-    precision = precision if precision in precisions_for(device, engine) else "fp32"
-    threads = int(threads) if threads else None
-    return RuntimeSettings(device, precision, threads, engine)
+    """UI values as settings; what cannot run here is refused with the reason, never replaced silently."""
+    settings = RuntimeSettings(device, precision, int(threads) if threads else None, engine)
+    reason = cannot_run_here(settings.as_dict())
+    if reason:
+        raise ValueError(f"{describe(settings)} cannot run here: {reason}")
+    return settings

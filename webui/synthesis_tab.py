@@ -270,7 +270,10 @@ def change_engine(device, engine):
 
 
 def update_settings(ui: SynthesisTab, values: dict):
-    settings = settings_from(values[ui.device], values[ui.precision], values[ui.threads], values[ui.engine])
+    try:
+        settings = settings_from(values[ui.device], values[ui.precision], values[ui.threads], values[ui.engine])
+    except ValueError as exc:
+        raise gr.Error(str(exc)) from None
     return {ui.runtime: settings, ui.in_use: in_use_note(settings, "chosen on this page")}
 
 
@@ -282,7 +285,10 @@ def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None):
     """Put recommended settings into the runtime controls (and the per-user state)."""
     if not settings:
         raise gr.Error("No recommendation yet: run a sweep in the Benchmark tab first.")
-    s = settings if isinstance(settings, RuntimeSettings) else settings_from(**settings)
+    try:
+        s = settings if isinstance(settings, RuntimeSettings) else settings_from(**settings)
+    except ValueError as exc:
+        raise gr.Error(str(exc)) from None
     gr.Info(f"Applied {s.device} · {s.precision} · {s.threads} threads · {s.engine} engine.")
     return {ui.device: gr.update(value=s.device), ui.engine: gr.update(choices=engines_for(s.device), value=s.engine),
             ui.precision: gr.update(choices=precisions_for(s.device, s.engine), value=s.precision),

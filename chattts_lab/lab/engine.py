@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
 
 import torch
 import torch.nn as nn
 from torch.nn.utils import parametrize
 
+from chattts_lab.engines.base import EngineRuntime
 from chattts_lab.lab.linear import Int8Embedding, make_linear
 from chattts_lab.lab.model import LeanLlama
 from chattts_lab.lab.sampler import Sampler
 
 log = logging.getLogger(__name__)
+
+# What the decode loop steps: the lab's own lean Llama, or the onnx engine's session behind the same contract
+# (reset_cache, free_cache, forward(emb, positions, start, mask) -> last hidden [B, dim], shape).
+if TYPE_CHECKING:
+    from chattts_lab.onnx_engine.session import OnnxLlama
+DecodeModel = Union[LeanLlama, "OnnxLlama"]
 
 COMPUTE_DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
                  "int8": torch.float32, "int4": torch.float32}
@@ -87,26 +94,58 @@ def drop_stock_code_heads(chat) -> None:
     chat.gpt.head_code = []
 
 
-@dataclass
-class LabEngine:
-    gpt_module: LeanLlama
-    heads: Heads
-    device: torch.device
-    precision: str
-    compiled: bool = False
-    convert_s: float = 0.0
-    stream_first_chunk: int | None = None  # set by lab streaming: yield the first chunk this early
-    notes: list = field(default_factory=list)
+class LabRuntime(EngineRuntime):
+    """The lab's decode loop installed on one ChatTTS: its GPT (the lean model, or for the onnx engine an ONNX
+    Runtime session behind the same forward contract) and heads, and what a call hooks into."""
+
+    name = "lab"
+    streams_incrementally = True
+
+    def __init__(self, gpt_module: DecodeModel, heads: Heads, device: torch.device, precision: str,
+                 convert_s: float = 0.0):
+        self.gpt_module, self.heads, self.device, self.precision = gpt_module, heads, device, precision
+        self.convert_s = convert_s
+        self.compiled = False
+        self.notes: list[str] = []
+        self.stream_first_chunk: int | None = None  # set by lab streaming: yield the first chunk this early
+        self.recorder = None  # the call's StageRecorder while one runs (see reporting_steps_to)
 
     @property
     def kernels(self) -> str:
-        """Which kernels a decode step runs, e.g. 'fbgemm-int8 avx512_vnni; fused-decode avx512; kv-cache bf16'."""
+        """Which kernels a decode step runs, e.g. 'lab-int8 avx512_vnni; fused-decode avx512; kv-cache bf16'."""
         model = self.gpt_module
-        if getattr(model, "session", None) is not None:  # the onnx engine: ONNX Runtime runs the whole step
-            return f"onnxruntime {model.provider}"
         glue = f"fused-decode {model.fused.simd()}" if model.fused is not None else "torch-ops"
         cache = str(model.cache_dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float", "fp")
         return f"{model.layers[0].qkv.kernel}; {glue}; kv-cache {cache}"
+
+    @property
+    def gpt_dtype(self) -> str:
+        from chattts_lab.engines.base import module_dtype
+
+        return module_dtype(self.gpt_module)
+
+    def weight_bytes_per_step(self) -> int:
+        from chattts_lab.roofline import module_weight_bytes
+
+        return self.gpt_weight_bytes() + module_weight_bytes(self.heads.code)
+
+    def gpt_weight_bytes(self) -> int:
+        from chattts_lab.roofline import module_weight_bytes
+
+        return module_weight_bytes(self.gpt_module)
+
+    @contextmanager
+    def reporting_steps_to(self, recorder):
+        self.recorder = recorder  # lab_generate and stream_infer report here
+        try:
+            yield
+        finally:
+            self.recorder = None
+
+    def stream(self, chat, texts, params_refine, params_code, **kwargs):
+        from chattts_lab.lab.stream import stream_infer
+
+        return stream_infer(chat, self, texts, params_refine, params_code, **kwargs)
 
     @contextmanager
     def first_chunk(self, steps: int):
@@ -131,7 +170,7 @@ def _prompt_masks(attention_mask: torch.Tensor | None, B: int, L: int, device):
 
 
 @torch.inference_mode()
-def lab_generate(chat, engine: LabEngine, emb, inputs_ids, temperature, eos_token, attention_mask=None,
+def lab_generate(chat, engine: LabRuntime, emb, inputs_ids, temperature, eos_token, attention_mask=None,
                  max_new_token=2048, min_new_token=0, logits_processors=(), infer_text=False, return_attn=False,
                  return_hidden=False, stream=False, show_tqdm=True, ensure_non_empty=True, stream_batch=24,
                  manual_seed=None, context=None):
@@ -153,7 +192,7 @@ def lab_generate(chat, engine: LabEngine, emb, inputs_ids, temperature, eos_toke
     finish = torch.zeros(B, dtype=torch.bool, device=device)
     end_idx = torch.zeros(B, dtype=torch.long, device=device)
     hiddens = torch.empty(B, max_new_token, model.shape.dim, device=device) if return_hidden else None
-    recorder = getattr(chat, "lab_recorder", None)
+    recorder = engine.recorder
     first_chunk = engine.stream_first_chunk
 
     positions, mask, lengths = _prompt_masks(attention_mask, B, L, device)

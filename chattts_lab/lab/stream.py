@@ -25,10 +25,10 @@ LEFT_CONTEXT = 24  # tokens re-decoded before each chunk
 HOLD = 6  # trailing tokens kept back until their right context exists
 
 
-def stream_infer(chat, texts: list[str], params_refine, params_code, skip_refine_text: bool = True,
+def stream_infer(chat, engine, texts: list[str], params_refine, params_code, skip_refine_text: bool = True,
                  do_text_normalization: bool = True, first_chunk: int = FIRST_CHUNK, left: int = LEFT_CONTEXT,
                  hold: int = HOLD) -> Iterator[np.ndarray]:
-    """Yield float32 arrays [B, samples] of new audio per chunk; the lab engine must be installed."""
+    """Yield float32 arrays [B, samples] of new audio per chunk; `engine` is the LabRuntime installed on `chat`."""
     text = [chat.normalizer(t, do_text_normalization, True, None) for t in texts]
     if not skip_refine_text:
         refined = chat._refine_text(text, chat.device, params_refine)
@@ -36,7 +36,7 @@ def stream_infer(chat, texts: list[str], params_refine, params_code, skip_refine
         refined.destroy()
     emitted = 0  # samples already sent, the same for every text
     hiddens, lengths, sent = None, None, []
-    with chat.lab_engine.first_chunk(first_chunk):
+    with engine.first_chunk(first_chunk):
         for result in chat._infer_code(text, True, chat.device, True, params_code):
             hiddens, lengths = result.hiddens, [int(h.shape[0]) for h in result.hiddens]
             upto = SAMPLES_PER_TOKEN * max(0, max(lengths) - hold)
@@ -50,7 +50,7 @@ def stream_infer(chat, texts: list[str], params_refine, params_code, skip_refine
     if end > emitted:
         sent.append(_decode_span(chat, hiddens, lengths, emitted, end, left))
         yield sent[-1]
-    recorder = getattr(chat, "lab_recorder", None)
+    recorder = engine.recorder
     if recorder is not None and sent:  # the call's whole audio is what was sent
         recorder.audio_done(lengths, np.concatenate(sent, axis=1))
 

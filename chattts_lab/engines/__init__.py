@@ -1,0 +1,63 @@
+"""The engines and their one registry: stock ChatTTS, the lab's decode loop, ONNX Runtime.
+
+Every list of engines or precisions the app, the CLI, the sweep rules, the estimates and the serving choice show
+comes from here, so a new engine or precision is one class in one place (`chattts_lab/engines/base.py` says what
+an engine provides). An installed engine hangs off the loaded model as `LoadedModel.engine`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from chattts_lab.engines.base import PRECISIONS, Engine, EngineRuntime, UnsupportedPrecision, module_dtype
+
+ENGINES = ("stock", "lab", "onnx")  # in the order people read them
+
+__all__ = ["ENGINES", "PRECISIONS", "Engine", "EngineRuntime", "UnsupportedPrecision", "all_engines", "get",
+           "module_dtype", "precisions", "unsupported_reason", "runnable_engines", "runnable_precisions"]
+
+
+@functools.cache
+def _registry() -> dict[str, Engine]:
+    # imported on first use: the lab's and onnx's packages pull in their kernels and ONNX Runtime
+    from chattts_lab.engines.stock import StockEngine
+    from chattts_lab.lab import LabEngine
+    from chattts_lab.onnx_engine import OnnxEngine
+
+    engines = {e.name: e for e in (StockEngine(), LabEngine(), OnnxEngine())}
+    assert tuple(engines) == ENGINES
+    return engines
+
+
+def all_engines() -> list[Engine]:
+    return list(_registry().values())
+
+
+def get(name: str) -> Engine:
+    try:
+        return _registry()[name]
+    except KeyError:
+        raise UnsupportedPrecision(f"unknown engine {name!r}: choose from {', '.join(ENGINES)}") from None
+
+
+def precisions(engine: str) -> tuple[str, ...]:
+    return get(engine).precisions
+
+
+def unsupported_reason(engine: str, device, precision: str) -> str | None:
+    """None if the combination can run here, else a sentence saying why not (the one rule table of the lab)."""
+    if engine not in ENGINES:
+        return f"unknown engine {engine!r}: choose from {', '.join(ENGINES)}"
+    return get(engine).unsupported_reason(torch.device(device), precision)
+
+
+def runnable_precisions(device, engine: str) -> list[str]:
+    """The precisions `engine` runs on `device` here, in PRECISIONS order."""
+    return [p for p in PRECISIONS if unsupported_reason(engine, device, p) is None]
+
+
+def runnable_engines(device) -> list[str]:
+    """The engines that run at least one precision on `device` here."""
+    return [e for e in ENGINES if runnable_precisions(device, e)]

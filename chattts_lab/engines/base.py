@@ -1,0 +1,125 @@
+"""What every engine is: a description of what it runs where (`Engine`) and the runtime it installs on a loaded
+ChatTTS (`EngineRuntime`), which answers everything the rest of the lab asks of a loaded model's GPT.
+
+Nothing outside `chattts_lab/engines/` (and the engines' own packages) branches on an engine's name: it asks the
+registry (`chattts_lab.engines`) or the runtime that hangs off the loaded model (`LoadedModel.engine`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ContextManager
+
+import torch
+
+# Every precision any engine offers, in the order people read them. An engine runs a subset (`Engine.precisions`).
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int4")
+
+
+class UnsupportedPrecision(ValueError):
+    """This precision cannot run on this device with this engine; the message says why."""
+
+
+class Engine(ABC):
+    """One way of running ChatTTS's GPT. Subclasses fill in the class attributes and the two methods."""
+
+    name: str
+    summary: str  # one line for the page and `--list`
+    precisions: tuple[str, ...]
+    # Estimate constants (reference machine: full-size weights, batch 1, 2 threads, N=128); a machine's own
+    # history replaces them as soon as it has measured cells (chattts_lab/grid.py).
+    reference_step_ms: dict[str, float]
+    load_s: float
+
+    def unsupported_reason(self, device: torch.device, precision: str) -> str | None:
+        """None if this engine runs `precision` on `device`, else a sentence saying why not."""
+        if precision not in self.precisions:
+            others = [e.name for e in _peers() if precision in e.precisions]
+            if others:
+                return (f"{precision} runs on the {' and '.join(others)} engines only; the {self.name} engine has no "
+                        f"{precision} path (it runs {', '.join(self.precisions)})")
+            return f"unknown precision {precision!r}: choose from {', '.join(PRECISIONS)}"
+        return self.device_reason(torch.device(device), precision)
+
+    @abstractmethod
+    def device_reason(self, device: torch.device, precision: str) -> str | None:
+        """Why a precision this engine has cannot run on this device (None when it can)."""
+
+    def compile_at_load(self, device: torch.device, requested: bool) -> bool:
+        """Whether ChatTTS's own loader should torch.compile the GPT (engines that replace it compile their own)."""
+        return False
+
+    def compile_ignored_reason(self, device: torch.device) -> str | None:
+        """Why a compile=True cell on `device` would only repeat the compile=off one (None when it would not)."""
+        return None
+
+    @abstractmethod
+    def install(self, chat, device: torch.device, precision: str, *, compile: bool, threads: int) -> "EngineRuntime":
+        """Make `chat` generate with this engine; return the runtime the loaded model keeps."""
+
+    def check(self, device: torch.device, precision: str) -> None:
+        reason = self.unsupported_reason(device, precision)
+        if reason:
+            raise UnsupportedPrecision(f"{precision} on {device} with the {self.name} engine: {reason}")
+
+
+def _peers() -> list[Engine]:
+    from chattts_lab.engines import all_engines
+
+    return all_engines()
+
+
+class EngineRuntime(ABC):
+    """An engine installed on one loaded ChatTTS: what took effect, and the hooks a call uses."""
+
+    name: str
+    precision: str
+    compiled: bool = False
+    notes: list  # what a person should know about this install (compile ignored, graph reused, ...)
+    # True when the engine streams by itself (new frames only, first chunk early): `stream(...)` is then used
+    streams_incrementally: bool = False
+
+    @property
+    @abstractmethod
+    def kernels(self) -> str:
+        """Which kernels a decode step runs, as results record them."""
+
+    @property
+    @abstractmethod
+    def gpt_dtype(self) -> str:
+        """The dtype the GPT's weights compute in ('qint8', 'int8', 'int4', 'float32', ...)."""
+
+    @abstractmethod
+    def weight_bytes_per_step(self) -> int:
+        """Bytes of GPT weights one audio-code decode step reads (chattts_lab/roofline.py says what is counted)."""
+
+    @abstractmethod
+    def reporting_steps_to(self, recorder) -> ContextManager[None]:
+        """A context manager: for one call, `recorder.gpt_forward_done()` after every GPT forward pass."""
+
+    def effective(self) -> dict:
+        """Engine-specific facts a result records beside the common ones (e.g. ONNX Runtime's provider)."""
+        return {}
+
+    def use_threads(self, threads: int) -> dict:
+        """Follow one call's thread count where the engine fixes threads itself; return what changed."""
+        return {}
+
+    def stream(self, chat, texts: list[str], params_refine, params_code, **kwargs):
+        raise NotImplementedError(f"the {self.name} engine streams through ChatTTS's own infer(stream=True)")
+
+
+def module_dtype(module: torch.nn.Module) -> str:
+    """The dtype a module computes its weights in, as recorded in results ('qint8' for quantized)."""
+    for sub in module.modules():
+        custom = getattr(sub, "effective_dtype", None)  # lab modules say what they compute in
+        if custom:
+            return custom
+        if "quantized" in type(sub).__module__:
+            return "qint8"
+        weight = getattr(sub, "weight", None)
+        if isinstance(weight, torch.Tensor):
+            return str(weight.dtype).replace("torch.", "")
+    for p in module.parameters():
+        return str(p.dtype).replace("torch.", "")
+    return "none"

@@ -1,0 +1,124 @@
+"""What the app serves by default after sweeps: only a configuration measured faster than the default on this
+machine, model and device replaces it, and the page never claims a configuration that is not in use.
+
+The first tests are the rule itself over canonical rows (chattts_lab.recommend.served_default); the last runs real
+one-cell sweeps (`python -m bench`, tiny weights), starts a fresh app on each history and reads what it serves
+over `/v1/audio/speech` (X-ChatTTS-Config) and in chromium (the Synthesis tab's "In use").
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pandas as pd
+import pytest
+from playwright.sync_api import expect
+
+from chattts_lab.recommend import served_default
+from tests.conftest import ROOT, TINY, start_app, stop_app
+from tests.ui import LONG
+
+DEFAULT = {"device": "cpu", "precision": "fp32", "threads": 2, "engine": "lab"}
+
+
+def sweeps(*rows):
+    base = dict(origin="local", kind="sweep", model=TINY, noisy=False, drift_pct=1.0)
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def cells(*rows):
+    base = dict(device="cpu", threads=2, batch_size=1, tokens=16, status="ok", node="", latency_p50_s=1.0,
+                peak_rss_mb=500.0, step_ms=5.0)
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def runs_everything(settings):
+    return None
+
+
+def test_a_sweep_that_measured_the_default_slower_replaces_it():
+    chosen = served_default(cells(dict(sweep_id=1, engine="lab", precision="fp32", rtf=1.3),
+                                  dict(sweep_id=1, engine="lab", precision="int8", rtf=0.4)),
+                            sweeps(dict(id=1)), TINY, DEFAULT, runs_everything)
+    assert chosen.settings["precision"] == "int8"
+    assert "RTF 0.40 against 1.30 in the same sweep" in chosen.reason
+
+
+def test_a_slow_one_cell_sweep_leaves_the_default_and_says_why():
+    chosen = served_default(cells(dict(sweep_id=1, engine="stock", precision="fp32", threads=1, rtf=3.4)),
+                            sweeps(dict(id=1)), TINY, DEFAULT, runs_everything)
+    assert chosen.settings == DEFAULT
+    assert "is not faster than it" in chosen.reason and "reference figures" in chosen.reason
+    assert chosen.fastest["engine"] == "stock"  # the fastest measured here stays one click away
+
+
+def test_the_history_decides_when_the_sweep_did_not_measure_the_default():
+    history = cells(dict(sweep_id=1, engine="lab", precision="fp32", rtf=0.2),  # an earlier sweep: default fast
+                    dict(sweep_id=2, engine="lab", precision="int8", rtf=0.4))
+    chosen = served_default(history, sweeps(dict(id=2), dict(id=1)), TINY, DEFAULT, runs_everything)
+    assert chosen.settings == DEFAULT and "in this machine's history" in chosen.reason
+
+
+@pytest.mark.parametrize("sweep, words", [
+    (dict(id=1, noisy=True, drift_pct=29.6), "was noisy (its passes drifted 29.6 %)"),
+    (dict(id=1, model="auto"), "measured the model 'auto', not this app's"),
+])
+def test_noisy_sweeps_and_other_models_never_set_the_default(sweep, words):
+    fast = cells(dict(sweep_id=1, engine="lab", precision="int4", rtf=0.1))
+    chosen = served_default(fast, sweeps(sweep), TINY, DEFAULT, runs_everything)
+    assert chosen.settings == DEFAULT and words in chosen.reason
+
+
+def test_cells_from_ray_nodes_or_that_cannot_run_here_are_not_served():
+    fleet = cells(dict(sweep_id=1, engine="lab", precision="int4", rtf=0.1, node="gpu-box"),
+                  dict(sweep_id=1, engine="lab", precision="bf16", device="cuda", rtf=0.05),
+                  dict(sweep_id=1, engine="lab", precision="int8", rtf=0.3))
+    chosen = served_default(fleet, sweeps(dict(id=1)), TINY, DEFAULT,
+                            lambda s: "no CUDA device here" if s["device"] == "cuda" else None)
+    assert chosen.settings["precision"] == "int8"  # not the Ray node's int4, not the absent GPU's bf16
+    assert "cannot run in this app: no CUDA device here" in chosen.reason
+
+
+# ------------------------------------------------------------------------------------------------
+# Real sweeps, a fresh app on each, read over HTTP and in chromium
+
+
+def one_cell_sweep(db, engine: str, precision: str) -> None:
+    run = subprocess.run([sys.executable, "-m", "bench", "--model", TINY, "--engine", engine, "--precision",
+                          precision, "--batch", "1", "--threads", "1", "--tokens", "8", "--passes", "1",
+                          "--repeats", "1", "--warmup", "0", "--min-time", "0", "--fidelity", "off", "--db", str(db)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+def served_config(url: str) -> str:
+    body = json.dumps({"model": "tts-1", "voice": "Aria", "input": "Which configuration?", "response_format": "wav",
+                       "seed": 1, "min_new_token": 4, "max_new_token": 4}).encode()
+    req = urllib.request.Request(url + "v1/audio/speech", body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return r.headers["X-ChatTTS-Config"]
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"{exc.code}: {exc.read()[:500]!r}") from None
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("engine", ["lab", "onnx"])
+def test_an_int4_only_sweep_makes_a_fresh_app_serve_int4_and_the_page_says_so(engine, tmp_path, browser_context):
+    one_cell_sweep(tmp_path / "history.sqlite", engine, "int4")
+    url, proc = start_app(tmp_path)
+    try:
+        assert served_config(url) == f"{engine}, int4, cpu, 1 thread"
+        page = browser_context.new_page()
+        page.goto(url)
+        in_use = page.locator("#in-use")
+        expect(in_use).to_contain_text(f"In use: {engine} · int4 · cpu · 1 thread", timeout=LONG)
+        expect(in_use).to_contain_text("the recommendation of sweep #1")
+        expect(page.locator("#precision input")).to_have_value("int4")
+        page.close()
+    finally:
+        stop_app(proc)
