@@ -106,19 +106,34 @@ def served_config(url: str) -> str:
         raise AssertionError(f"{exc.code}: {exc.read()[:500]!r}") from None
 
 
+def threads_label(n: int) -> str:
+    return f"{n} thread{'s' if n != 1 else ''}"
+
+
 @pytest.mark.browser
-@pytest.mark.parametrize("engine", ["lab", "onnx"])
-def test_an_int4_only_sweep_makes_a_fresh_app_serve_int4_and_the_page_says_so(engine, tmp_path, browser_context):
-    one_cell_sweep(tmp_path / "history.sqlite", engine, "int4")
+@pytest.mark.parametrize("swept, served, why", [
+    (("lab", "int4"), ("lab", "int4", 1), "the recommendation of sweep #1"),
+    (("onnx", "int4"), ("onnx", "int4", 1), "the recommendation of sweep #1"),
+    # slower than the default (lab fp32) by the reference figures: the default stays, and the page says why
+    (("stock", "fp32"), ("lab", "fp32", None), "is not faster than it"),
+])
+def test_a_one_cell_sweep_sets_what_a_fresh_app_serves_and_the_page_says_why(swept, served, why, tmp_path,
+                                                                               browser_context):
+    from chattts_lab.env import usable_cores
+
+    one_cell_sweep(tmp_path / "history.sqlite", *swept)
+    engine, precision, threads = served
+    threads = threads or usable_cores()  # the default runs on every usable core
     url, proc = start_app(tmp_path)
     try:
-        assert served_config(url) == f"{engine}, int4, cpu, 1 thread"
+        assert served_config(url) == f"{engine}, {precision}, cpu, {threads_label(threads)}"
         page = browser_context.new_page()
         page.goto(url)
         in_use = page.locator("#in-use")
-        expect(in_use).to_contain_text(f"In use: {engine} · int4 · cpu · 1 thread", timeout=LONG)
-        expect(in_use).to_contain_text("the recommendation of sweep #1")
-        expect(page.locator("#precision input")).to_have_value("int4")
+        expect(in_use).to_contain_text(f"In use: {engine} · {precision} · cpu · {threads_label(threads)}",
+                                       timeout=LONG)
+        expect(in_use).to_contain_text(why)
+        expect(page.locator("#precision input")).to_have_value(precision)
         page.close()
     finally:
         stop_app(proc)
