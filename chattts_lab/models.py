@@ -181,7 +181,7 @@ def set_threads(threads: int | None) -> int:
 def validate(config: LoadConfig) -> torch.device:
     """Check a load configuration without loading anything; return its device."""
     device = parse_device(config.device)
-    engines.get(config.engine).check(device, config.precision)
+    engines.check(config.engine, device, config.precision)
     if config.threads is not None and config.threads < 1:
         raise ValueError(f"threads must be at least 1, got {config.threads}")
     return device

@@ -15,7 +15,7 @@ from chattts_lab.engines.base import PRECISIONS, Engine, EngineRuntime, Unsuppor
 
 ENGINES = ("stock", "lab", "onnx")  # in the order people read them
 
-__all__ = ["ENGINES", "PRECISIONS", "Engine", "EngineRuntime", "UnsupportedPrecision", "all_engines", "get",
+__all__ = ["ENGINES", "PRECISIONS", "Engine", "EngineRuntime", "UnsupportedPrecision", "all_engines", "check", "get",
            "module_dtype", "precisions", "unsupported_reason", "runnable_engines", "runnable_precisions"]
 
 
@@ -50,7 +50,20 @@ def unsupported_reason(engine: str, device, precision: str) -> str | None:
     """None if the combination can run here, else a sentence saying why not (the one rule table of the lab)."""
     if engine not in ENGINES:
         return f"unknown engine {engine!r}: choose from {', '.join(ENGINES)}"
-    return get(engine).unsupported_reason(torch.device(device), precision)
+    if precision not in PRECISIONS:
+        return f"unknown precision {precision!r}: choose from {', '.join(PRECISIONS)}"
+    reason = get(engine).unsupported_reason(torch.device(device), precision)
+    others = [e.name for e in all_engines() if precision in e.precisions]
+    if reason and engine not in others:  # say where it does run
+        return f"{precision} runs on the {' and '.join(others)} engines only; {reason}"
+    return reason
+
+
+def check(engine: str, device, precision: str) -> None:
+    """Raise UnsupportedPrecision with the reason when the combination cannot run here."""
+    reason = unsupported_reason(engine, device, precision)
+    if reason:
+        raise UnsupportedPrecision(f"{precision} on {device} with the {engine} engine: {reason}")
 
 
 def runnable_precisions(device, engine: str) -> list[str]:

@@ -34,11 +34,7 @@ class Engine(ABC):
     def unsupported_reason(self, device: torch.device, precision: str) -> str | None:
         """None if this engine runs `precision` on `device`, else a sentence saying why not."""
         if precision not in self.precisions:
-            others = [e.name for e in _peers() if precision in e.precisions]
-            if others:
-                return (f"{precision} runs on the {' and '.join(others)} engines only; the {self.name} engine has no "
-                        f"{precision} path (it runs {', '.join(self.precisions)})")
-            return f"unknown precision {precision!r}: choose from {', '.join(PRECISIONS)}"
+            return f"the {self.name} engine has no {precision} path (it runs {', '.join(self.precisions)})"
         return self.device_reason(torch.device(device), precision)
 
     @abstractmethod
@@ -61,12 +57,6 @@ class Engine(ABC):
         reason = self.unsupported_reason(device, precision)
         if reason:
             raise UnsupportedPrecision(f"{precision} on {device} with the {self.name} engine: {reason}")
-
-
-def _peers() -> list[Engine]:
-    from chattts_lab.engines import all_engines
-
-    return all_engines()
 
 
 class EngineRuntime(ABC):
