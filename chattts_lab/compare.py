@@ -24,11 +24,12 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from chattts_lab.results import CellResult
+from chattts_lab.spec import SweepSpec
 from chattts_lab.stats import median
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
-DEFAULT_DRIFT_THRESHOLD_PCT = 5.0
+DEFAULT_DRIFT_THRESHOLD_PCT = SweepSpec.drift_threshold_pct  # also for sweeps stored before the spec had it
 
 
 def timed_by_pass(result: CellResult) -> dict[int, float]:
