@@ -174,7 +174,8 @@ def _on(text: str) -> bool:
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """The cartesian product of these lists, plus how each cell is measured."""
+    """The cartesian product of these lists, plus how each cell is measured (a cell's own measurement defaults are
+    RunConfig's, so that a cell built alone, as the fidelity check and bench.independent build one, agrees)."""
 
     model: str = option("auto", "auto, hf, synthetic, synthetic-tiny or a folder", "--model", group="grid")
     devices: Annotated[tuple[Device, ...], Nonempty] = option(
@@ -200,17 +201,17 @@ class SweepSpec:
         (False,), "stream and measure time to first audio (bare --stream means on; or off,on)", "--stream",
         grid_parser("bool_list"), group="grid", nargs="?", const=(True,))
     warmup: Annotated[int, Limit(ge=0, le=1000)] = option(
-        1, "uncounted calls after the cold (first) call", "--warmup", int, "warmup must be 0 or more, got {input}")
+        RunConfig.warmup, "uncounted calls after the cold (first) call", "--warmup", int, "warmup must be 0 or more, got {input}")
     repeats: Annotated[int, Limit(ge=1, le=10_000)] = option(
-        3, "timed calls per cell, at least (with --passes 1)", "--repeats", int,
+        RunConfig.repeats, "timed calls per cell, at least (with --passes 1)", "--repeats", int,
         "repeats must be at least 1, got {input}")
     min_time_s: Annotated[float, Limit(ge=0)] = option(
-        1.0, "timed seconds per cell, at least (with --passes 1)", "--min-time", float,
+        RunConfig.min_time_s, "timed seconds per cell, at least (with --passes 1)", "--min-time", float,
         "min_time_s must be 0 or more, got {input}")
     max_repeats: Annotated[int, Limit(ge=1, le=100_000)] = option(
-        100, "timed calls per cell, at most", "--max-repeats", int, "max_repeats must be in 1..100000, got {input}")
+        RunConfig.max_repeats, "timed calls per cell, at most", "--max-repeats", int, "max_repeats must be in 1..100000, got {input}")
     timeout_s: Annotated[float, Limit(gt=0)] = option(
-        1800.0, "seconds per cell before it is killed", "--timeout", float, "timeout_s must be positive, got {input}")
+        RunConfig.timeout_s, "seconds per cell before it is killed", "--timeout", float, "timeout_s must be positive, got {input}")
     fidelity: bool = option(True, "measure drift from fp32 once per precision", "--fidelity", _on)
     fidelity_tokens: Annotated[int, Limit(ge=2, le=MAX_NEW_TOKEN)] = option(
         32, "audio tokens of the fidelity check's decode", "--fidelity-tokens", int,
