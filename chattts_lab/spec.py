@@ -15,7 +15,8 @@ from typing import Annotated, Any, Callable, Mapping
 from pydantic import AfterValidator, TypeAdapter
 from pydantic import Field as Limit
 
-from chattts_lab import checks
+from chattts_lab import axes, checks
+from chattts_lab.axes import SpecError
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.env import usable_cores
 from chattts_lab.limits import memory_budget_error
@@ -28,10 +29,6 @@ DEVICE_PATTERN = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 CLUSTER_PATTERN = re.compile(r"^ray(:\S+)?$")  # ray (a cluster started here, or this machine alone) or ray:ADDRESS
 NODE_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")  # a Ray custom resource name
 MAX_THREADS = 4096
-
-
-class SpecError(ValueError):
-    """A sweep specification that cannot be run; the message says what to change."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -156,15 +153,9 @@ def _ints(lo: int, hi: int):
     return Annotated[tuple[Annotated[int, Limit(ge=lo, le=hi)], ...], Nonempty]
 
 
-def grid_parser(parse):
-    """A grid axis's parser: a comma list (grid's syntax), imported late (grid imports this module)."""
-    def read(text: str):
-        from chattts_lab import grid
-
-        return getattr(grid, parse)(text)
-
-    read.__name__ = parse
-    return read
+def grid_parser(parse: str) -> Callable[[str], tuple]:
+    """A grid axis's parser by name (chattts_lab.axes: int_list, str_list, bool_list)."""
+    return getattr(axes, parse)
 
 
 def _on(text: str) -> bool:
