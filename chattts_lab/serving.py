@@ -31,6 +31,7 @@ import numpy as np
 from pydantic import AfterValidator
 from pydantic import Field as Limit
 
+from chattts_lab.axes import bool_list
 from chattts_lab.metrics import SAMPLE_RATE
 from chattts_lab.requests import MAX_NEW_TOKEN
 from chattts_lab.spec import SpecError, grid_parser, build_spec, field_problems, option
@@ -59,8 +60,6 @@ def _float_list(text: str) -> tuple[float, ...]:
 
 
 def _one_on_off(text: str) -> bool:
-    from chattts_lab.grid import bool_list
-
     values = bool_list(text)
     if len(values) != 1:
         raise SpecError("--stream takes one value here (on or off)")
