@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-import os
 import signal
 import sys
 from dataclasses import fields
@@ -22,7 +21,7 @@ import pandas as pd
 
 from chattts_lab import grid
 from chattts_lab.compare import compare_sweeps, comparison_record
-from chattts_lab.env import usable_cores
+from chattts_lab.env import load_average, usable_cores
 from chattts_lab.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lines, comparison_lines, markdown_table,
                                 results_frame, write_reports)
 from chattts_lab.spec import SpecError, SweepSpec, as_text, cell_rule, defaults
@@ -37,6 +36,7 @@ from chattts_lab.sweep import (
     SweepPlanned,
     SweepStarted,
     resumable_sweep,
+    resume_refusal,
     run_sweep,
 )
 
@@ -171,12 +171,9 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 parser.error(f"--resume takes a sweep id, got {args.resume!r}")
         with Store(args.db) as store:
             sweep = store.sweep(resume_id)
-        if sweep is None:
-            parser.error(f"no sweep {resume_id} in {args.db}")
-        if sweep["spec"].get("kind", "sweep") != "sweep":
-            parser.error(f"sweep {resume_id} is a serving benchmark: run `python -m bench serve` again instead")
-        if sweep["origin"] != "local":  # measuring here would mix this machine's numbers into another's sweep
-            parser.error(f"sweep {resume_id} was imported from another machine; it cannot be resumed here")
+        refusal = resume_refusal(sweep, resume_id, args.db)
+        if refusal:
+            parser.error(refusal)
         spec = SweepSpec.from_dict(sweep["spec"])
     else:
         spec = spec_from_args(args)
@@ -187,7 +184,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(estimate.summary() + (" before resuming" if resume_id else ""), file=sys.stderr)
-    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    busy = (load_average() or (0.0,))[0]
     if busy > 0.5 * usable_cores():
         print(f"warning: the machine is busy (load average {busy:.1f} on {usable_cores()} cores); timings will be "
               "noisy and multi-threaded cells suffer most", file=sys.stderr)

@@ -210,7 +210,7 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
                         continue
                     yield LevelStarted(index, level)
                     records, rss = asyncio.run(_measured_level(app, spec, level))
-                    summary = summarize(level, records) | rss
+                    summary = summarize_level(level, records) | rss
                     summaries.append(summary)
                     requests += [{"level": index, **r} for r in records]
                     _save(db_path, sweep_id, summaries, requests)
@@ -409,7 +409,7 @@ def _float(text: str | None) -> float | None:
 # Summaries
 
 
-def summarize(level: dict, records: list[dict]) -> dict:
+def summarize_level(level: dict, records: list[dict]) -> dict:
     """A level's row: counts, percentiles of queue wait, first audio and latency, and audio made per second."""
     ok = [r for r in records if r["status"] == "ok"]
     ends = [r["submitted_s"] + r["latency_s"] for r in ok]
