@@ -12,20 +12,19 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-import os
 import signal
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pandas as pd
 
 from chattts_lab import grid
 from chattts_lab.compare import compare_sweeps, comparison_record
-from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
-from chattts_lab.env import usable_cores
+from chattts_lab.env import load_average, usable_cores
 from chattts_lab.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lines, comparison_lines, markdown_table,
                                 results_frame, write_reports)
-from chattts_lab.spec import SpecError, SweepSpec, cell_rule
+from chattts_lab.spec import SpecError, SweepSpec, as_text, cell_rule, defaults
 from chattts_lab.store import BundleError, Store, compare_frame, export_bundle, import_bundle, sweeps_frame
 from chattts_lab.sweep import (
     CellFinished,
@@ -37,6 +36,7 @@ from chattts_lab.sweep import (
     SweepPlanned,
     SweepStarted,
     resumable_sweep,
+    resume_refusal,
     run_sweep,
 )
 
@@ -65,41 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("the grid (comma lists; integer ranges lo-hi, lo-hi+step, lo-hi*factor)")
-    g.add_argument("--model", default="auto", help="auto, hf, synthetic, synthetic-tiny or a folder")
-    g.add_argument("--device", type=str_list, default=("cpu",), help="cpu, cuda, cuda:N, mps")
-    g.add_argument("--precision", type=str_list, default=("fp32",), help="fp32, fp16, bf16, int8; int4 with --engine lab or onnx")
-    g.add_argument("--batch", type=int_list, default=(1,), help="texts per call")
-    g.add_argument("--threads", type=int_list, default=None, help="torch CPU threads (default: usable cores)")
-    g.add_argument("--tokens", type=int_list, default=(128,), help=f"audio tokens per text (exactly; {STEPS_PER_AUDIO_SECOND:g} per second)")
-    g.add_argument("--engine", type=str_list, default=("stock",), help="stock (ChatTTS's Chat.infer), lab or onnx (comma list)")
-    g.add_argument("--compile", type=bool_list, default=(False,), help="torch.compile off,on")
-    g.add_argument("--stream", type=bool_list, nargs="?", const=(True,), default=(False,),
-                   help="stream and measure time to first audio (bare --stream means on; or off,on)")
+    add_spec_options(g, SweepSpec, "grid")
     m = p.add_argument_group("measurement")
-    m.add_argument("--repeats", type=int, default=3, help="timed calls per cell, at least (with --passes 1)")
-    m.add_argument("--min-time", type=float, default=1.0, help="timed seconds per cell, at least (with --passes 1)")
-    m.add_argument("--max-repeats", type=int, default=100, help="timed calls per cell, at most")
-    m.add_argument("--warmup", type=int, default=1, help="uncounted calls after the cold (first) call")
-    m.add_argument("--timeout", type=float, default=1800.0, help="seconds per cell before it is killed")
-    m.add_argument("--memory-budget-mb", type=float, default=None,
-                   help="memory each cell's worker may add beyond its runtime (address space); over it the cell is oom")
-    m.add_argument("--passes", type=int, default=3,
-                   help="interleaved passes: every cell's worker stays loaded and each pass times each cell once, in "
-                        "a fresh random order (1: each cell in its own process, back to back, with --repeats)")
-    m.add_argument("--drift-threshold", type=float, default=5.0,
-                   help="percent of drift across passes above which the sweep is marked noisy")
+    add_spec_options(m, SweepSpec, "measurement")
     m.add_argument("--memory-allowance-mb", type=float, default=None,
                    help="memory the interleaved workers may take together (default: 80%% of what is available); "
                         "workers that do not fit are reloaded before their turn in each pass")
-    m.add_argument("--fidelity", type=bool_list, default=(True,), help="measure drift from fp32 once per precision")
-    m.add_argument("--fidelity-tokens", type=int, default=32)
     c = p.add_argument_group("fleet (Ray; pip install -r requirements-cluster.txt)")
-    c.add_argument("--cluster", default=None, metavar="ray[:ADDRESS]",
-                   help="run the cells as Ray tasks on a cluster's nodes: ray (a cluster started on this machine, or "
-                        "this machine alone) or ray:HOST:PORT of its head")
-    c.add_argument("--nodes", type=str_list, default=(), metavar="LABELS",
-                   help="measure every cell on each machine carrying one of these Ray resource labels "
-                        "(ray start --resources '{\"LABEL\": 1}')")
+    add_spec_options(c, SweepSpec, "fleet")
     o = p.add_argument_group("results")
     o.add_argument("--db", default="results/lab.sqlite", help="SQLite file that keeps every sweep")
     o.add_argument("--out", default=None, help="report folder (default results/sweep-<id>)")
@@ -117,22 +90,35 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--compare", type=int_list, metavar="IDS",
                    help="sweeps side by side (p50 latency), and each against the first with a 95%% interval")
     p.add_argument("-v", "--verbose", action="store_true")
+    from bench import serve_cli  # it reuses this module's helpers
+
+    serve_cli.add_parser(p.add_subparsers(dest="command", title="commands", metavar="serve"))
     return p
+
+
+def add_spec_options(group, spec_cls, name: str) -> None:
+    """One option per field of `spec_cls` in its group `name`: flag, parser, help and default from the field. An
+    option left out is absent from the namespace, so the spec's own default applies (see build_spec)."""
+    shown = defaults(spec_cls)
+    for f in fields(spec_cls):
+        meta = f.metadata
+        if meta.get("flag") and meta["group"] == name:
+            default = as_text(shown[f.name]) if shown[f.name] not in (None, ()) else "none"
+            said = meta["help"] if "(default" in meta["help"] else f"{meta['help']} (default: {default})"
+            shape = {"metavar": meta["flag"].lstrip("-").upper().replace("-", "_")}
+            if meta["parse"]:
+                shape["type"] = _argument(meta["parse"])
+            if meta["argparse"].get("action"):  # a switch: no value, so neither a metavar nor a type
+                shape = {}
+            group.add_argument(meta["flag"], dest=f.name, default=argparse.SUPPRESS, help=said,
+                               **{**shape, **meta["argparse"]})
 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     bad = [f for f in args.format if f not in FORMATS]
     if bad:
         raise SpecError(f"unknown format {', '.join(bad)}: choose from {', '.join(FORMATS)}")
-    spec = SweepSpec(
-        model=args.model, devices=args.device, precisions=args.precision, batches=args.batch,
-        threads=args.threads or (usable_cores(),), tokens=args.tokens, engines=args.engine, compiles=args.compile,
-        streams=args.stream, warmup=args.warmup, repeats=args.repeats, min_time_s=args.min_time,
-        max_repeats=max(args.max_repeats, args.repeats), timeout_s=args.timeout, fidelity=all(args.fidelity),
-        fidelity_tokens=args.fidelity_tokens, memory_budget_mb=args.memory_budget_mb, passes=args.passes,
-        drift_threshold_pct=args.drift_threshold, cluster=args.cluster, nodes=tuple(args.nodes),
-    )
-    return spec.validate()
+    return SweepSpec.from_choices(vars(args))
 
 
 def parse_with_logging(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
@@ -147,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse_with_logging(parser, argv)
     try:
+        if args.command == "serve":
+            from bench import serve_cli
+
+            return serve_cli.run(args)
         if args.list:
             return _list(args.db)
         if args.import_:
@@ -181,12 +171,9 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 parser.error(f"--resume takes a sweep id, got {args.resume!r}")
         with Store(args.db) as store:
             sweep = store.sweep(resume_id)
-        if sweep is None:
-            parser.error(f"no sweep {resume_id} in {args.db}")
-        if sweep["spec"].get("kind", "sweep") != "sweep":
-            parser.error(f"sweep {resume_id} is a serving benchmark: run `python -m bench serve` again instead")
-        if sweep["origin"] != "local":  # measuring here would mix this machine's numbers into another's sweep
-            parser.error(f"sweep {resume_id} was imported from another machine; it cannot be resumed here")
+        refusal = resume_refusal(sweep, resume_id, args.db)
+        if refusal:
+            parser.error(refusal)
         spec = SweepSpec.from_dict(sweep["spec"])
     else:
         spec = spec_from_args(args)
@@ -197,7 +184,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(estimate.summary() + (" before resuming" if resume_id else ""), file=sys.stderr)
-    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    busy = (load_average() or (0.0,))[0]
     if busy > 0.5 * usable_cores():
         print(f"warning: the machine is busy (load average {busy:.1f} on {usable_cores()} cores); timings will be "
               "noisy and multi-threaded cells suffer most", file=sys.stderr)
@@ -270,7 +257,7 @@ def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool =
         fidelity = store.fidelity(sweep_id)
         notes = store.notes(sweep_id)
     df = results_frame(results)
-    comparisons = comparison_record(results, notes, sweep["spec"].get("drift_threshold_pct", 5.0))
+    comparisons = comparison_record(results, notes, sweep["spec"].get("drift_threshold_pct", SweepSpec.drift_threshold_pct))
     meta = {k: sweep[k] for k in ("id", "uuid", "created_at", "status", "spec")}
     paths = write_reports(df, sweep["environment"], fidelity, out or str(Path(db).parent / f"sweep-{sweep_id}"),
                           formats, meta, comparisons)

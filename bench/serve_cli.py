@@ -14,8 +14,7 @@ import sys
 
 import pandas as pd
 
-from bench.cli import _argument, int_list, parse_with_logging
-from chattts_lab import grid
+from bench.cli import add_spec_options
 from chattts_lab.report import markdown_table
 from chattts_lab.serving import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
                                  run_serving)
@@ -26,59 +25,26 @@ COLUMNS = ("max_batch", "users", "rate", "requests", "ok", "errors", "lost", "au
            "batch_sizes", "rss_growth_pct")
 
 
-def float_list(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    defaults = ServeSpec()
-    p = argparse.ArgumentParser(prog="python -m bench serve", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", default=defaults.model, help="auto, hf, synthetic, synthetic-tiny or a folder")
-    p.add_argument("--url", help="measure this running app as it is, instead of starting one per --max-batch")
-    p.add_argument("--users", type=int_list, default=None,
-                   help=f"concurrent users per level, closed loop (default {','.join(map(str, defaults.users))} "
-                        "unless --rate is given)")
-    p.add_argument("--requests", type=int, default=defaults.requests_per_user, help="requests per user, one after another")
-    p.add_argument("--rate", type=float_list, default=(), help="open-loop levels: requests per second (Poisson)")
-    p.add_argument("--duration", type=float, default=defaults.duration_s, help="seconds of each --rate level")
-    p.add_argument("--max-batch", type=int_list, default=defaults.max_batches,
-                   help="the app's batch limit, one app per value (1: one request at a time, as without batching)")
-    p.add_argument("--max-wait-ms", type=float, default=defaults.max_wait_ms, help="the app's wait for company")
-    for flag in ("engine", "precision", "device"):
-        p.add_argument(f"--{flag}", help=f"the app's {flag} (default: the app's own choice)")
-    p.add_argument("--threads", type=int, help="the app's torch threads (default: the usable cores)")
-    p.add_argument("--tokens", type=int, default=defaults.tokens, help="audio tokens per request, exactly")
-    p.add_argument("--stream", type=_argument(grid.bool_list), default=(defaults.stream,),
-                   help="on: streamed responses (time to first audio); off: whole files")
-    p.add_argument("--mixed", action="store_true",
-                   help="vary the requests (voices, streamed or whole, full or half length), as in a soak test")
+def add_parser(commands) -> argparse.ArgumentParser:
+    """`serve` as a subcommand of `python -m bench`: one option per ServeSpec field, plus where to keep the run."""
+    p = commands.add_parser("serve", help="the serving benchmark: many users against the real app",
+                            description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_spec_options(p, ServeSpec, "measurement")
     p.add_argument("--db", default="results/lab.sqlite", help="SQLite file that keeps every run")
     p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(serve_parser=p)  # its usage errors are the subcommand's own
     return p
 
 
 def spec_from_args(args: argparse.Namespace) -> ServeSpec:
-    if len(args.stream) != 1:
-        raise SpecError("--stream takes one value here (on or off)")
-    users = args.users if args.users is not None else (() if args.rate else ServeSpec.users)
-    return ServeSpec(model=args.model, url=args.url, users=tuple(users), requests_per_user=args.requests,
-                     rates=args.rate, duration_s=args.duration,
-                     max_batches=(0,) if args.url else tuple(args.max_batch), max_wait_ms=args.max_wait_ms,
-                     engine=args.engine, precision=args.precision, device=args.device, threads=args.threads,
-                     tokens=args.tokens, stream=args.stream[0], mixed=args.mixed).validate()
+    return ServeSpec.from_choices(vars(args))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parse_with_logging(parser, argv)
+def run(args: argparse.Namespace) -> int:
     try:
         spec = spec_from_args(args)
     except SpecError as exc:
-        parser.error(str(exc))
+        args.serve_parser.error(str(exc))
     try:
         for event in run_serving(spec, args.db):
             _show(event, spec)

@@ -24,11 +24,12 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from chattts_lab.results import CellResult
+from chattts_lab.spec import SweepSpec
 from chattts_lab.stats import median
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
-DEFAULT_DRIFT_THRESHOLD_PCT = 5.0
+DEFAULT_DRIFT_THRESHOLD_PCT = SweepSpec.drift_threshold_pct  # also for sweeps stored before the spec had it
 
 
 def timed_by_pass(result: CellResult) -> dict[int, float]:
@@ -106,6 +107,11 @@ class Ratio:
     paired: bool = False
 
     @property
+    def holds_ratio(self) -> bool:
+        """Whether the interval holds the ratio it is quoted with (a few passes' bootstrap may not)."""
+        return self.low is not None and self.low <= self.ratio <= self.high
+
+    @property
     def differs(self) -> bool | None:
         """True when the interval excludes 1; None when there is no interval."""
         return None if self.low is None else not (self.low <= 1.0 <= self.high)
@@ -115,12 +121,14 @@ class Ratio:
         pct = f"{self.confidence * 100:g}%"
         if self.low is None:
             return f"{a} is {self.ratio:.3g}x as fast as {b} (too few timed calls for an interval)"
+        unstable = "" if self.holds_ratio else "; the interval leaves out the ratio itself: too few calls, measure more"
         if not self.differs:
             return (f"no difference measured between {a} and {b} (ratio {self.ratio:.3g}x, "
-                    f"{pct} CI {self.low:.3g}-{self.high:.3g}x)")
+                    f"{pct} CI {self.low:.3g}-{self.high:.3g}x{unstable})")
         if self.ratio >= 1:
-            return f"{a} is {self.ratio:.3g}x faster than {b} ({pct} CI {self.low:.3g}-{self.high:.3g}x)"
-        return f"{b} is {1 / self.ratio:.3g}x faster than {a} ({pct} CI {1 / self.high:.3g}-{1 / self.low:.3g}x)"
+            return f"{a} is {self.ratio:.3g}x faster than {b} ({pct} CI {self.low:.3g}-{self.high:.3g}x{unstable})"
+        return (f"{b} is {1 / self.ratio:.3g}x faster than {a} "
+                f"({pct} CI {1 / self.high:.3g}-{1 / self.low:.3g}x{unstable})")
 
     def as_dict(self) -> dict:
         return {"ratio": self.ratio, "ci_low": self.low, "ci_high": self.high, "confidence": self.confidence,
@@ -152,10 +160,9 @@ def speed_ratio(a: Sequence[float], b: Sequence[float], paired: bool = False,
         ci = bootstrap((a, b), _median_ratio, paired=paired, vectorized=True, confidence_level=confidence,
                        n_resamples=BOOTSTRAP_RESAMPLES, method="percentile", rng=np.random.default_rng(0)
                        ).confidence_interval
-    # With a handful of passes a percentile interval can stop just short of the observed ratio; widen it to
-    # hold the ratio it is quoted with rather than print "2.1x (95% CI 2.2-2.4x)".
-    low, high = float(min(ci.low, value)), float(max(ci.high, value))
-    return Ratio(value, low, high, confidence, paired)
+    # The interval is the bootstrap's, as it came: with a handful of passes it can stop short of the observed
+    # ratio, and then the phrase says so rather than stretch it to look tidy.
+    return Ratio(value, float(ci.low), float(ci.high), confidence, paired)
 
 
 def cell_ratio(a: CellResult, b: CellResult, confidence: float = CONFIDENCE) -> Ratio:

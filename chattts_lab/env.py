@@ -39,6 +39,11 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def load_average() -> tuple[float, float, float] | None:
+    """The 1, 5 and 15 minute load averages (None where the OS has none: Windows)."""
+    return os.getloadavg() if hasattr(os, "getloadavg") else None
+
+
 def cpu_info() -> dict:
     model, flags = platform.processor() or platform.machine(), set()
     try:
@@ -140,7 +145,7 @@ def capture_environment() -> dict:
         "versions": versions(),
         "blas": blas_info(),
         "git": git_info(),
-        "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "load_avg": list(load_average() or ()) or None,
     }
 
 

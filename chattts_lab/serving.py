@@ -25,13 +25,16 @@ import urllib.request
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Annotated, Any, Callable, Iterator, Mapping
 
 import numpy as np
+from pydantic import AfterValidator
+from pydantic import Field as Limit
 
+from chattts_lab.axes import bool_list
 from chattts_lab.metrics import SAMPLE_RATE
 from chattts_lab.requests import MAX_NEW_TOKEN
-from chattts_lab.spec import SpecError
+from chattts_lab.spec import SpecError, grid_parser, build_spec, field_problems, option
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTE = "serving"
@@ -49,51 +52,94 @@ REQUEST_DEADLINE_S = 900.0  # a request with no answer by then is lost
 LEVEL_METRICS = ("queue_s", "ttfb_s", "ttfa_s", "latency_s")
 
 
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise SpecError(f"expected numbers separated by commas, got {text!r}") from None
+
+
+def _one_on_off(text: str) -> bool:
+    values = bool_list(text)
+    if len(values) != 1:
+        raise SpecError("--stream takes one value here (on or off)")
+    return values[0]
+
+
+def _nonblank_texts(texts: tuple[str, ...]) -> tuple[str, ...]:
+    if not texts or not all(t.strip() for t in texts):
+        raise ValueError("the text set is empty or holds an empty text")
+    return texts
+
+
+_APP_CHOICE = "the app's {} (default: the app's own choice)"
+
+
 @dataclass(frozen=True)
 class ServeSpec:
-    """One serving benchmark. Lists are levels: every `users` (and every `rates`) for every `max_batches`."""
+    """One serving benchmark. Lists are levels: every `users` (and every `rates`) for every `max_batches`.
+    Its fields are `python -m bench serve`'s options and the Serving panel's defaults (see spec.option)."""
 
-    model: str = "synthetic"
-    url: str | None = None  # a running app to measure as it is (its own batching); None: start one per max_batch
-    users: tuple[int, ...] = (1, 2, 4, 8)
-    requests_per_user: int = 2  # closed loop: each user's requests, one after another
-    rates: tuple[float, ...] = ()  # open loop: requests per second (Poisson arrivals) ...
-    duration_s: float = 30.0  # ... for this long
-    max_batches: tuple[int, ...] = (8, 1)  # with `url`: (0,), the running app's own setting
-    max_wait_ms: float = 25.0
-    engine: str | None = None  # None: the app's own choice (its recommendation, else lab fp32)
-    precision: str | None = None
-    device: str | None = None
-    threads: int | None = None
-    tokens: int = 64  # audio tokens per request, exactly (min = max), so every level makes the same audio
-    stream: bool = True
-    mixed: bool = False  # vary the requests: every other one the other way (streamed or whole), voices, lengths
-    texts: tuple[str, ...] = TEXTS
+    model: str = option("synthetic", "auto, hf, synthetic, synthetic-tiny or a folder", "--model")
+    # a running app to measure as it is (its own batching); None: start one per max_batch
+    url: str | None = option(None, "measure this running app as it is, instead of starting one per --max-batch",
+                             "--url")
+    users: tuple[Annotated[int, Limit(ge=1, le=256)], ...] = option(
+        (1, 2, 4, 8), "concurrent users per level, closed loop (none when only --rate is given)", "--users",
+        grid_parser("int_list"), "users must be 1..256, got {input}")
+    requests_per_user: Annotated[int, Limit(ge=1, le=1000)] = option(  # closed loop: one after another
+        2, "requests per user, one after another", "--requests", int,
+        "requests per user must be 1..1000, got {input}")
+    rates: tuple[Annotated[float, Limit(gt=0, le=100)], ...] = option(  # open loop: Poisson arrivals ...
+        (), "open-loop levels: requests per second (Poisson)", "--rate", _float_list,
+        "a rate must be in (0, 100] requests/s, got {input:g}")
+    duration_s: Annotated[float, Limit(ge=1, le=24 * 3600)] = option(  # ... for this long
+        30.0, "seconds of each --rate level", "--duration", float, "duration must be 1 s..24 h, got {input:g}")
+    max_batches: tuple[Annotated[int, Limit(ge=0, le=64)], ...] = option(  # with `url`: (0,), the app's own
+        (8, 1), "the app's batch limit, one app per value (1: one request at a time, as without batching)",
+        "--max-batch", grid_parser("int_list"), "max batch must be in 1..64, got {input}")
+    max_wait_ms: Annotated[float, Limit(ge=0)] = option(25.0, "the app's wait for company", "--max-wait-ms", float)
+    # None: the app's own choice (its recommendation, else lab fp32)
+    engine: str | None = option(None, _APP_CHOICE.format("engine"), "--engine")
+    precision: str | None = option(None, _APP_CHOICE.format("precision"), "--precision")
+    device: str | None = option(None, _APP_CHOICE.format("device"), "--device")
+    threads: Annotated[int, Limit(ge=1)] | None = option(
+        None, "the app's torch threads (default: the usable cores)", "--threads", int)
+    # audio tokens per request, exactly (min = max), so every level makes the same audio
+    tokens: Annotated[int, Limit(ge=1, le=MAX_NEW_TOKEN)] = option(
+        64, "audio tokens per request, exactly", "--tokens", int, f"tokens must be 1..{MAX_NEW_TOKEN}, got {{input}}")
+    stream: bool = option(True, "on: streamed responses (time to first audio); off: whole files", "--stream",
+                          _one_on_off)
+    # vary the requests: every other one the other way (streamed or whole), voices, lengths
+    mixed: bool = option(False, "vary the requests (voices, streamed or whole, full or half length), as in a soak "
+                                "test", "--mixed", action="store_true")
+    texts: Annotated[tuple[str, ...], AfterValidator(_nonblank_texts)] = TEXTS
     kind: str = "serve"
 
     def validate(self) -> "ServeSpec":
-        errors = []
+        errors = field_problems(self)
         if not self.users and not self.rates:
             errors.append("give at least one load level: --users or --rate")
-        errors += [f"users must be 1..256, got {u}" for u in self.users if not 1 <= u <= 256]
-        errors += [f"a rate must be in (0, 100] requests/s, got {r:g}" for r in self.rates if not 0 < r <= 100]
         if self.url and self.max_batches != (0,):
             errors.append("with --url the running app's own batching is measured: give no --max-batch")
         if not self.url:
-            errors += [f"max batch must be in 1..64, got {b}" for b in self.max_batches if not 1 <= b <= 64]
+            errors += [f"max batch must be in 1..64, got {b}" for b in self.max_batches if b == 0]
             if not self.max_batches:
                 errors.append("give at least one --max-batch")
-        if not 1 <= self.requests_per_user <= 1000:
-            errors.append(f"requests per user must be 1..1000, got {self.requests_per_user}")
-        if not 1 <= self.duration_s <= 24 * 3600:
-            errors.append(f"duration must be 1 s..24 h, got {self.duration_s:g}")
-        if not 1 <= self.tokens <= MAX_NEW_TOKEN:
-            errors.append(f"tokens must be 1..{MAX_NEW_TOKEN}, got {self.tokens}")
-        if not self.texts or not all(t.strip() for t in self.texts):
-            errors.append("the text set is empty or holds an empty text")
         if errors:
-            raise SpecError("; ".join(errors))
+            raise SpecError("; ".join(dict.fromkeys(errors)))
         return self
+
+    @staticmethod
+    def from_choices(choices: Mapping[str, Any]) -> "ServeSpec":
+        """The one builder of a serving run from the command line's or the panel's choices (see build_spec):
+        only --rate levels when --rate is given without --users; with --url, that app's own batching."""
+        choices = dict(choices)
+        if choices.get("rates") and choices.get("users") is None:
+            choices["users"] = ()
+        if choices.get("url") and choices.get("max_batches") is None:
+            choices["max_batches"] = (0,)
+        return build_spec(ServeSpec, choices).validate()
 
     def levels(self) -> list[dict]:
         return ([{"max_batch": b, "users": u} for b in self.max_batches for u in self.users]
@@ -164,7 +210,7 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
                         continue
                     yield LevelStarted(index, level)
                     records, rss = asyncio.run(_measured_level(app, spec, level))
-                    summary = summarize(level, records) | rss
+                    summary = summarize_level(level, records) | rss
                     summaries.append(summary)
                     requests += [{"level": index, **r} for r in records]
                     _save(db_path, sweep_id, summaries, requests)
@@ -363,7 +409,7 @@ def _float(text: str | None) -> float | None:
 # Summaries
 
 
-def summarize(level: dict, records: list[dict]) -> dict:
+def summarize_level(level: dict, records: list[dict]) -> dict:
     """A level's row: counts, percentiles of queue wait, first audio and latency, and audio made per second."""
     ok = [r for r in records if r["status"] == "ok"]
     ends = [r["submitted_s"] + r["latency_s"] for r in ok]

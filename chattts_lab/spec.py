@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import asdict, dataclass, fields
-from typing import Callable
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
+from functools import cache
+from typing import Annotated, Any, Callable, Mapping
 
 import torch
+from pydantic import AfterValidator, TypeAdapter
+from pydantic import Field as Limit
 
-from chattts_lab import engines
+from chattts_lab import axes, checks, engines
+from chattts_lab.axes import SpecError
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.env import usable_cores
 from chattts_lab.limits import memory_budget_error
+from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.engines import ENGINES, PRECISIONS, unsupported_reason
 from chattts_lab.requests import MAX_BATCH, MAX_NEW_TOKEN
 from chattts_lab.results import BENCH_TEXT, RunConfig
@@ -27,85 +32,226 @@ NODE_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")  # a Ray custom resource n
 MAX_THREADS = 4096
 
 
-class SpecError(ValueError):
-    """A sweep specification that cannot be run; the message says what to change."""
+# ----------------------------------------------------------------------------------------------
+# A spec's fields describe themselves: default, limits (pydantic constraints in the annotation), the sentence a
+# broken limit gives (`rule`), and the command-line option they are (flag, help, parser). `python -m bench`'s
+# argparse, the app's forms and `build_spec` all read them, so each default and each limit is written once.
+
+
+def option(default: Any = MISSING, help: str = "", flag: str | None = None, parse: Callable | None = None,
+           rule: str | None = None, group: str = "measurement", factory: Callable | None = None, **argparse_kw):
+    """A spec field with what its command-line option needs; `factory` for a default computed on this machine."""
+    meta = {"help": help, "flag": flag, "parse": parse, "rule": rule, "group": group, "argparse": argparse_kw}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@cache
+def _adapter(cls) -> TypeAdapter:
+    return TypeAdapter(cls)
+
+
+def rules_of(cls) -> dict[str, str]:
+    return {f.name: f.metadata["rule"] for f in fields(cls) if f.metadata.get("rule")}
+
+
+def field_problems(spec) -> list[str]:
+    """What pydantic finds wrong with a spec's fields, in each field's own words."""
+    return checks.problems(_adapter(type(spec)), {f.name: getattr(spec, f.name) for f in fields(spec)},
+                           rules_of(type(spec)))
+
+
+def build_spec(cls, choices: Mapping[str, Any]):
+    """A spec of `cls` from choices by field name, as `python -m bench` (argparse's namespace) or a form gives
+    them: text is read by the field's own parser (the command line's list and range syntax), a choice that is
+    absent, None or blank takes the field's default, and numbers are converted (2.0 -> 2) by pydantic. Each
+    field is validated (SpecError names every problem); the checks across fields are the spec's validate()."""
+    given = {}
+    for f in fields(cls):
+        value = choices.get(f.name)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        given[f.name] = _parsed(f, value)
+    return checks.validated(_adapter(cls), given, rules_of(cls), SpecError)
+
+
+def _parsed(f: Field, value):
+    parse = f.metadata.get("parse")
+    if parse is None:
+        return value
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        value = ",".join(value)  # a form's checkbox group: the choices it ticked
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse(value)
+    except ValueError as exc:  # SpecError is one: the list syntax's own sentence
+        raise SpecError(str(exc) if isinstance(exc, SpecError) else f"{f.name}: {exc}") from None
+
+
+def defaults(cls) -> dict[str, Any]:
+    """Each field's default (computed ones computed now)."""
+    return {f.name: getattr(cls(), f.name) for f in fields(cls)}
+
+
+def as_text(value) -> str:
+    """A value as the command line and the forms write it: comma lists, on/off, 1.5 rather than 1.5000."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(as_text(v) for v in value)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def spec_argv(spec) -> list[str]:
+    """The command-line options that give this spec: every field with a flag whose value is not its default."""
+    base = defaults(type(spec))
+    argv = []
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        if f.metadata.get("flag") and value != base[f.name] and value not in (None, ()):
+            argv += [f.metadata["flag"], as_text(value)]
+    return argv
+
+
+def _known(what: str, choices: Callable[[], Any], hint: Callable[[], str]):
+    """An AfterValidator for a name from a list known at run time (precisions, engines)."""
+    def check(value: str) -> str:
+        if value not in choices():
+            raise ValueError(f"unknown {what} {value!r}: {hint()}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _nonblank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("the benchmark text is empty")
+    return text
+
+
+def _budget(value: float | None) -> float | None:
+    error = memory_budget_error(value)
+    if error:
+        raise ValueError(error)
+    return value
+
+
+Device = Annotated[str, Limit(pattern=DEVICE_PATTERN.pattern)]
+Precision = Annotated[str, _known("precision", lambda: PRECISIONS, lambda: f"choose from {', '.join(PRECISIONS)}")]
+Engine = Annotated[str, _known("engine", lambda: ENGINES, lambda: f"choose from {', '.join(ENGINES)}")]
+NodeLabel = Annotated[str, Limit(pattern=NODE_LABEL_PATTERN.pattern)]
+Nonempty = Limit(min_length=1)
+
+
+def _ints(lo: int, hi: int):
+    return Annotated[tuple[Annotated[int, Limit(ge=lo, le=hi)], ...], Nonempty]
+
+
+def grid_parser(parse: str) -> Callable[[str], tuple]:
+    """A grid axis's parser by name (chattts_lab.axes: int_list, str_list, bool_list)."""
+    return getattr(axes, parse)
+
+
+def _on(text: str) -> bool:
+    """on/off (also a list: on when every value is on, as --fidelity always took it)."""
+    return all(grid_parser("bool_list")(text))
 
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """The cartesian product of these lists, plus how each cell is measured."""
+    """The cartesian product of these lists, plus how each cell is measured (a cell's own measurement defaults are
+    RunConfig's, so that a cell built alone, as the fidelity check and bench.independent build one, agrees)."""
 
-    model: str = "synthetic"
-    devices: tuple[str, ...] = ("cpu",)
-    precisions: tuple[str, ...] = ("fp32",)
-    batches: tuple[int, ...] = (1,)
-    threads: tuple[int, ...] = (1,)
-    tokens: tuple[int, ...] = (128,)
-    engines: tuple[str, ...] = ("stock",)
-    compiles: tuple[bool, ...] = (False,)
-    streams: tuple[bool, ...] = (False,)
-    warmup: int = 1
-    repeats: int = 3
-    min_time_s: float = 1.0
-    max_repeats: int = 100
-    timeout_s: float = 1800.0
-    fidelity: bool = True
-    fidelity_tokens: int = 32
-    text: str = BENCH_TEXT
-    memory_budget_mb: float | None = None  # per cell, see RunConfig.memory_budget_mb
+    model: str = option("auto", "auto, hf, synthetic, synthetic-tiny or a folder", "--model", group="grid")
+    devices: Annotated[tuple[Device, ...], Nonempty] = option(
+        ("cpu",), "cpu, cuda, cuda:N, mps", "--device", grid_parser("str_list"),
+        "unknown device {input!r}: use cpu, cuda, cuda:N or mps", group="grid")
+    precisions: Annotated[tuple[Precision, ...], Nonempty] = option(
+        ("fp32",), "fp32, fp16, bf16, int8; int4 with --engine lab or onnx", "--precision", grid_parser("str_list"),
+        group="grid")
+    batches: _ints(1, MAX_BATCH) = option((1,), "texts per call", "--batch", grid_parser("int_list"),
+                                          f"batch size must be in 1..{MAX_BATCH}, got {{input}}", group="grid")
+    threads: _ints(1, MAX_THREADS) = option(
+        help="torch CPU threads (default: every usable core)", flag="--threads", parse=grid_parser("int_list"),
+        rule=f"threads must be in 1..{MAX_THREADS}, got {{input}}", group="grid", factory=lambda: (usable_cores(),))
+    tokens: _ints(2, MAX_NEW_TOKEN) = option(
+        (128,), f"audio tokens per text (exactly; {STEPS_PER_AUDIO_SECOND:g} per second)", "--tokens",
+        grid_parser("int_list"), f"tokens must be in 2..{MAX_NEW_TOKEN}, got {{input}}", group="grid")
+    engines: Annotated[tuple[Engine, ...], Nonempty] = option(
+        ("stock",), "stock (ChatTTS's Chat.infer), lab or onnx (comma list)", "--engine", grid_parser("str_list"),
+        group="grid")
+    compiles: Annotated[tuple[bool, ...], Nonempty] = option(
+        (False,), "torch.compile off,on", "--compile", grid_parser("bool_list"), group="grid")
+    streams: Annotated[tuple[bool, ...], Nonempty] = option(
+        (False,), "stream and measure time to first audio (bare --stream means on; or off,on)", "--stream",
+        grid_parser("bool_list"), group="grid", nargs="?", const=(True,))
+    warmup: Annotated[int, Limit(ge=0, le=1000)] = option(
+        RunConfig.warmup, "uncounted calls after the cold (first) call", "--warmup", int, "warmup must be 0 or more, got {input}")
+    repeats: Annotated[int, Limit(ge=1, le=10_000)] = option(
+        RunConfig.repeats, "timed calls per cell, at least (with --passes 1)", "--repeats", int,
+        "repeats must be at least 1, got {input}")
+    min_time_s: Annotated[float, Limit(ge=0)] = option(
+        RunConfig.min_time_s, "timed seconds per cell, at least (with --passes 1)", "--min-time", float,
+        "min_time_s must be 0 or more, got {input}")
+    max_repeats: Annotated[int, Limit(ge=1, le=100_000)] = option(
+        RunConfig.max_repeats, "timed calls per cell, at most", "--max-repeats", int, "max_repeats must be in 1..100000, got {input}")
+    timeout_s: Annotated[float, Limit(gt=0)] = option(
+        RunConfig.timeout_s, "seconds per cell before it is killed", "--timeout", float, "timeout_s must be positive, got {input}")
+    fidelity: bool = option(True, "measure drift from fp32 once per precision", "--fidelity", _on)
+    fidelity_tokens: Annotated[int, Limit(ge=2, le=MAX_NEW_TOKEN)] = option(
+        32, "audio tokens of the fidelity check's decode", "--fidelity-tokens", int,
+        f"fidelity_tokens must be in 2..{MAX_NEW_TOKEN}, got {{input}}")
+    text: Annotated[str, AfterValidator(_nonblank)] = option(BENCH_TEXT)
+    # per cell, see RunConfig.memory_budget_mb
+    memory_budget_mb: Annotated[float | None, AfterValidator(_budget)] = option(
+        None, "memory each cell's worker may add beyond its runtime (address space); over it the cell is oom",
+        "--memory-budget-mb", float)
     # Interleaved passes (chattts_lab.sweep): each pass makes one timed call of every cell, in a fresh random order,
     # so a machine that drifts during the sweep slows every cell alike instead of the cells measured last. With
     # passes > 1 the timed calls of a cell are its passes (repeats and min_time_s apply to passes == 1 only).
-    passes: int = 3
-    drift_threshold_pct: float = 5.0  # the sweep is `noisy` when the passes drift more (chattts_lab.compare.drift)
+    passes: Annotated[int, Limit(ge=1, le=10_000)] = option(
+        3, "interleaved passes: every cell's worker stays loaded and each pass times each cell once, in a fresh "
+           "random order (1: each cell in its own process, back to back, with --repeats)", "--passes", int,
+        "passes must be at least 1, got {input}")
+    # the sweep is `noisy` when the passes drift more (chattts_lab.compare.drift)
+    drift_threshold_pct: Annotated[float, Limit(gt=0)] = option(
+        5.0, "percent of drift across passes above which the sweep is marked noisy", "--drift-threshold", float,
+        "drift_threshold_pct must be positive, got {input}")
     # A fleet sweep (chattts_lab.cluster): its cells run as Ray tasks on the cluster's nodes. `nodes` is one more
     # grid axis: each label is a Ray custom resource one machine carries, and every cell is measured on each.
-    cluster: str | None = None
-    nodes: tuple[str, ...] = ()
+    cluster: Annotated[str, Limit(pattern=CLUSTER_PATTERN.pattern)] | None = option(
+        None, "run the cells as Ray tasks on a cluster's nodes: ray (a cluster started on this machine, or this "
+              "machine alone) or ray:HOST:PORT of its head", "--cluster",
+        rule="cluster must be ray or ray:ADDRESS (e.g. ray:10.0.0.5:6379), got {input!r}", group="fleet",
+        metavar="ray[:ADDRESS]")
+    nodes: tuple[NodeLabel, ...] = option(
+        (), "measure every cell on each machine carrying one of these Ray resource labels "
+            "(ray start --resources '{\"LABEL\": 1}')", "--nodes", grid_parser("str_list"),
+        "node label {input!r} is not a resource name (letters, digits, _ . -)", group="fleet", metavar="LABELS")
 
     def errors(self) -> list[str]:
         """Everything wrong with the spec (empty when it can run). No side effects."""
-        errs = [f"{name} is empty" for name in ("devices", "precisions", "batches", "threads", "tokens", "engines",
-                                                "compiles", "streams") if not getattr(self, name)]
-        errs += [f"unknown device {d!r}: use cpu, cuda, cuda:N or mps" for d in self.devices if not DEVICE_PATTERN.match(d)]
-        errs += [f"unknown precision {p!r}: choose from {', '.join(PRECISIONS)}"
-                 for p in self.precisions if p not in PRECISIONS]
-        errs += [f"unknown engine {e!r}: choose from {', '.join(ENGINES)}" for e in self.engines if e not in ENGINES]
-        errs += [f"batch size must be in 1..{MAX_BATCH}, got {b}" for b in self.batches if not _int_in(b, 1, MAX_BATCH)]
-        errs += [f"threads must be in 1..{MAX_THREADS}, got {t}" for t in self.threads if not _int_in(t, 1, MAX_THREADS)]
-        errs += [f"tokens must be in 2..{MAX_NEW_TOKEN}, got {n}" for n in self.tokens if not _int_in(n, 2, MAX_NEW_TOKEN)]
-        if not _int_in(self.repeats, 1, 10_000):
-            errs.append(f"repeats must be at least 1, got {self.repeats}")
-        if not _int_in(self.warmup, 0, 1000):
-            errs.append(f"warmup must be 0 or more, got {self.warmup}")
-        if not _int_in(self.max_repeats, 1, 100_000) or self.max_repeats < self.repeats:
+        errs = field_problems(self)
+        if isinstance(self.max_repeats, int) and isinstance(self.repeats, int) and self.max_repeats < self.repeats:
             errs.append(f"max_repeats must be at least repeats ({self.repeats}), got {self.max_repeats}")
-        if not (isinstance(self.min_time_s, (int, float)) and self.min_time_s >= 0):
-            errs.append(f"min_time_s must be 0 or more, got {self.min_time_s}")
-        if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0):
-            errs.append(f"timeout_s must be positive, got {self.timeout_s}")
-        if not _int_in(self.fidelity_tokens, 2, MAX_NEW_TOKEN):
-            errs.append(f"fidelity_tokens must be in 2..{MAX_NEW_TOKEN}, got {self.fidelity_tokens}")
-        if not self.text.strip():
-            errs.append("the benchmark text is empty")
-        if not _int_in(self.passes, 1, 10_000):
-            errs.append(f"passes must be at least 1, got {self.passes}")
-        if not (isinstance(self.drift_threshold_pct, (int, float)) and self.drift_threshold_pct > 0):
-            errs.append(f"drift_threshold_pct must be positive, got {self.drift_threshold_pct}")
-        if self.cluster is not None and not CLUSTER_PATTERN.match(str(self.cluster)):
-            errs.append(f"cluster must be ray or ray:ADDRESS (e.g. ray:10.0.0.5:6379), got {self.cluster!r}")
         if self.nodes and self.cluster is None:
             errs.append("node labels need a cluster (--cluster ray[:ADDRESS])")
-        errs += [f"node label {n!r} is not a resource name (letters, digits, _ . -)" for n in self.nodes
-                 if not NODE_LABEL_PATTERN.match(str(n))]
-        budget = memory_budget_error(self.memory_budget_mb)
-        return errs + ([budget] if budget else [])
+        return errs
 
     def validate(self) -> "SweepSpec":
         errs = self.errors()
         if errs:
             raise SpecError("; ".join(errs))
         return self
+
+    @staticmethod
+    def from_choices(choices: Mapping[str, Any]) -> "SweepSpec":
+        """The one builder of a sweep from the command line's or a form's choices (see build_spec); max repeats
+        is raised to repeats where it is below, as both always did."""
+        spec = build_spec(SweepSpec, choices)
+        return replace(spec, max_repeats=max(spec.max_repeats, spec.repeats)).validate()
 
     def expand(self) -> list[RunConfig]:
         """Every combination, in a stable order (the order llama-bench uses: the last list varies fastest)."""
@@ -145,10 +291,6 @@ class SweepSpec:
         names = {f.name for f in fields(SweepSpec)}
         data = {"passes": 1, **data}  # a spec stored before passes existed ran each cell back to back
         return SweepSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
-
-
-def _int_in(value, lo: int, hi: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
 
 
 def _dedup(values) -> list:

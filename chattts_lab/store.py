@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from chattts_lab.bundle_schema import bundle_problem
 from chattts_lab.env import summary
 from chattts_lab.results import CANONICAL_COLUMNS, STATUSES, CellResult
 
@@ -464,69 +465,19 @@ def read_bundle(path: str | Path) -> dict:
         raise BundleError(f"{path} is not a ChatTTS Lab bundle (format must be {BUNDLE_FORMAT!r})")
     if data.get("version") != BUNDLE_VERSION:
         raise BundleError(f"{path} is bundle version {data.get('version')!r}; this build reads version {BUNDLE_VERSION}")
-    sweeps = data.get("sweeps")
-    if not isinstance(sweeps, list):
-        raise BundleError(f"{path}: 'sweeps' must be a list")
-    for n, s in enumerate(sweeps):
-        where = f"{path}: sweep {n}"
-        if not isinstance(s, dict):
-            raise BundleError(f"{where} is not an object")
-        for key, kind in (("uuid", str), ("spec", dict), ("environment", dict), ("cells", list), ("fidelity", list)):
-            if not isinstance(s.get(key), kind):
-                raise BundleError(f"{where}: {key!r} is missing or not a {kind.__name__}")
-        _check_environment(s["environment"], where)
+    problem = bundle_problem(data)
+    if problem:
+        raise BundleError(f"{path}: {problem}")
+    for n, s in enumerate(data["sweeps"]):
         for m, cell in enumerate(s["cells"]):
             try:
                 result = CellResult.from_dict(cell)
                 result.row()  # derived columns (the roofline's division) must compute from its numbers
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                raise BundleError(f"{where}, cell {m} is malformed: {exc}") from exc
+                raise BundleError(f"{path}: sweep {n}, cell {m} is malformed: {exc}") from exc
             if result.status not in STATUSES:
-                raise BundleError(f"{where}, cell {m} has unknown status {result.status!r}")
-        if not isinstance(s.get("notes", {}), dict):
-            raise BundleError(f"{where}: 'notes' must be an object")
-        _check_serving(s.get("notes", {}).get("serving"), where)
-        for f in s["fidelity"]:
-            if not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("device", "engine", "precision")):
-                raise BundleError(f"{where}: a fidelity record is malformed")
+                raise BundleError(f"{path}: sweep {n}, cell {m} has unknown status {result.status!r}")
     return data
-
-
-# The parts of an environment that tables and reports read, and the type each must have: a bundle is
-# someone else's file, and a crafted one must be refused here rather than crash a report later.
-_ENVIRONMENT_SHAPE = {"cpu": dict, "versions": dict, "blas": dict, "git": dict, "gpus": list, "mem_read_gbps": dict,
-                      "mem_read_method": dict, "mem_read_gbps_reads": dict, "mem_read_before": str}
-
-
-# What plots and tables read from a serving run's levels (the `serving` note): numbers where present.
-_SERVING_NUMBERS = ("max_batch", "users", "rate", "requests", "ok", "errors", "lost", "audio_s_per_s", "latency_p90_s",
-                    "ttfa_p90_s", "queue_p90_s")
-
-
-def _check_serving(serving, where: str) -> None:
-    """Refuse a serving note that tables and plots could not read (a bundle is someone else's file)."""
-    if serving is None:
-        return
-    if not isinstance(serving, dict) or not all(isinstance(serving.get(k, []), list) for k in ("levels", "requests")):
-        raise BundleError(f"{where}: the serving note must hold lists 'levels' and 'requests'")
-    for level in serving.get("levels", []):
-        if not isinstance(level, dict) or not all(level.get(k) is None or isinstance(level[k], (int, float))
-                                                  and not isinstance(level[k], bool) for k in _SERVING_NUMBERS):
-            raise BundleError(f"{where}: a serving level is malformed (its counts and times must be numbers)")
-
-
-def _check_environment(env: dict, where: str) -> None:
-    """Refuse an environment whose parts are not the types reports read (any text in them is fine: it is escaped)."""
-    for key, kind in _ENVIRONMENT_SHAPE.items():
-        if env.get(key) is not None and not isinstance(env[key], kind):
-            raise BundleError(f"{where}: 'environment' is malformed ({key!r} must be a {kind.__name__})")
-    if not all(isinstance(g, dict) and "name" in g for g in env.get("gpus") or []):
-        raise BundleError(f"{where}: 'environment' is malformed (each of 'gpus' must be an object with a 'name')")
-    if not all(isinstance(v, (int, float)) for v in (env.get("mem_read_gbps") or {}).values()):
-        raise BundleError(f"{where}: 'environment' is malformed (each of 'mem_read_gbps' must be a number)")
-    flags = (env.get("cpu") or {}).get("flags")
-    if flags is not None and not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
-        raise BundleError(f"{where}: 'environment' is malformed ('cpu.flags' must be a list of names)")
 
 
 def import_bundle(db_path: str | Path, bundle_path: str | Path) -> tuple[list[int], list[str]]:

@@ -352,10 +352,9 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
     store = Store(db_path)
     if resume is not None:
         sweep = store.sweep(resume)
-        if sweep is None:
-            raise SpecError(f"no sweep {resume} in {db_path}")
-        if sweep["origin"] != "local":  # measuring here would mix this machine's numbers into another's sweep
-            raise SpecError(f"sweep {resume} was imported from another machine; it cannot be resumed here")
+        refusal = resume_refusal(sweep, resume, db_path)
+        if refusal:
+            raise SpecError(refusal)
         spec = SweepSpec.from_dict(sweep["spec"])
         sweep_id, environment = resume, sweep["environment"]
         store.set_status(sweep_id, "running")
@@ -782,10 +781,19 @@ def resumable_sweep(db_path: str | Path) -> int | None:
     store = Store(db_path)
     try:
         for sweep in store.sweeps_list():
-            if (sweep["status"] in ("interrupted", "cancelled") and sweep["origin"] == "local"
-                    and sweep["spec"].get("kind", "sweep") == "sweep"):  # a serving run is run again, not resumed
+            if sweep["status"] in ("interrupted", "cancelled") and not resume_refusal(sweep, sweep["id"], db_path):
                 return sweep["id"]
     finally:
         store.close()
     return None
 
+
+def resume_refusal(sweep: dict | None, sweep_id: int, db_path) -> str | None:
+    """Why a stored sweep cannot be resumed here (None: it can): the rules every resume path applies."""
+    if sweep is None:
+        return f"no sweep {sweep_id} in {db_path}"
+    if sweep["spec"].get("kind", "sweep") != "sweep":  # a serving run is run again, not resumed
+        return f"sweep {sweep_id} is a serving benchmark: run `python -m bench serve` again instead"
+    if sweep["origin"] != "local":  # measuring here would mix this machine's numbers into another's sweep
+        return f"sweep {sweep_id} was imported from another machine; it cannot be resumed here"
+    return None

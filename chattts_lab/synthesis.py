@@ -92,9 +92,6 @@ class StreamChunk:
     synthetic: bool = False  # made by random weights: the timing is real, the audio is noise
     queue_wait_s: float = 0.0  # served requests: waiting for the model before this batch began
     batch_requests: int = 1  # served requests: requests sharing this batched generation
-    synthetic: bool = False  # made by random weights: the timing is real, the audio is noise
-    queue_wait_s: float = 0.0  # served requests: waiting for the model before this batch began
-    batch_requests: int = 1  # served requests: requests sharing this batched generation
 
 
 @dataclass

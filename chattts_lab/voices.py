@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from chattts_lab.requests import InvalidRequest, Refine, Sampling, Voice, decode_speaker
 
@@ -61,7 +63,60 @@ class VoiceCard:
         return json.dumps(body, ensure_ascii=False, indent=2)
 
 
-_TOP_FIELDS = {"format", "version", "name", "speaker", "seed", "sample_audio_code", "sample_text", "sampling", "refine", "speed"}
+class _Strict(BaseModel):
+    """A card's JSON as data: known fields only, each of its own type (no "1" for 1, no true for 1)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+
+class _SamplingFields(_Strict):
+    temperature: float = Sampling.temperature
+    top_p: float = Sampling.top_p
+    top_k: int = Sampling.top_k
+    audio_seed: int | None = None
+    text_seed: int | None = None
+
+
+class _RefineFields(_Strict):
+    enabled: bool = Refine.enabled
+    oral: int = Refine.oral
+    laugh: int = Refine.laugh
+    break_: int = Field(Refine.break_, alias="break")
+    max_new_token: int = Refine.max_new_token
+
+
+class _CardFields(_Strict):
+    format: str
+    version: int
+    name: str = Field(VoiceCard.name, max_length=MAX_NAME_CHARS)
+    speaker: str | None = None
+    seed: int | None = None
+    sample_audio_code: str | None = None
+    sample_text: str | None = None
+    sampling: _SamplingFields = _SamplingFields()
+    refine: _RefineFields = _RefineFields()
+    speed: int = VoiceCard.speed
+
+
+_WANTED = {"int_type": "an integer", "float_type": "a number", "string_type": "a string", "bool_type": "true or false",
+           "model_type": "an object"}
+
+
+def _card_problem(exc: ValidationError) -> str:
+    """pydantic's findings about a card, in the card's words: unknown fields together, else the first wrong type."""
+    errors = exc.errors()
+    extra = [e["loc"] for e in errors if e["type"] == "extra_forbidden"]
+    if extra:
+        where = ".".join(map(str, extra[0][:-1]))
+        names = ", ".join(str(loc[-1]) for loc in extra if loc[:-1] == extra[0][:-1])
+        return f"unknown voice card fields: {names}" if not where else f"unknown fields in voice card {where!r}: {names}"
+    err = errors[0]
+    key = ".".join(map(str, err["loc"]))
+    if err["type"] == "string_too_long":
+        return f"voice card field {key!r} is longer than {err['ctx']['max_length']} characters"
+    nullable = " or null" if len(err["loc"]) == 1 and _CardFields.model_fields[key].default is None else ""
+    return f"voice card field {key!r} must be {_WANTED.get(err['type'], 'valid')}{nullable}, got " \
+           f"{type(err['input']).__name__}"
 
 
 def parse_card(data: str | bytes) -> VoiceCard:
@@ -85,18 +140,15 @@ def parse_card(data: str | bytes) -> VoiceCard:
         raise InvalidVoiceCard(f"not a voice card: 'format' must be {CARD_FORMAT!r}")
     if body.get("version") != CARD_VERSION:
         raise InvalidVoiceCard(f"unsupported voice card version {body.get('version')!r}; this app reads {CARD_VERSION}")
-    unknown = sorted(set(body) - _TOP_FIELDS)
-    if unknown:
-        raise InvalidVoiceCard(f"unknown voice card fields: {', '.join(unknown)}")
+    try:
+        fields_ = _CardFields.model_validate(body)
+    except ValidationError as exc:
+        raise InvalidVoiceCard(_card_problem(exc)) from None
     card = VoiceCard(
-        name=_text(body, "name", "voice", MAX_NAME_CHARS),
-        speaker=_optional_text(body, "speaker"),
-        seed=_optional_int(body, "seed"),
-        sample_audio_code=_optional_text(body, "sample_audio_code"),
-        sample_text=_optional_text(body, "sample_text"),
-        sampling=_sub(body, "sampling", Sampling, {}),
-        refine=_sub(body, "refine", Refine, {"break": "break_"}),
-        speed=_int(body, "speed", 5),
+        name=fields_.name, speaker=fields_.speaker or None, seed=fields_.seed,
+        sample_audio_code=fields_.sample_audio_code or None, sample_text=fields_.sample_text or None,
+        sampling=Sampling(**fields_.sampling.model_dump()), refine=Refine(**fields_.refine.model_dump()),
+        speed=fields_.speed,
     )
     return validate_card(card)
 
@@ -116,64 +168,6 @@ def validate_card(card: VoiceCard) -> VoiceCard:
     except InvalidRequest as exc:
         raise InvalidVoiceCard(f"voice card: {exc}") from exc
     return card
-
-
-def _type_error(key: str, want: str, got) -> InvalidVoiceCard:
-    return InvalidVoiceCard(f"voice card field {key!r} must be {want}, got {type(got).__name__}")
-
-
-def _text(body: dict, key: str, default: str, limit: int | None = None) -> str:
-    value = body.get(key, default)
-    if not isinstance(value, str):
-        raise _type_error(key, "a string", value)
-    if limit and len(value) > limit:
-        raise InvalidVoiceCard(f"voice card field {key!r} is longer than {limit} characters")
-    return value
-
-
-def _optional_text(body: dict, key: str) -> str | None:
-    value = body.get(key)
-    if value is not None and not isinstance(value, str):
-        raise _type_error(key, "a string or null", value)
-    return value or None
-
-
-def _int(body: dict, key: str, default: int) -> int:
-    value = body.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _type_error(key, "an integer", value)
-    return value
-
-
-def _optional_int(body: dict, key: str) -> int | None:
-    return None if body.get(key) is None else _int(body, key, 0)
-
-
-def _sub(body: dict, key: str, cls, renames: dict[str, str]):
-    """Build a nested dataclass (Sampling, Refine) from a JSON object, checking each field's type."""
-    value = body.get(key, {})
-    if not isinstance(value, dict):
-        raise _type_error(key, "an object", value)
-    value = {renames.get(k, k): v for k, v in value.items()}
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(value) - set(known))
-    if unknown:
-        raise InvalidVoiceCard(f"unknown fields in voice card {key!r}: {', '.join(unknown)}")
-    defaults = cls()
-    kwargs = {}
-    for name, v in value.items():
-        default = getattr(defaults, name)
-        ok = (
-            v is None and name.endswith("seed")
-            or isinstance(default, bool) and isinstance(v, bool)
-            or isinstance(default, int) and not isinstance(default, bool) and isinstance(v, int) and not isinstance(v, bool)
-            or isinstance(default, float) and isinstance(v, (int, float)) and not isinstance(v, bool)
-            or default is None and isinstance(v, int) and not isinstance(v, bool)
-        )
-        if not ok:
-            raise InvalidVoiceCard(f"voice card field '{key}.{name}' has the wrong type ({type(v).__name__})")
-        kwargs[name] = float(v) if isinstance(default, float) else v
-    return cls(**kwargs)
 
 
 # ----------------------------------------------------------------------------------------------

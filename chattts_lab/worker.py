@@ -27,6 +27,7 @@ from typing import Callable
 
 import psutil
 
+from chattts_lab.env import load_average
 from chattts_lab.limits import OutOfMemory, apply_memory_budget, out_of_memory_boundary
 from chattts_lab.results import AUDIO_SEED, PASS_MARKER, RESULT_MARKER, VOICE_SEED, RunConfig
 
@@ -59,7 +60,7 @@ def classify(exc: BaseException) -> tuple[str, str]:
 
 
 def _load_avg() -> float | None:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return (load_average() or (None,))[0]
 
 
 def _rss_mb() -> float:

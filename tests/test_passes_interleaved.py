@@ -18,7 +18,7 @@ import sys
 import psutil
 import pytest
 
-from chattts_lab.compare import sweep_comparison
+from chattts_lab.compare import speed_ratio, sweep_comparison
 from chattts_lab.spec import SweepSpec
 from chattts_lab.store import Store, export_bundle
 from chattts_lab.sweep import CellFinished, PassStarted, SweepFinished, SweepPlanned, run_sweep
@@ -142,7 +142,9 @@ def test_the_independent_check_runs_interleaved_with_the_sweeps_cell_and_gives_t
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert [sorted(o) for o in out["orders"]] == [["independent", "sweep_cell"]] * 2
     assert len(out["independent_walls_s"]) == len(out["sweep_cell_walls_s"]) == 2
-    assert out["ratio"]["paired"] and out["ratio"]["ci_low"] <= out["ratio"]["ratio"] <= out["ratio"]["ci_high"]
+    # the ratio and its interval are those of the raw walls it reports, paired by pass
+    assert out["ratio"] == speed_ratio(out["sweep_cell_walls_s"], out["independent_walls_s"], paired=True).as_dict()
+    assert out["ratio"]["paired"] and 0 < out["ratio"]["ci_low"] <= out["ratio"]["ci_high"]
     assert "the sweep cell" in out["phrase"] and "95% CI" in out["phrase"]
     assert not workers()  # the sweep's worker was closed
 

@@ -8,6 +8,7 @@ batch limit every level's batches are full and their sizes are certain.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 
@@ -83,14 +84,28 @@ def test_the_command_line_refuses_a_bad_level_before_starting_anything(tmp_path)
 
 
 def test_the_ui_builds_the_same_spec_as_the_command_line():
-    from bench.serve_cli import build_parser, spec_from_args
+    from bench.cli import build_parser
+    from bench.serve_cli import spec_from_args
     from webui.context import AppContext
-    from webui.serving_tab import serving_spec
+    from webui.serving_tab import cli_command, serving_spec
 
-    cli = spec_from_args(build_parser().parse_args(["--model", TINY, "--users", "1-4*2", "--max-batch", "8,1",
-                                                    "--requests", "3", "--tokens", "32", "--engine", "lab"]))
-    ui = serving_spec(AppContext(model=TINY), "1-4*2", "8,1", 3, 32, True, "lab", "the app's default")
+    cli = spec_from_args(build_parser().parse_args(["serve", "--model", TINY, "--users", "1-4*2", "--max-batch",
+                                                    "8,1", "--requests", "3", "--tokens", "32", "--engine", "lab"]))
+    ctx = AppContext(model=TINY)
+    ui = serving_spec(ctx, "1-4*2", "8,1", 3, 32, True, "lab", "the app's default")
     assert ui == cli
+    shown = shlex.split(cli_command(ctx, ui))  # the command line the panel shows runs the same spec
+    assert shown[:4] == ["python", "-m", "bench", "serve"]
+    assert spec_from_args(build_parser().parse_args(shown[3:])) == ui
+
+
+def test_an_untouched_command_line_and_panel_run_the_specs_own_defaults():
+    from bench.cli import build_parser
+    from bench.serve_cli import spec_from_args
+
+    assert spec_from_args(build_parser().parse_args(["serve"])) == ServeSpec()
+    assert spec_from_args(build_parser().parse_args(["serve", "--rate", "0.5"])).users == ()  # only open loop
+    assert spec_from_args(build_parser().parse_args(["serve", "--url", "http://box:7860/"])).max_batches == (0,)
 
 
 def test_the_gain_sentence_compares_batched_with_one_at_a_time_at_the_same_load():

@@ -1,19 +1,22 @@
-"""What the Benchmark tab runs equals what `python -m bench` runs for the same choices: the SweepSpec each path
-builds, the command line the tab shows, and the spec stored with each sweep in a real SQLite file."""
+"""One spec, two doors: SweepSpec's fields are `python -m bench`'s options and the Benchmark tab's defaults, and one
+builder (SweepSpec.from_choices) reads either. Here the tab's controls and the command line (with the flag spellings
+the README uses, written by hand) give the same SweepSpec, the command line the tab shows runs it, and each path
+stores the same spec in a real SQLite file."""
 
 from __future__ import annotations
 
 import shlex
 import subprocess
 import sys
+from dataclasses import fields
 
 import gradio as gr
 import pytest
 
 from bench.cli import build_parser, spec_from_args
-from chattts_lab.store import Store
 from chattts_lab.env import usable_cores
-from chattts_lab.spec import SweepSpec
+from chattts_lab.spec import SweepSpec, as_text, spec_argv
+from chattts_lab.store import Store
 from tests.conftest import ROOT, TINY
 from webui.benchmark_tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
 from webui.context import AppContext
@@ -87,6 +90,29 @@ def test_the_quick_preset_is_stock_against_lab_at_fp32_and_int8_batch_1(tab):
     shown = controls.show(quick_form())  # what the preset button puts into the controls
     values = {component: component.preprocess(value) for component, value in shown.items()}
     assert spec_from_form(TINY, controls.form(values)) == cli_spec(QUICK_ARGV)
+
+
+def test_an_untouched_command_line_and_form_run_the_specs_own_defaults(tab):
+    ctx, controls = tab
+    assert cli_spec([]) == SweepSpec(model=TINY) == spec_from_form(TINY, controls.form(form_values(controls, {})))
+    assert SweepSpec().threads == (usable_cores(),) and spec_from_args(build_parser().parse_args([])).model == "auto"
+
+
+def test_every_flagged_field_is_an_option_whose_help_says_its_default_and_its_argv_parses_back():
+    options = {a.dest: a for a in build_parser()._actions}
+    spec = SweepSpec(model=TINY, devices=("cpu", "cuda:1"), precisions=("int8", "int4"), batches=(1, 4),
+                     threads=(1, 3), tokens=(16,), engines=("lab", "onnx"), compiles=(False, True),
+                     streams=(True,), warmup=0, repeats=5, min_time_s=0.5, max_repeats=9, timeout_s=60.0,
+                     fidelity=False, fidelity_tokens=8, memory_budget_mb=512.0, passes=1, drift_threshold_pct=2.5,
+                     cluster="ray:10.0.0.5:6379", nodes=("gpu-box", "laptop"))
+    base = SweepSpec()
+    for f in fields(SweepSpec):
+        if f.metadata.get("flag"):
+            assert f.metadata["flag"] in options[f.name].option_strings
+            assert "(default" in options[f.name].help
+            assert getattr(spec, f.name) != getattr(base, f.name), f"pick a value other than the default: {f.name}"
+    assert f"(default: {as_text(base.passes)})" in options["passes"].help
+    assert spec_from_args(build_parser().parse_args(spec_argv(spec))) == spec
 
 
 def _stored_specs(db) -> list[dict]:

@@ -12,7 +12,7 @@ import html
 import inspect
 import shlex
 import uuid
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Iterator, Sequence
 
 import gradio as gr
@@ -23,15 +23,14 @@ from chattts_lab import plots
 from chattts_lab.compare import compare_sweeps as compare_ratios
 from chattts_lab.compare import sweep_comparison
 from chattts_lab.devices import parse_device
-from chattts_lab.env import usable_cores
-from chattts_lab.grid import bool_list, describe, estimate_grid, int_list, refuse_huge_grid, str_list
+from chattts_lab.grid import describe, estimate_grid, refuse_huge_grid
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab import engines as engine_registry
 from chattts_lab.engines import ENGINES, PRECISIONS, unsupported_reason
 from chattts_lab.recommend import recommend
 from chattts_lab.report import environment_lines, results_frame, shown_columns, write_reports
 from chattts_lab.results import STATUSES, CellResult
-from chattts_lab.spec import SpecError, SweepSpec
+from chattts_lab.spec import SpecError, SweepSpec, as_text, spec_argv
 from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
 from chattts_lab.sweep import (CellFinished, CellStarted, FidelityStarted, PassStarted, SweepFinished, SweepPlanned,
                                SweepStarted, run_sweep)
@@ -49,31 +48,45 @@ ENGINE_NOTES = {e.name: e.summary for e in engine_registry.all_engines()}
 # The sweep builder's values
 
 
+_SPEC = SweepSpec()  # the defaults, as the spec holds them (threads: every usable core here)
+
+
+def _shown(name: str):
+    """A spec default as a form control shows it: text for a list box, on/off names for a choice of switches."""
+    value = getattr(_SPEC, name)
+    if isinstance(value, tuple) and value and isinstance(value[0], bool):
+        return tuple(ON_OFF[v] for v in value)
+    return as_text(value) if isinstance(value, tuple) and name in _TEXT_LISTS else value
+
+
+_TEXT_LISTS = ("batches", "threads", "tokens", "nodes")
+
+
 @dataclass(frozen=True)
 class SweepForm:
-    """The sweep builder's values by name. Defaults are `python -m bench`'s, so an untouched form runs what
-    `python -m bench` with no grid arguments runs."""
+    """The sweep builder's values by name (each a SweepSpec field). Defaults are the spec's, so an untouched form
+    runs what `python -m bench` with no grid arguments runs."""
 
-    devices: Sequence[str] = ("cpu",)
-    engines: Sequence[str] = ("stock",)
-    precisions: Sequence[str] = ("fp32",)
-    compiles: Sequence[str] = ("off",)
-    streams: Sequence[str] = ("off",)
-    batches: str = "1"
-    threads: str = field(default_factory=lambda: str(usable_cores()))  # empty also means every usable core
-    tokens: str = "128"
-    repeats: int = 3
-    warmup: int = 1
-    min_time_s: float = 1.0
-    max_repeats: int = 100
-    timeout_s: float = 1800.0
-    memory_budget_mb: float | None = None
-    fidelity: bool = True
-    fidelity_tokens: int = 32
-    passes: int = SweepSpec.passes  # interleaved passes; 1 runs each cell in its own process, back to back
-    drift_threshold_pct: float = SweepSpec.drift_threshold_pct
+    devices: Sequence[str] = _shown("devices")
+    engines: Sequence[str] = _shown("engines")
+    precisions: Sequence[str] = _shown("precisions")
+    compiles: Sequence[str] = _shown("compiles")
+    streams: Sequence[str] = _shown("streams")
+    batches: str = _shown("batches")
+    threads: str = field(default_factory=lambda: as_text(SweepSpec().threads))  # empty also means every usable core
+    tokens: str = _shown("tokens")
+    repeats: int = _shown("repeats")
+    warmup: int = _shown("warmup")
+    min_time_s: float = _shown("min_time_s")
+    max_repeats: int = _shown("max_repeats")
+    timeout_s: float = _shown("timeout_s")
+    memory_budget_mb: float | None = _shown("memory_budget_mb")
+    fidelity: bool = _shown("fidelity")
+    fidelity_tokens: int = _shown("fidelity_tokens")
+    passes: int = _shown("passes")  # interleaved passes; 1 runs each cell in its own process, back to back
+    drift_threshold_pct: float = _shown("drift_threshold_pct")
     cluster: str = ""  # blank: this machine; ray or ray:HOST:PORT: a fleet sweep on that Ray cluster
-    nodes: str = ""  # Ray resource labels of the machines to measure every cell on (comma list)
+    nodes: str = _shown("nodes")  # Ray resource labels of the machines to measure every cell on (comma list)
 
 
 def quick_form() -> SweepForm:
@@ -85,60 +98,21 @@ def quick_form() -> SweepForm:
                      tokens="32", repeats=2, warmup=1, min_time_s=0.0, fidelity=False)
 
 
-def _number(value, name: str, kind=float):
-    if value is None or value == "":
-        raise SpecError(f"{name} needs a number")
-    return kind(value)
-
-
 def spec_from_form(model: str, form: SweepForm, history_db=None) -> SweepSpec:
-    """UI values -> a validated SweepSpec, built as `bench.cli.spec_from_args` builds it from the same choices
-    (same list and range syntax; tests/test_sweep_spec_parity.py holds the two equal)."""
+    """UI values -> a validated SweepSpec, by the builder `python -m bench` uses (SweepSpec.from_choices); a grid
+    too large to finish is refused with its estimate."""
     try:
-        spec = SweepSpec(
-            model=model, devices=tuple(form.devices or ()), engines=tuple(form.engines or ()),
-            precisions=tuple(form.precisions or ()),
-            compiles=bool_list(",".join(form.compiles)) if form.compiles else (),
-            streams=bool_list(",".join(form.streams)) if form.streams else (),
-            batches=int_list(form.batches),
-            threads=int_list(form.threads) if str(form.threads or "").strip() else (usable_cores(),),
-            tokens=int_list(form.tokens), warmup=_number(form.warmup, "warm-up calls", int),
-            repeats=_number(form.repeats, "repeats", int), min_time_s=_number(form.min_time_s, "min seconds per cell"),
-            max_repeats=max(_number(form.max_repeats, "max repeats", int), _number(form.repeats, "repeats", int)),
-            timeout_s=_number(form.timeout_s, "timeout per cell"), fidelity=bool(form.fidelity),
-            fidelity_tokens=_number(form.fidelity_tokens, "fidelity tokens", int),
-            memory_budget_mb=None if form.memory_budget_mb in (None, "") else float(form.memory_budget_mb),
-            passes=_number(form.passes, "passes", int),
-            drift_threshold_pct=_number(form.drift_threshold_pct, "drift threshold"),
-            cluster=str(form.cluster or "").strip() or None, nodes=str_list(form.nodes) if _given(form.nodes) else (),
-        )
-        refuse_huge_grid(spec.validate(), history_db)  # too large to finish: refused with the estimate
+        spec = SweepSpec.from_choices({**asdict(form), "model": model})
+        refuse_huge_grid(spec, history_db)
         return spec
     except (SpecError, TypeError, ValueError) as exc:
         raise gr.Error(f"Sweep settings: {exc}") from exc
 
 
-def _given(text) -> bool:
-    """A text box with something in it."""
-    return bool(str(text or "").strip())
-
-
 def cli_command(model: str, db: str, form: SweepForm) -> str:
     """The `python -m bench` command line that runs the same sweep into the same history."""
-    args = ["--model", model, "--db", str(db), "--device", ",".join(form.devices), "--engine", ",".join(form.engines),
-            "--precision", ",".join(form.precisions), "--compile", ",".join(form.compiles),
-            "--stream", ",".join(form.streams), "--batch", str(form.batches)]
-    args += ["--threads", str(form.threads)] if str(form.threads or "").strip() else []
-    args += ["--tokens", str(form.tokens), "--repeats", str(int(form.repeats)), "--warmup", str(int(form.warmup)),
-             "--min-time", f"{float(form.min_time_s):g}", "--max-repeats", str(int(form.max_repeats)),
-             "--timeout", f"{float(form.timeout_s):g}", "--fidelity", "on" if form.fidelity else "off",
-             "--fidelity-tokens", str(int(form.fidelity_tokens)), "--passes", str(int(form.passes)),
-             "--drift-threshold", f"{float(form.drift_threshold_pct):g}"]
-    if form.memory_budget_mb not in (None, ""):
-        args += ["--memory-budget-mb", f"{float(form.memory_budget_mb):g}"]
-    args += ["--cluster", str(form.cluster).strip()] if _given(form.cluster) else []
-    args += ["--nodes", str(form.nodes).strip()] if _given(form.nodes) else []
-    return "python -m bench " + shlex.join(args)
+    spec = SweepSpec.from_choices({**asdict(form), "model": model})
+    return "python -m bench " + shlex.join([*spec_argv(spec), "--db", str(db)])
 
 
 def estimate(ctx: AppContext, form: SweepForm) -> str:

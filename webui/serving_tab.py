@@ -13,10 +13,10 @@ import uuid
 import gradio as gr
 import pandas as pd
 
-from chattts_lab import grid, plots
+from chattts_lab import plots
 from chattts_lab.serving import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
                                  run_serving, serving_frame)
-from chattts_lab.spec import SpecError
+from chattts_lab.spec import SpecError, as_text, spec_argv
 from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
 from webui.runtime import engines_for, precisions_for
 
@@ -28,24 +28,18 @@ STOPS = StopFlags({})
 
 def serving_spec(ctx: AppContext, users: str, max_batch: str, requests: int, tokens: int, stream: bool,
                  engine: str, precision: str) -> ServeSpec:
-    """The same spec `python -m bench serve` builds from the same choices; a bad choice is a gr.Error."""
+    """The spec `python -m bench serve` builds from the same choices, by its builder; a bad choice is a gr.Error."""
     try:
-        return ServeSpec(model=ctx.model, users=grid.int_list(users), max_batches=grid.int_list(max_batch),
-                         requests_per_user=int(requests), tokens=int(tokens), stream=bool(stream),
-                         engine=None if engine == APP_DEFAULT else engine,
-                         precision=None if precision == APP_DEFAULT else precision).validate()
+        return ServeSpec.from_choices(dict(model=ctx.model, users=users, max_batches=max_batch,
+                                           requests_per_user=requests, tokens=tokens, stream=bool(stream),
+                                           engine=None if engine == APP_DEFAULT else engine,
+                                           precision=None if precision == APP_DEFAULT else precision))
     except (SpecError, ValueError, TypeError) as exc:
         raise gr.Error(str(exc)) from None
 
 
 def cli_command(ctx: AppContext, spec: ServeSpec) -> str:
-    parts = ["python -m bench serve", "--model", ctx.model, "--users", ",".join(map(str, spec.users)),
-             "--max-batch", ",".join(map(str, spec.max_batches)), "--requests", str(spec.requests_per_user),
-             "--tokens", str(spec.tokens), "--stream", "on" if spec.stream else "off", "--db", str(ctx.history_db)]
-    for flag in ("engine", "precision"):
-        if getattr(spec, flag):
-            parts += [f"--{flag}", getattr(spec, flag)]
-    return " ".join(shlex.quote(p) if " " in p else p for p in parts)
+    return "python -m bench serve " + shlex.join([*spec_argv(spec), "--db", str(ctx.history_db)])
 
 
 def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, engine, precision, request: gr.Request):
@@ -114,13 +108,15 @@ def build_serving_tab(ctx: AppContext) -> None:
                 "to N requests) and without (max batch 1: one request at a time). Each batch limit starts its own "
                 "copy of the app on this machine; the numbers are what its clients saw.")
     engine_choices = [APP_DEFAULT, *engines_for("cpu")]
+    shown = ServeSpec()  # the panel's defaults are the spec's
     with gr.Row():
-        users = gr.Textbox("1,2,4,8", label="Concurrent users (list or range)", elem_id="sv-users")
-        max_batch = gr.Textbox("8,1", label="Max batch (one app each; 1 = one at a time)", elem_id="sv-max-batch")
-        requests = gr.Number(2, precision=0, label="Requests per user", elem_id="sv-requests")
-        tokens = gr.Number(64, precision=0, label="Audio tokens per request", elem_id="sv-tokens")
+        users = gr.Textbox(as_text(shown.users), label="Concurrent users (list or range)", elem_id="sv-users")
+        max_batch = gr.Textbox(as_text(shown.max_batches), label="Max batch (one app each; 1 = one at a time)",
+                               elem_id="sv-max-batch")
+        requests = gr.Number(shown.requests_per_user, precision=0, label="Requests per user", elem_id="sv-requests")
+        tokens = gr.Number(shown.tokens, precision=0, label="Audio tokens per request", elem_id="sv-tokens")
     with gr.Row():
-        stream = gr.Checkbox(True, label="Stream (measures time to first audio)", elem_id="sv-stream")
+        stream = gr.Checkbox(shown.stream, label="Stream (measures time to first audio)", elem_id="sv-stream")
         engine = gr.Dropdown(engine_choices, value=APP_DEFAULT, label="Engine", elem_id="sv-engine")
         precision = gr.Dropdown([APP_DEFAULT, *precisions_for("cpu", "lab")], value=APP_DEFAULT, label="Precision",
                                 elem_id="sv-precision")

@@ -1,0 +1,59 @@
+"""Field checks by pydantic, in the project's own one-line messages.
+
+A spec, a voice card or a bundle declares its limits as pydantic constraints on its fields
+(`Annotated[int, Field(ge=1, le=64)]`); `problems()` validates the data and turns each of pydantic's errors into
+the sentence users know ("batch size must be in 1..64, got 0"): the field's `rule`, a format string given the value
+it got as `input`. A check pydantic cannot declare raises ValueError with its own sentence (an AfterValidator),
+which comes through as it is.
+
+    problems(TypeAdapter(Spec), data, {"batches": "batch size must be in 1..64, got {input}"}) -> [sentences]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pydantic import TypeAdapter, ValidationError
+
+# pydantic's error types that a field's rule describes (its bounds, its pattern, its length)
+_RULED = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_pattern_mismatch",
+          "string_too_short", "string_too_long", "finite_number", "literal_error"}
+
+
+def validated(adapter: TypeAdapter, data: Any, rules: Mapping[str, str], error: type[Exception]):
+    """The validated (and converted) value, or `error` with every problem in one line."""
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as exc:
+        raise error("; ".join(sentences(exc, rules))) from None
+
+
+def problems(adapter: TypeAdapter, data: Any, rules: Mapping[str, str]) -> list[str]:
+    """Every problem pydantic finds in `data`, as sentences (empty when it validates)."""
+    try:
+        adapter.validate_python(data)
+    except ValidationError as exc:
+        return sentences(exc, rules)
+    return []
+
+
+def sentences(exc: ValidationError, rules: Mapping[str, str]) -> list[str]:
+    said = (sentence(err, rules) for err in exc.errors())
+    return list(dict.fromkeys(s for s in said if s))
+
+
+def sentence(err: dict, rules: Mapping[str, str]) -> str | None:
+    """One pydantic error in words: a check's own ValueError, an empty list, the field's rule, else pydantic's.
+    None for a list that is short only because its items failed (those items say why)."""
+    loc = err["loc"]
+    name = str(loc[0]) if loc else ""
+    kind = err["type"]
+    if kind == "value_error":
+        return str(err["ctx"]["error"])
+    if kind == "too_short" and len(loc) == 1:
+        return None if err["input"] else f"{name} is empty"
+    if kind in _RULED and name in rules:
+        return rules[name].format(input=err["input"])
+    where = ".".join(str(part) for part in loc)
+    return f"{where}: {err['msg'][0].lower()}{err['msg'][1:]}, got {err['input']!r}" if where else err["msg"]
+
