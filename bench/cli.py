@@ -192,7 +192,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         spec = spec_from_args(args)
     try:
         confirmed = resume_id is not None or args.yes
-        estimate = grid.estimate_grid(spec, args.db) if confirmed else grid.refuse_huge_grid(spec, args.db)
+        estimate = grid.estimate_grid(spec, args.db, resume_id) if confirmed else grid.refuse_huge_grid(spec, args.db)
     except SpecError as exc:  # not a mistake in the arguments: the estimate and how to confirm, no usage text
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -330,11 +330,16 @@ class Store:
 
     def measured_here(self) -> list[dict]:
         """Every `ok` cell of this machine's own sweeps (imported ones ran elsewhere), with `calls_s`: the
-        seconds its calls took (cold, warm-up and timed), so the rest of its wall time is process overhead."""
+        seconds its calls took (cold, warm-up and timed), so the rest of its wall time is process overhead, and
+        `own_elapsed`: whether `elapsed_s` is the cell's own work (0 for an interleaved row written before
+        `worker_busy_s` was kept: its `elapsed_s` is its worker's lifetime, mostly waits for the other cells)."""
         with self._lock:
             rows = self.conn.execute(
                 "SELECT c.model, c.device, c.engine, c.precision, c.batch_size, c.threads, c.tokens, c.step_ms,"
-                " c.elapsed_s, (SELECT COALESCE(SUM(wall_s), 0) FROM samples WHERE cell_id = c.id) AS calls_s"
+                " c.latency_p50_s, c.elapsed_s,"
+                " (COALESCE(c.passes, 0) <= 1"
+                "  OR json_extract(c.result_json, '$.extra.worker_busy_s') IS NOT NULL) AS own_elapsed,"
+                " (SELECT COALESCE(SUM(wall_s), 0) FROM samples WHERE cell_id = c.id) AS calls_s"
                 " FROM cells c JOIN sweeps s ON s.id = c.sweep_id"
                 " WHERE s.origin = 'local' AND c.status = 'ok' AND c.step_ms > 0 AND c.elapsed_s > 0").fetchall()
         return [dict(r) for r in rows]
