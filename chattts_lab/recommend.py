@@ -75,3 +75,85 @@ def _floor_sentence(row: pd.Series) -> list[str]:
 
 def _name(row: pd.Series) -> str:
     return f"{row['device']} · {row['engine']} · {row['precision']} · {int(row['threads'])} threads"
+
+
+# ------------------------------------------------------------------------------------------------
+# What the app serves by default: a sweep replaces the default only with a configuration measured faster
+
+
+SERVING_KEYS = ("engine", "precision", "device", "threads")
+MIN_GAIN = 0.05  # faster only when its RTF is lower by more than this share: a quiet machine drifts about 5 %
+
+
+def faster_than_default(cells: pd.DataFrame, sweeps: pd.DataFrame, model: str, default: dict,
+                        machine: str | None = None) -> Recommendation:
+    """The configuration measured faster than `default` (engine, precision, device, threads) at batch 1, on this
+    machine, this model and the default's device; else settings None and the reason the default stays.
+
+    `cells` and `sweeps` are store.cells_frame() and store.sweeps_frame() of the history. Rows count only from
+    this machine's own sweeps (not imported, not on Ray nodes, not noisy) of the same model and device, with
+    `machine` (the environment summary) matching when given. A candidate is compared with the default as measured
+    in its own sweep when that sweep measured it, else as measured in the latest sweep that did.
+    """
+    rows, left_out = usable_rows(cells, sweeps, model, default["device"], machine)
+    why_not = f" Left out: {'; '.join(left_out)}." if left_out else ""
+    is_default = _matches(rows, default)
+    if not is_default.any():
+        return Recommendation(None, f"The default ({_name(default)}) stays: no usable sweep on this machine measured "
+                                    f"it at batch 1 with model {model}, so nothing is known to be faster (a sweep "
+                                    f"that includes it can replace it).{why_not}")
+    baseline = rows[is_default].groupby("sweep_id")["rtf"].median()
+    latest = baseline.index.max()
+    candidates = rows[~is_default].copy()
+    candidates["against"] = candidates["sweep_id"].map(lambda s: s if s in baseline.index else latest)
+    candidates["default_rtf"] = candidates["against"].map(baseline)
+    faster = candidates[candidates["rtf"] < candidates["default_rtf"] * (1 - MIN_GAIN)]
+    if faster.empty:
+        return Recommendation(None, f"The default ({_name(default)}) stays: no configuration measured here ran "
+                                    f"more than {MIN_GAIN:.0%} faster (its RTF {baseline[latest]:.2f} in sweep "
+                                    f"#{int(latest)}).{why_not}")
+    best = faster.sort_values(["rtf", "peak_rss_mb"]).iloc[0]
+    settings = {k: (int(best[k]) if k == "threads" else str(best[k])) for k in SERVING_KEYS}
+    return Recommendation(settings, f"{_name(best)}: RTF {best['rtf']:.2f} against {best['default_rtf']:.2f} for the "
+                                    f"default ({_name(default)}), both measured at batch 1 on this machine "
+                                    f"(sweep #{int(best['sweep_id'])}"
+                                    + (f", the default in sweep #{int(best['against'])}"
+                                       if best["against"] != best["sweep_id"] else "") + f").{why_not}")
+
+
+def usable_rows(cells: pd.DataFrame, sweeps: pd.DataFrame, model: str, device: str,
+                machine: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """The ok batch-1 rows that can judge what this app serves, and why the other sweeps' rows cannot."""
+    left_out, keep = [], []
+    for _, sweep in sweeps[sweeps["kind"] == "sweep"].iterrows():  # a serving benchmark has no cells
+        reason = _sweep_unusable(sweep, model, machine)
+        if reason:
+            left_out.append(f"sweep #{int(sweep['id'])} {reason}")
+        else:
+            keep.append(int(sweep["id"]))
+    rows = cells[cells["sweep_id"].isin(keep) & (cells["status"] == "ok") & cells["rtf"].notna()]
+    on_nodes = rows[rows["node"].notna() & (rows["node"] != "")]
+    for sweep_id in sorted(set(on_nodes["sweep_id"])):
+        left_out.append(f"sweep #{int(sweep_id)} ran on Ray nodes, not on this machine")
+    rows = rows.drop(on_nodes.index)
+    return rows[(rows["device"] == device) & (rows["batch_size"] == 1)], left_out
+
+
+def _sweep_unusable(sweep: pd.Series, model: str, machine: str | None) -> str | None:
+    if sweep["origin"] != "local":
+        return "was imported from another machine"
+    if machine is not None and sweep["machine"] != machine:
+        return f"ran on another machine ({sweep['machine']})"
+    if sweep["model"] != model:
+        return f"measured model {sweep['model']}, not {model}"
+    if sweep["noisy"] is True or sweep["noisy"] == 1:
+        return f"was noisy ({sweep['drift_pct']:.1f} % drift across its passes)"
+    return None
+
+
+def _matches(rows: pd.DataFrame, settings: dict) -> pd.Series:
+    mask = pd.Series(True, index=rows.index)
+    for key in SERVING_KEYS:
+        mask &= rows[key].astype(int if key == "threads" else str) == (int(settings[key]) if key == "threads"
+                                                                       else str(settings[key]))
+    return mask
