@@ -313,6 +313,12 @@ def _import(db: str, path: str) -> int:
 
 
 def _compare(db: str, ids: list[int]) -> int:
+    with Store(db) as store:
+        missing = [i for i in ids if store.sweep(i) is None]
+    if missing:
+        print(f"error: no sweep {', '.join(map(str, missing))} in {db} (python -m bench --list shows them)",
+              file=sys.stderr)
+        return 1
     df = compare_frame(db, ids)
     print(markdown_table(df, list(df.columns)))
     ratios = compare_sweeps(db, ids)

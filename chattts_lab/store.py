@@ -417,13 +417,15 @@ def fidelity_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None
     return pd.DataFrame(rows, columns=cols)
 
 
+COMPARE_KEYS = ("engine", "device", "precision", "batch_size", "threads", "tokens", "compile", "stream")
+
+
 def compare_frame(db_path: str | Path, sweep_ids: list[int], metric: str = "latency_p50_s"):
     """One row per configuration, one column per sweep (machine): `metric` side by side, ok cells only."""
     df = cells_frame(db_path, sweep_ids)
-    keys = ["engine", "device", "precision", "batch_size", "threads", "tokens", "compile", "stream"]
     ok = df[df["status"] == "ok"].copy()
     ok["sweep"] = ok["sweep_id"].astype(str) + ": " + ok["machine"].astype(str)
-    return ok.pivot_table(index=keys, columns="sweep", values=metric, aggfunc="first").reset_index()
+    return ok.pivot_table(index=list(COMPARE_KEYS), columns="sweep", values=metric, aggfunc="first").reset_index()
 
 
 # ------------------------------------------------------------------------------------------------
