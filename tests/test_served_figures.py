@@ -1,0 +1,38 @@
+"""What the served routes report is what happened: the queue header counts every wait (a sweep holding the
+model included), and refusals name the field they are about."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from chattts_lab import SynthesisRequest
+from webui import speech
+from webui.context import AppContext
+from webui.runtime import RuntimeSettings
+
+HOLD_S = 3.0
+
+
+def test_a_wait_behind_a_sweep_holding_the_model_counts_as_queueing(tmp_path):
+    ctx = AppContext(model="synthetic-tiny", outputs_dir=tmp_path)
+    held, released = threading.Event(), threading.Event()
+
+    def sweep():  # what a running sweep does: hold the model lock while the request's batch waits for it
+        with ctx.model_work:
+            held.set()
+            while not speech.batcher(ctx).running:
+                time.sleep(0.01)
+            time.sleep(HOLD_S)  # the request's batch is waiting for the model all this time
+        released.set()
+
+    holder = threading.Thread(target=sweep)
+    holder.start()
+    held.wait()  # the model is taken before the request arrives, as by a sweep already running
+    request = SynthesisRequest.of("Hello.", max_new_token=4, min_new_token=4)
+    out, _ = asyncio.run(speech.serve(ctx, RuntimeSettings(threads=1), request))
+    holder.join()
+    assert released.is_set()
+    # at least the hold (less the moment a thread takes to start): not the batcher's own 25 ms wait for company
+    assert out.measurements.queue_wait_s >= HOLD_S / 2, out.measurements.queue_wait_s
