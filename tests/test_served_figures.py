@@ -36,3 +36,18 @@ def test_a_wait_behind_a_sweep_holding_the_model_counts_as_queueing(tmp_path):
     assert released.is_set()
     # at least the hold (less the moment a thread takes to start): not the batcher's own 25 ms wait for company
     assert out.measurements.queue_wait_s >= HOLD_S / 2, out.measurements.queue_wait_s
+
+
+def test_a_serving_run_against_a_url_records_the_apps_own_model_and_batch_limit(app_url, tmp_path, capsys):
+    from bench.serve_cli import main
+    from chattts_lab.store import Store
+
+    db = tmp_path / "lab.sqlite"
+    assert main(["--url", app_url, "--users", "1", "--requests", "1", "--tokens", "4", "--db", str(db)]) == 0
+    err = capsys.readouterr().err
+    assert "level 1: 1 user, max batch 8…" in err  # the app's default batch limit, not 0; one user, not "1 users"
+    with Store(db) as store:
+        sweep = store.sweeps_list()[0]
+        levels = store.notes(sweep["id"])["serving"]["levels"]
+    assert sweep["spec"]["model"] == "synthetic-tiny"  # what the app runs, not --model's default (synthetic)
+    assert sweep["spec"]["served"]["max_batch"] == 8 and levels[0]["max_batch"] == 8
