@@ -38,6 +38,7 @@ from chattts_lab.sweep import (
     SweepStarted,
     resumable_sweep,
     run_sweep,
+    unused_settings,
 )
 
 log = logging.getLogger("bench")
@@ -197,6 +198,8 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(estimate.summary() + (" before resuming" if resume_id else ""), file=sys.stderr)
+    if note := unused_settings(spec):
+        print(f"warning: {note}", file=sys.stderr)
     busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if busy > 0.5 * usable_cores():
         print(f"warning: the machine is busy (load average {busy:.1f} on {usable_cores()} cores); timings will be "

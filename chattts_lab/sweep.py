@@ -347,6 +347,23 @@ class SweepFinished(SweepEvent):
     drift: dict | None = None  # chattts_lab.compare.Drift.as_dict(): drift_pct, noisy, the sentence to show
 
 
+def unused_settings(spec: SweepSpec) -> str:
+    """A sentence naming the measurement settings this sweep will not use, else ''.
+
+    An interleaved sweep (the default: passes > 1 over more than one runnable cell, not on a cluster) times each
+    cell once per pass, so `repeats` and `min_time_s` (the back-to-back protocol of passes == 1) do nothing.
+    """
+    if spec.interleaved_passes(sum(1 for c in spec.expand() if cell_rule(c) is None)) <= 1:
+        return ""
+    unused = [f"repeats {spec.repeats}"] * (spec.repeats != spec.passes)
+    unused += [f"min time {spec.min_time_s:g} s"] * (spec.min_time_s not in (0, SweepSpec.min_time_s))
+    if not unused:
+        return ""
+    return (f"{' and '.join(unused)} not used: this interleaved sweep times each cell once per pass, {spec.passes} "
+            f"timed calls in all (set passes to the calls you want, or passes 1 to time each cell's repeats back "
+            "to back in its own process)")
+
+
 def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable[[], bool] | None = None,
               resume: int | None = None, python: str | None = None,
               memory_allowance_mb: float | None = None) -> Iterator[SweepEvent]:

@@ -50,3 +50,14 @@ def test_compare_with_a_sweep_that_is_not_there_exits_non_zero_with_one_line(tmp
     captured = capsys.readouterr()
     assert captured.err.strip() == f"error: no sweep 99 in {db} (python -m bench --list shows them)"
     assert captured.out == ""
+
+
+def test_repeats_that_an_interleaved_sweep_will_not_use_are_warned_about(tmp_path, capsys):
+    grid = ["--model", "synthetic-tiny", "--tokens", "8", "--batch", "1,2", "--threads", "1", "--dry-run",
+            "--db", str(tmp_path / "lab.sqlite")]
+    assert main(grid + ["--repeats", "5", "--min-time", "2"]) == 0
+    assert ("warning: repeats 5 and min time 2 s not used: this interleaved sweep times each cell once per pass, 3 "
+            "timed calls in all") in capsys.readouterr().err
+    assert main(grid + ["--repeats", "5", "--passes", "1"]) == 0  # back to back: repeats are what it uses
+    assert main(grid + ["--repeats", "3"]) == 0  # the README's: as many calls as the passes make
+    assert "warning: repeats" not in capsys.readouterr().err
