@@ -16,6 +16,7 @@ import gradio as gr  # noqa: E402
 
 from chattts_lab.batcher import BatchPolicy  # noqa: E402
 from chattts_lab.devices import DeviceUnavailable, parse_device  # noqa: E402
+from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
 from chattts_lab.engines import unsupported_reason  # noqa: E402
 from webui import openai_api, present, security, speech  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
@@ -23,6 +24,7 @@ from webui.context import AppContext, bind  # noqa: E402
 from webui.runtime import RuntimeSettings, ServingChoice, describe  # noqa: E402
 from webui.synthesis_tab import apply_settings, build_synthesis_tab  # noqa: E402
 
+MODEL_NAMES = ("auto", "hf", "synthetic", "synthetic-full", "synthetic-tiny")
 HEADER = """# ChatTTS Lab
 Try ChatTTS voices and measure how fast they run on this machine. Model: **{model}** (loads on first use).
 """
@@ -81,8 +83,19 @@ def chosen_on_command_line(serving: ServingChoice, args: argparse.Namespace) -> 
     return ServingChoice(wanted, "chosen on the command line")
 
 
+def check_model_folder(model: str) -> None:
+    """A --model folder that cannot load is refused now, in one line, instead of failing every request later."""
+    if model.strip() in MODEL_NAMES:  # found or built when first used (`auto` falls back to synthetic weights)
+        return
+    try:
+        resolve_source(model)
+    except ModelUnavailable as exc:
+        raise SystemExit(f"--model {model}: {exc} (use auto, hf, synthetic, synthetic-tiny or a model folder)")
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
+    check_model_folder(args.model)
     auth = tuple(args.auth.split(":", 1)) if args.auth else None
     if args.auth and ":" not in args.auth:
         raise SystemExit("--auth takes user:pass")

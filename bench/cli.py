@@ -38,6 +38,7 @@ from chattts_lab.sweep import (
     resumable_sweep,
     resume_refusal,
     run_sweep,
+    unused_settings,
 )
 
 log = logging.getLogger("bench")
@@ -179,11 +180,13 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         spec = spec_from_args(args)
     try:
         confirmed = resume_id is not None or args.yes
-        estimate = grid.estimate_grid(spec, args.db) if confirmed else grid.refuse_huge_grid(spec, args.db)
+        estimate = grid.estimate_grid(spec, args.db, resume_id) if confirmed else grid.refuse_huge_grid(spec, args.db)
     except SpecError as exc:  # not a mistake in the arguments: the estimate and how to confirm, no usage text
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(estimate.summary() + (" before resuming" if resume_id else ""), file=sys.stderr)
+    if note := unused_settings(spec):
+        print(f"warning: {note}", file=sys.stderr)
     busy = (load_average() or (0.0,))[0]
     if busy > 0.5 * usable_cores():
         print(f"warning: the machine is busy (load average {busy:.1f} on {usable_cores()} cores); timings will be "
@@ -300,6 +303,12 @@ def _import(db: str, path: str) -> int:
 
 
 def _compare(db: str, ids: list[int]) -> int:
+    with Store(db) as store:
+        missing = [i for i in ids if store.sweep(i) is None]
+    if missing:
+        print(f"error: no sweep {', '.join(map(str, missing))} in {db} (python -m bench --list shows them)",
+              file=sys.stderr)
+        return 1
     df = compare_frame(db, ids)
     print(markdown_table(df, list(df.columns)))
     ratios = compare_sweeps(db, ids)

@@ -63,8 +63,10 @@ def _show(event, spec: ServeSpec) -> None:
     if isinstance(event, ServeStarted):
         print(f"serving run {event.sweep_id}: {event.levels} load levels", file=sys.stderr)
     elif isinstance(event, LevelStarted):
-        load = f"{event.level['users']} users" if "users" in event.level else f"{event.level['rate']:g} req/s"
-        print(f"level {event.index + 1}: {load}, max batch {event.level['max_batch']}…", file=sys.stderr)
+        users = event.level.get("users")
+        load = f"{users} user{'s' * (users != 1)}" if users else f"{event.level['rate']:g} req/s"
+        limit = event.level["max_batch"] or "unknown (the app did not say)"
+        print(f"level {event.index + 1}: {load}, max batch {limit}…", file=sys.stderr)
     elif isinstance(event, LevelFinished):
         s = event.summary
         print(f"  served {s['ok']} of {s['requests']} ({s['errors']} errors, {s['lost']} lost), "

@@ -231,24 +231,38 @@ def sweep_comparison(db_path, sweep_id: int) -> dict:
 
 def compare_sweeps(db_path, sweep_ids: Sequence[int]):
     """The same configurations on several sweeps (machines, days): each later sweep against the first, per
-    configuration, with an interval. A DataFrame: configuration, sweep, baseline_sweep, ratio, ci_low, ci_high,
-    phrase ("sweep 5 is 1.2x faster than sweep 3 (95% CI ...)")."""
+    configuration, with an interval, in the order of store.compare_frame's table. A DataFrame: configuration,
+    sweep, baseline_sweep, ratio, ci_low, ci_high, phrase ("cpu stock fp32 batch 1 2 thr 32 tok: sweep 5 is 1.2x
+    faster than sweep 3 (95% CI ...)")."""
     import pandas as pd
 
     from chattts_lab.store import Store
 
+    sweep_ids = list(dict.fromkeys(sweep_ids))
     with Store(db_path) as store:
-        by_sweep = {sid: {r.config.key: r for r in store.results(sid) if r.status == "ok" and timed_walls(r)}
-                    for sid in sweep_ids}
+        by_sweep = {sid: _by_configuration(store.results(sid)) for sid in sweep_ids}
     first, rows = sweep_ids[0], []
-    for key, base in by_sweep.get(first, {}).items():
+    for key, base in sorted(by_sweep.get(first, {}).items()):
         for sid in sweep_ids[1:]:
             other = by_sweep.get(sid, {}).get(key)
             if other is None:
                 continue
             # different sweeps never share passes: their calls are resampled independently
             ratio = speed_ratio(timed_walls(other), timed_walls(base))
-            rows.append({"configuration": base.config.label, "sweep": sid, "baseline_sweep": first,
-                         **ratio.as_dict(), "phrase": ratio.phrase(f"sweep {sid}", f"sweep {first}")})
+            label = base.config.label
+            rows.append({"configuration": label, "sweep": sid, "baseline_sweep": first, **ratio.as_dict(),
+                         "phrase": f"{label}: {ratio.phrase(f'sweep {sid}', f'sweep {first}')}"})
     return pd.DataFrame(rows, columns=["configuration", "sweep", "baseline_sweep", "ratio", "ci_low", "ci_high",
                                        "confidence", "paired", "phrase"])
+
+
+def _by_configuration(results: Sequence[CellResult]) -> dict[tuple, CellResult]:
+    """A sweep's ok cells by the comparison table's configuration columns (the first of each, as the table)."""
+    from chattts_lab.store import COMPARE_KEYS
+
+    out: dict[tuple, CellResult] = {}
+    for r in results:
+        if r.status == "ok" and timed_walls(r):
+            row = r.row()
+            out.setdefault(tuple(row[k] for k in COMPARE_KEYS), r)
+    return out

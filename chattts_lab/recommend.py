@@ -5,7 +5,7 @@ Pure functions over canonical result rows (sweep.CANONICAL_COLUMNS); no plotting
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import pandas as pd
@@ -48,9 +48,10 @@ def recommend(df: pd.DataFrame, memory_budget_mb: float | None = None) -> Recomm
     best = ranked.iloc[0]
     speed = "faster" if best["rtf"] < 1 else "slower"
     factor = 1 / best["rtf"] if best["rtf"] < 1 else best["rtf"]
-    lines = [f"**{_name(best)}**: RTF {best['rtf']:.2f} ({factor:.1f}× {speed} than real time), "
-             f"p50 latency {best['latency_p50_s']:.2f} s for {int(best['tokens'])} tokens, "
-             f"peak RSS {best['peak_rss_mb']:,.0f} MB"
+    latency = "" if pd.isna(best["latency_p50_s"]) else (f", p50 latency {best['latency_p50_s']:.2f} s for "
+                                                        f"{int(best['tokens'])} tokens")
+    memory = "" if pd.isna(best["peak_rss_mb"]) else f", peak RSS {best['peak_rss_mb']:,.0f} MB"
+    lines = [f"**{_name(best)}**: RTF {best['rtf']:.2f} ({factor:.1f}× {speed} than real time){latency}{memory}"
              + (f" (budget {memory_budget_mb:,.0f} MB)" if memory_budget_mb else "") + "."]
     lines += _floor_sentence(best)
     if len(ranked) > 1:
@@ -100,20 +101,27 @@ def served_default(cells: pd.DataFrame, sweeps: pd.DataFrame, model: str, defaul
     reason says which.
     """
     eligible, why_not = _eligible_sweeps(sweeps, model)
-    if eligible.empty:
-        return ServedDefault(default, why_not or "no sweep on this machine yet")
-    sweep_id = int(eligible["id"].iloc[0])  # the latest
     mine = cells[cells["sweep_id"].isin(eligible["id"]) & (cells["status"] == "ok") & cells["rtf"].notna()
-                 & (cells["node"].fillna("") == "")]
-    runnable = mine[[cannot_run(_settings(r)) is None for _, r in mine.iterrows()]] if len(mine) else mine
+                 & (cells["node"].fillna("") == "")] if len(eligible) else cells.iloc[0:0]
+    if mine.empty:  # nothing measured on this machine itself (Ray nodes' cells are theirs)
+        return ServedDefault(default, f"{why_not}, so the default stays" if why_not else "no sweep on this machine yet")
+    chosen = _served_from(mine, default, cannot_run)
+    if why_not:
+        chosen = replace(chosen, reason=f"{chosen.reason} ({why_not}, so it did not count)")
+    return chosen
+
+
+def _served_from(mine: pd.DataFrame, default: dict, cannot_run) -> ServedDefault:
+    """The served default from this machine's usable cells (at least one)."""
+    sweep_id = int(mine["sweep_id"].max())  # the latest sweep with cells of its own
+    runnable = mine[[cannot_run(_settings(r)) is None for _, r in mine.iterrows()]]
     latest = runnable[runnable["sweep_id"] == sweep_id]
+    note = _unrunnable_note(mine[mine["sweep_id"] == sweep_id], cannot_run)
     rec = recommend(latest)
     if rec.settings is None:
-        return ServedDefault(default, f"sweep #{sweep_id} measured nothing that runs in this app"
-                                      + _unrunnable_note(mine[mine["sweep_id"] == sweep_id], cannot_run))
+        return ServedDefault(default, f"sweep #{sweep_id} measured nothing that runs in this app{note}")
     candidate = rec.settings
     fastest = _fastest(runnable)
-    note = _unrunnable_note(mine[mine["sweep_id"] == sweep_id], cannot_run)
     if _same(candidate, default):
         return ServedDefault(candidate, f"the recommendation of sweep #{sweep_id} on this machine (lowest RTF at "
                                         f"batch 1), which is also the default{note}", _unless_same(fastest, candidate))
@@ -139,8 +147,7 @@ def _eligible_sweeps(sweeps: pd.DataFrame, model: str) -> tuple[pd.DataFrame, st
             reasons[s["id"]] = f"sweep #{s['id']} was noisy (its passes drifted {s['drift_pct']:.1f} %)"
     eligible = local[~local["id"].isin(list(reasons))]
     latest = int(local["id"].iloc[0]) if len(local) else None
-    why = (reasons.get(latest, "") + ", so the default stays") if latest in reasons else ""
-    return eligible, why
+    return eligible, reasons.get(latest, "")
 
 
 def _faster_than_default(candidate: dict, default: dict, latest: pd.DataFrame, history: pd.DataFrame):

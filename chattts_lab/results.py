@@ -103,7 +103,10 @@ class CellResult:
     effective: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # load-time RSS, baseline RSS, interop threads ...
     samples: tuple[dict, ...] = ()  # raw per-run measurements, phases cold / warmup / timed
-    elapsed_s: float = 0.0  # wall time the cell took, process start to end
+    # Wall time of the cell's own work, process start to end: an interleaved cell's worker waiting while the other
+    # cells are timed is not counted (extra["worker_busy_s"] has each of its workers' share; rows written before
+    # that key existed counted the worker's whole lifetime)
+    elapsed_s: float = 0.0
     traceback: str = ""  # where an `error` or `crashed` cell failed: the worker's traceback or last stderr lines
     # Where a cluster sweep ran the cell: {"label", "hostname", "node_id", "environment"} (empty: the sweep's machine)
     node: dict = field(default_factory=dict)

@@ -14,6 +14,7 @@ and every request in its `serving` note, so bundles export and import it like an
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import socket
@@ -195,8 +196,9 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
     from chattts_lab.store import Store
 
     spec = spec.validate()
+    served = served_by(spec.url) if spec.url else {}
     with Store(db_path) as store:
-        sweep_id = store.create_sweep(spec.as_dict(), capture_environment())
+        sweep_id = store.create_sweep(_recorded(spec, served), capture_environment())
     levels = spec.levels()
     yield ServeStarted(sweep_id, len(levels))
     summaries, requests, status = [], [], "interrupted"  # until every level has run (or a stop was asked)
@@ -208,9 +210,9 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
                 for index, level in enumerate(levels):
                     if level["max_batch"] != max_batch or should_stop():
                         continue
-                    yield LevelStarted(index, level)
+                    yield LevelStarted(index, _as_served(level, served))
                     records, rss = asyncio.run(_measured_level(app, spec, level))
-                    summary = summarize_level(level, records) | rss
+                    summary = summarize_level(_as_served(level, served), records) | rss
                     summaries.append(summary)
                     requests += [{"level": index, **r} for r in records]
                     _save(db_path, sweep_id, summaries, requests)
@@ -219,6 +221,28 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
     finally:  # what was measured is kept, whatever ended the run
         _save(db_path, sweep_id, summaries, requests, status)
     yield ServeFinished(sweep_id, status, summaries)
+
+
+def served_by(url: str) -> dict:
+    """What a running app says it serves (GET /v1/audio/voices, "server"): model, max_batch, config; {} when it
+    does not say (an older app), so that nothing false is recorded in its place."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/v1/audio/voices", timeout=30) as response:
+            return json.loads(response.read()).get("server") or {}
+    except (OSError, ValueError):  # not up yet, or not this app: the levels' requests will say why
+        return {}
+
+
+def _recorded(spec: ServeSpec, served: dict) -> dict:
+    """The spec as stored: with --url, the model the running app says it loaded (not --model's default)."""
+    if not spec.url:
+        return spec.as_dict()
+    return {**spec.as_dict(), "model": served.get("model"), "served": served}
+
+
+def _as_served(level: dict, served: dict) -> dict:
+    """A level of a run against --url, with the running app's own batch limit (None when it does not say)."""
+    return {**level, "max_batch": served.get("max_batch")} if level.get("max_batch") == 0 else level
 
 
 def _save(db_path, sweep_id: int, summaries: list[dict], requests: list[dict], status: str | None = None) -> None:

@@ -343,3 +343,9 @@ def cell_rule(cfg: RunConfig) -> tuple[str, str] | None:
         if reason:
             return status, reason
     return None
+
+
+def pairs_with_runnable_cells(cells) -> set[tuple[str, str, str]]:
+    """(device, engine, precision) of the cells that will run here: a pair whose every cell the rules stop has
+    nothing to compare with fp32 stock, so its fidelity process is not started."""
+    return {(c.device, c.engine, c.precision) for c in cells if cell_rule(c) is None}

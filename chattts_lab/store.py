@@ -331,11 +331,16 @@ class Store:
 
     def measured_here(self) -> list[dict]:
         """Every `ok` cell of this machine's own sweeps (imported ones ran elsewhere), with `calls_s`: the
-        seconds its calls took (cold, warm-up and timed), so the rest of its wall time is process overhead."""
+        seconds its calls took (cold, warm-up and timed), so the rest of its wall time is process overhead, and
+        `own_elapsed`: whether `elapsed_s` is the cell's own work (0 for an interleaved row written before
+        `worker_busy_s` was kept: its `elapsed_s` is its worker's lifetime, mostly waits for the other cells)."""
         with self._lock:
             rows = self.conn.execute(
                 "SELECT c.model, c.device, c.engine, c.precision, c.batch_size, c.threads, c.tokens, c.step_ms,"
-                " c.elapsed_s, (SELECT COALESCE(SUM(wall_s), 0) FROM samples WHERE cell_id = c.id) AS calls_s"
+                " c.latency_p50_s, c.elapsed_s,"
+                " (COALESCE(c.passes, 0) <= 1"
+                "  OR json_extract(c.result_json, '$.extra.worker_busy_s') IS NOT NULL) AS own_elapsed,"
+                " (SELECT COALESCE(SUM(wall_s), 0) FROM samples WHERE cell_id = c.id) AS calls_s"
                 " FROM cells c JOIN sweeps s ON s.id = c.sweep_id"
                 " WHERE s.origin = 'local' AND c.status = 'ok' AND c.step_ms > 0 AND c.elapsed_s > 0").fetchall()
         return [dict(r) for r in rows]
@@ -413,13 +418,15 @@ def fidelity_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None
     return pd.DataFrame(rows, columns=cols)
 
 
+COMPARE_KEYS = ("engine", "device", "precision", "batch_size", "threads", "tokens", "compile", "stream")
+
+
 def compare_frame(db_path: str | Path, sweep_ids: list[int], metric: str = "latency_p50_s"):
     """One row per configuration, one column per sweep (machine): `metric` side by side, ok cells only."""
     df = cells_frame(db_path, sweep_ids)
-    keys = ["engine", "device", "precision", "batch_size", "threads", "tokens", "compile", "stream"]
     ok = df[df["status"] == "ok"].copy()
     ok["sweep"] = ok["sweep_id"].astype(str) + ": " + ok["machine"].astype(str)
-    return ok.pivot_table(index=keys, columns="sweep", values=metric, aggfunc="first").reset_index()
+    return ok.pivot_table(index=list(COMPARE_KEYS), columns="sweep", values=metric, aggfunc="first").reset_index()
 
 
 # ------------------------------------------------------------------------------------------------

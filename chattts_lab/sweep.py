@@ -37,7 +37,7 @@ from chattts_lab.env import capture_environment
 from chattts_lab.limits import crash_under_budget
 from chattts_lab.results import DONE_STATUSES, PASS_MARKER, RESULT_MARKER, CellResult, RunConfig, summarize
 from chattts_lab.roofline import measure_read_bandwidth, with_another_read, with_bandwidth
-from chattts_lab.spec import SpecError, SweepSpec, absent_device_reason, cell_rule
+from chattts_lab.spec import SpecError, SweepSpec, absent_device_reason, cell_rule, pairs_with_runnable_cells
 from chattts_lab.store import Store
 from chattts_lab.worker import repeat_until
 
@@ -181,11 +181,15 @@ class CellWorker:
     The first line on its stdin is the `serve` task; then one command per line (`repeat` or `finish`).
     A reader thread moves its stdout lines into a queue so that every wait can also watch the clock and
     the stop flag. Its stderr goes to a temporary file (kept for a crash's traceback).
+
+    `busy_s` is the wall time of this cell's own work: its start, load and warm-up, its calls and its finish.
+    Between passes the worker idles while the other cells are timed; that wait is no cost of this cell (so the
+    row's `elapsed_s` and the estimates made from it are what the cell really took, not the sweep's length).
     """
 
     def __init__(self, cfg: RunConfig, python: str | None = None):
         self.cfg = cfg
-        self.t0 = time.monotonic()
+        self.busy_s = 0.0
         self._stderr = tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(
             [python or sys.executable, "-m", "chattts_lab.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -225,15 +229,20 @@ class CellWorker:
         except WorkerEnded as ended:
             return ended.outcome
         self.kill()
-        return ChildOutcome("error", "the worker answered `finish` with a sample", {}, self.elapsed_s)
-
-    @property
-    def elapsed_s(self) -> float:
-        return time.monotonic() - self.t0
+        return ChildOutcome("error", "the worker answered `finish` with a sample", {}, self.busy_s)
 
     def _await(self, should_stop: Callable[[], bool], poll_s: float = 0.1) -> dict:
         """The next message; raises WorkerEnded with the outcome if the worker ends (or is ended) first."""
         t0 = time.monotonic()
+        try:
+            return self._next_message(should_stop, t0, poll_s)
+        except WorkerEnded as ended:
+            ended.outcome.elapsed_s += time.monotonic() - t0  # the wait that ended it was this cell's too
+            raise
+        finally:
+            self.busy_s += time.monotonic() - t0  # the worker worked for this cell until it answered
+
+    def _next_message(self, should_stop: Callable[[], bool], t0: float, poll_s: float) -> dict:
         while True:
             if should_stop():
                 self._end("cancelled", "stopped by the user while this cell ran")
@@ -252,7 +261,7 @@ class CellWorker:
 
     def _end(self, status: str, reason: str):
         self.kill()
-        raise WorkerEnded(ChildOutcome(status, reason, {}, self.elapsed_s))
+        raise WorkerEnded(ChildOutcome(status, reason, {}, self.busy_s))
 
     def _ended(self, payload: dict | None = None):
         self.proc.wait()
@@ -261,9 +270,9 @@ class CellWorker:
         self._stderr.close()
         if payload is None:
             raise WorkerEnded(ChildOutcome("crashed", _death_reason(self.proc.returncode, stderr), {},
-                                           self.elapsed_s, stderr))
+                                           self.busy_s, stderr))
         raise WorkerEnded(ChildOutcome(payload.get("status", "error"), payload.get("reason", ""), payload,
-                                       self.elapsed_s, stderr))
+                                       self.busy_s, stderr))
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -336,6 +345,23 @@ class SweepFinished(SweepEvent):
     results: tuple[CellResult, ...]
     fidelity: tuple[dict, ...]
     drift: dict | None = None  # chattts_lab.compare.Drift.as_dict(): drift_pct, noisy, the sentence to show
+
+
+def unused_settings(spec: SweepSpec) -> str:
+    """A sentence naming the measurement settings this sweep will not use, else ''.
+
+    An interleaved sweep (the default: passes > 1 over more than one runnable cell, not on a cluster) times each
+    cell once per pass, so `repeats` and `min_time_s` (the back-to-back protocol of passes == 1) do nothing.
+    """
+    if spec.interleaved_passes(sum(1 for c in spec.expand() if cell_rule(c) is None)) <= 1:
+        return ""
+    unused = [f"repeats {spec.repeats}"] * (spec.repeats != spec.passes)
+    unused += [f"min time {spec.min_time_s:g} s"] * (spec.min_time_s not in (0, SweepSpec.min_time_s))
+    if not unused:
+        return ""
+    return (f"{' and '.join(unused)} not used: this interleaved sweep times each cell once per pass, {spec.passes} "
+            f"timed calls in all (set passes to the calls you want, or passes 1 to time each cell's repeats back "
+            "to back in its own process)")
 
 
 def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable[[], bool] | None = None,
@@ -420,7 +446,7 @@ class _Cell:
     payloads: list[dict] = field(default_factory=list)  # outcomes of its workers that were closed
     live: list[dict] = field(default_factory=list)  # timed samples from the worker loaded now
     pids: list[int] = field(default_factory=list)
-    elapsed_s: float = 0.0
+    busy_s: list[float] = field(default_factory=list)  # each closed worker's own work (CellWorker.busy_s)
     done: bool = False
 
     def start(self, python: str | None, stop: Callable[[], bool]) -> dict:
@@ -433,7 +459,8 @@ class _Cell:
         """Keep what the worker gave back (a worker that died sent no payload: its streamed samples stand in)."""
         payload = outcome.payload if "samples" in outcome.payload else {**outcome.payload, "samples": self.live}
         self.payloads.append(payload)
-        self.live, self.elapsed_s, self.worker = [], self.elapsed_s + outcome.elapsed_s, None
+        self.busy_s.append(outcome.elapsed_s)
+        self.live, self.worker = [], None
 
     def result(self, outcome: ChildOutcome) -> CellResult:
         """The cell's row: the statistics of every pass, the effective settings of its last worker."""
@@ -441,8 +468,8 @@ class _Cell:
         payload = {**first, "effective": last.get("effective") or first.get("effective"),
                    "traceback": last.get("traceback", ""),
                    "samples": [s for p in self.payloads for s in p.get("samples", [])],
-                   "extra": {**(first.get("extra") or {}), "worker_pids": self.pids}}
-        merged = ChildOutcome(outcome.status, outcome.reason, payload, self.elapsed_s, outcome.stderr)
+                   "extra": {**(first.get("extra") or {}), "worker_pids": self.pids, "worker_busy_s": self.busy_s}}
+        merged = ChildOutcome(outcome.status, outcome.reason, payload, sum(self.busy_s), outcome.stderr)
         return result_of(self.cfg, merged)
 
 
@@ -499,7 +526,7 @@ def _run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int,
             if not cell.done:
                 if cell.worker is not None:
                     cell.worker.kill()
-                yield end(cell, ChildOutcome("cancelled", reason, {}, cell.worker.elapsed_s if cell.worker else 0.0))
+                yield end(cell, ChildOutcome("cancelled", reason, {}, cell.worker.busy_s if cell.worker else 0.0))
 
     loaded_mb: list[float] = []
     try:
@@ -753,6 +780,7 @@ def _run_fidelity(spec: SweepSpec, sweep_id: int, store, stop, python) -> Iterat
     have = {(f["device"], f["engine"], f["precision"]) for f in store.fidelity(sweep_id)
             if f.get("status") != "cancelled"}
     threads = spec.fidelity_threads()
+    measured = pairs_with_runnable_cells(spec.expand())
     for device, engine, precision in spec.fidelity_pairs():
         if (device, engine, precision) in have or stop():
             continue
@@ -761,6 +789,9 @@ def _run_fidelity(spec: SweepSpec, sweep_id: int, store, stop, python) -> Iterat
         is_reference = (engine, precision) == ("stock", "fp32")
         absent = absent_device_reason(cfg)
         ruled = ("skipped", absent) if absent else (None if is_reference else cell_rule(cfg))
+        if ruled is None and not is_reference and (device, engine, precision) not in measured:
+            ruled = ("skipped", "no cell of this device, engine and precision ran here (the rules stopped them all), "
+                                "so there is no result to check against fp32 stock")
         if ruled:
             record = {**base, "status": ruled[0], "reason": ruled[1]}
         elif is_reference:

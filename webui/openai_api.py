@@ -122,6 +122,10 @@ class SpeechBackend(Protocol):
     def config(self) -> str:
         """What requests run on, in words (the X-ChatTTS-Config header)."""
 
+    def served(self) -> dict:
+        """What this server runs, for a client that measures it (`GET /v1/audio/voices` says it as "server"):
+        "model" (the --model it loaded), "max_batch" (texts per batched generation), "config"; None where unknown."""
+
     async def whole(self, req: SynthesisRequest) -> SynthesisOutput:
         """The request's whole result."""
 
@@ -148,6 +152,10 @@ class AppSpeech:
 
     def config(self) -> str:
         return describe(speech.serving_settings(self.ctx))
+
+    def served(self) -> dict:
+        return {"model": self.ctx.model, "max_batch": self.ctx.batching.max_batch,
+                "max_wait_ms": self.ctx.batching.max_wait_ms, "config": self.config()}
 
     async def whole(self, req: SynthesisRequest) -> SynthesisOutput:
         out, _ = await speech.serve(self.ctx, speech.serving_settings(self.ctx), req)
@@ -181,7 +189,7 @@ def openai_router(backend: SpeechBackend) -> APIRouter:
     @router.get("/v1/audio/voices")
     def list_voices():
         return {"voices": list(PRESET_VOICES) + saved_card_names(backend.voices_dir),
-                "formats": audio_io.available_formats()}
+                "formats": audio_io.available_formats(), "server": backend.served()}
 
     @router.post("/v1/audio/speech")
     async def create_speech(body: SpeechBody):

@@ -159,6 +159,9 @@ class ReplicaSpeech:
     def config(self) -> str:
         return self.described
 
+    def served(self) -> dict:
+        return {"model": None, "max_batch": None, "config": self.described}  # the replicas' own, in `config`
+
     async def whole(self, req: SynthesisRequest) -> SynthesisOutput:
         out = None
         async for item in self._items(req, stream=False):

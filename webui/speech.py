@@ -11,6 +11,7 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import AsyncIterator
@@ -137,7 +138,10 @@ def batcher(ctx: AppContext) -> Batcher:
     """The app's one batcher: every entry point's requests meet here."""
     def run_batch(key, parts: list[Part]) -> list[tuple[SynthesisOutput, LoadedModel]]:
         settings, stream, _ = key
+        asked = time.perf_counter()
         with ctx.model_work:  # a sweep, or a voice-card job, has the model: the batch waits
+            for part in parts:  # and that wait is queueing too (X-ChatTTS-Queue-S counts every wait)
+                part.queue_wait_s += time.perf_counter() - asked
             model = get_model(ctx, settings)
             return [(out, model) for out in synthesize_parts(model, parts, stream=stream)]
 

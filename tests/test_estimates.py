@@ -1,0 +1,116 @@
+"""Estimates from what a cell really costs: `--dry-run` against the run it predicts, on tiny weights.
+
+An interleaved cell's worker stays loaded while the other cells are timed; that wait is theirs, not its own, so
+a row's `elapsed_s` (and the estimate made from it) is the worker's own work. Cells the rules stop, cells a
+resumed sweep has, and fidelity checks of pairs that never run cost nothing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from bench.cli import main
+from chattts_lab import grid
+from chattts_lab.env import usable_cores
+from chattts_lab.results import CellResult, Latency, RunConfig
+from chattts_lab.spec import SweepSpec
+from chattts_lab.store import Store
+from chattts_lab.sweep import FidelityFinished, FidelityStarted, run_sweep
+
+# Two cells in two interleaved passes (each worker's lifetime is most of the sweep: counted as its cost, as rows did
+# before, their sum came to about 1.6x the sweep)
+GRID = ["--model", "synthetic-tiny", "--tokens", "8", "--batch", "1,2", "--threads", "1", "--passes", "2",
+        "--fidelity", "off", "--format", "md"]
+SPEC = SweepSpec(model="synthetic-tiny", tokens=(8,), batches=(1, 2), threads=(1,), passes=2, fidelity=False)
+
+
+def _within(a: float, b: float, factor: float) -> bool:
+    return b / factor <= a <= b * factor
+
+
+def test_dry_run_after_an_interleaved_sweep_is_within_1_5x_of_that_sweep(tmp_path, capsys):
+    """The estimate is a function of the rows in the history; judged against the very sweep those rows come from,
+    it is checked without the drift of a shared machine's speed from one sweep to the next (which no estimate can
+    know)."""
+    db = tmp_path / "lab.sqlite"
+    t0 = time.perf_counter()
+    assert main(GRID + ["--db", str(db), "--out", str(tmp_path / "out")]) == 0
+    took = time.perf_counter() - t0
+    rows = Store(db).results(1)
+    assert all(r.extra.get("worker_busy_s") for r in rows)
+    # One worker works at a time (the others wait for their turn), so the cells' own work fits in the sweep's time.
+    assert sum(r.elapsed_s for r in rows) < took
+    capsys.readouterr()
+    assert main(GRID + ["--db", str(db), "--dry-run"]) == 0
+    predicted = grid.estimate_grid(SPEC, db).seconds
+    assert f"roughly {grid.describe(predicted)} (estimated from this machine's past sweeps" in capsys.readouterr().err
+    print(f"estimated {predicted:.1f} s for a sweep that took {took:.1f} s, its cells {sum(r.elapsed_s for r in rows):.1f} s")
+    assert _within(predicted, took, 1.5), (predicted, took)
+
+
+@pytest.mark.slow
+def test_dry_run_predicts_the_next_run_within_1_5x_on_a_steady_machine(tmp_path, capsys):
+    """The dry-run against the run that follows it (two sweeps: minutes on a loaded machine, hence slow)."""
+    history, run_db = tmp_path / "history.sqlite", tmp_path / "run.sqlite"
+    assert main(GRID + ["--db", str(history), "--out", str(tmp_path / "h")]) == 0
+    predicted = grid.estimate_grid(SPEC, history).seconds
+    t0 = time.perf_counter()
+    assert main(GRID + ["--db", str(run_db), "--out", str(tmp_path / "r")]) == 0
+    took = time.perf_counter() - t0
+    # How far the machine's speed moved between the two sweeps: the same estimate made from each sweep's rows.
+    moved = max(predicted, from_run := grid.estimate_grid(SPEC, run_db).seconds) / min(predicted, from_run)
+    print(f"estimated {predicted:.1f} s, took {took:.1f} s; the machine's speed moved {moved:.2f}x between sweeps")
+    assert _within(predicted, took, 1.5 * moved), (predicted, took, moved)
+
+
+def _row(cfg: RunConfig, elapsed_s: float, calls_s: list[float], extra: dict, passes: int) -> CellResult:
+    samples = tuple({"phase": "timed", "wall_s": w} for w in calls_s)
+    return CellResult(cfg, "ok", latency=Latency.from_values(calls_s), step_ms=10.0, samples=samples,
+                      elapsed_s=elapsed_s, extra=extra, passes=passes)
+
+
+def _store(path, rows) -> str:
+    with Store(path) as store:
+        sid = store.create_sweep(SweepSpec(model="synthetic-tiny").to_dict(), {"hostname": "here"}, status="finished")
+        for i, row in enumerate(rows):
+            store.add_cell(sid, i, row)
+    return str(path)
+
+
+def test_an_interleaved_row_costs_its_workers_own_work_and_older_rows_their_step_only(tmp_path):
+    cfg = RunConfig("synthetic-tiny", "cpu", "fp32", 1, 1, 8)
+    own = _row(cfg, elapsed_s=12.0, calls_s=[1.0, 1.0], extra={"worker_busy_s": [12.0]}, passes=2)
+    history = grid.machine_history(_store(tmp_path / "new.sqlite", [own]))
+    assert history[0].overhead_s == pytest.approx(10.0)
+    # written before the workers' own work was kept: 300 s is the worker's lifetime, mostly waits for other cells
+    lifetime = _row(cfg, elapsed_s=300.0, calls_s=[1.0, 1.0], extra={}, passes=2)
+    old = grid.machine_history(_store(tmp_path / "old.sqlite", [lifetime]))
+    assert old[0].overhead_s is None and old[0].step_ms == 10.0
+    assert grid.step_ms_and_overhead(cfg, old)[1] == grid._reference_overhead_s(cfg)
+    one_pass = _row(cfg, elapsed_s=30.0, calls_s=[1.0, 1.0], extra={}, passes=0)  # a process of its own: all its
+    assert grid.machine_history(_store(tmp_path / "one.sqlite", [one_pass]))[0].overhead_s == pytest.approx(28.0)
+
+
+def test_a_grid_whose_every_cell_is_skipped_costs_next_to_nothing_and_starts_no_fidelity(tmp_path):
+    spec = SweepSpec(model="synthetic-tiny", precisions=("int8", "fp32"), threads=(usable_cores() + 1,),
+                     tokens=(8,), fidelity=True)
+    estimate = grid.estimate_grid(spec, tmp_path / "none.sqlite")
+    assert estimate.ruled == estimate.cells == 2
+    assert estimate.seconds == grid.READ_BANDWIDTH_S  # the sweep's one bandwidth read at its start, no process
+    events = list(run_sweep(spec, tmp_path / "lab.sqlite"))
+    assert not any(isinstance(e, FidelityStarted) for e in events)
+    int8 = [e.record for e in events if isinstance(e, FidelityFinished) and e.record["precision"] == "int8"]
+    assert int8[0]["status"] == "skipped" and "no cell of this device, engine and precision ran" in int8[0]["reason"]
+
+
+def test_a_resumed_sweep_is_estimated_for_the_cells_it_still_has_to_measure(tmp_path):
+    spec = SweepSpec(model="synthetic-tiny", batches=(1, 2), tokens=(8,), threads=(1,), fidelity=False)
+    first, second = spec.expand()
+    db = _store(tmp_path / "lab.sqlite", [_row(first, 12.0, [1.0], {}, 0)])
+    whole, rest = grid.estimate_grid(spec, db), grid.estimate_grid(spec, db, resume=1)
+    assert rest.done == 1 and "1 measured already" in rest.summary()
+    # its one cell and the bandwidth read before it (a resumed sweep reads before each cell)
+    assert rest.seconds == pytest.approx(grid.estimate_cell_s(second, grid.machine_history(db)) + grid.READ_BANDWIDTH_S)
+    assert whole.seconds > rest.seconds

@@ -1,0 +1,64 @@
+"""What the served routes report is what happened: the queue header counts every wait (a sweep holding the
+model included), and refusals name the field they are about."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from chattts_lab import SynthesisRequest
+from webui import speech
+from webui.context import AppContext
+from webui.runtime import RuntimeSettings
+
+HOLD_S = 3.0
+
+
+def test_a_wait_behind_a_sweep_holding_the_model_counts_as_queueing(tmp_path):
+    ctx = AppContext(model="synthetic-tiny", outputs_dir=tmp_path)
+    held, released = threading.Event(), threading.Event()
+
+    def sweep():  # what a running sweep does: hold the model lock while the request's batch waits for it
+        with ctx.model_work:
+            held.set()
+            while not speech.batcher(ctx).running:
+                time.sleep(0.01)
+            time.sleep(HOLD_S)  # the request's batch is waiting for the model all this time
+        released.set()
+
+    holder = threading.Thread(target=sweep)
+    holder.start()
+    held.wait()  # the model is taken before the request arrives, as by a sweep already running
+    request = SynthesisRequest.of("Hello.", max_new_token=4, min_new_token=4)
+    out, _ = asyncio.run(speech.serve(ctx, RuntimeSettings(threads=1), request))
+    holder.join()
+    assert released.is_set()
+    # at least the hold (less the moment a thread takes to start): not the batcher's own 25 ms wait for company
+    assert out.measurements.queue_wait_s >= HOLD_S / 2, out.measurements.queue_wait_s
+
+
+def test_a_serving_run_against_a_url_records_the_apps_own_model_and_batch_limit(app_url, tmp_path, capsys):
+    from bench.serve_cli import main
+    from chattts_lab.store import Store
+
+    db = tmp_path / "lab.sqlite"
+    assert main(["--url", app_url, "--users", "1", "--requests", "1", "--tokens", "4", "--db", str(db)]) == 0
+    err = capsys.readouterr().err
+    assert "level 1: 1 user, max batch 8…" in err  # the app's default batch limit, not 0; one user, not "1 users"
+    with Store(db) as store:
+        sweep = store.sweeps_list()[0]
+        levels = store.notes(sweep["id"])["serving"]["levels"]
+    assert sweep["spec"]["model"] == "synthetic-tiny"  # what the app runs, not --model's default (synthetic)
+    assert sweep["spec"]["served"]["max_batch"] == 8 and levels[0]["max_batch"] == 8
+
+
+def test_run_sweep_returns_the_drift_and_says_which_settings_took_no_effect(tmp_path):
+    from webui.benchmark_tab import api_run_sweep
+
+    ctx = AppContext(model="synthetic-tiny", outputs_dir=tmp_path, history_db=tmp_path / "history.sqlite")
+    table = api_run_sweep(ctx, "cpu", "fp32", "1,2", "1", "4", 2, False)  # the README's repeats=2, passes 3
+    assert list(table["status"]) == ["ok", "ok"]
+    assert set(table["sweep_id"]) == {1} and table["drift_pct"].notna().all() and table["noisy"].isin([True, False]).all()
+    note = table["sweep_note"].iloc[0]
+    assert note.startswith("Drift across passes") and "repeats 2 not used" in note
