@@ -22,11 +22,17 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def readme_number(pattern: str) -> float:
-    """The number the README states where `pattern` (a regex with one group, the number) matches; it must match
-    exactly once, so a claim cannot go missing or say two things. Thousands separators are dropped."""
-    found = re.findall(pattern, README)
+    """The number the README states where `pattern` (a regex with one group, the number) matches in its text with
+    each run of whitespace as one space; it must match exactly once, so a claim cannot go missing or say two things.
+    Thousands separators are dropped."""
+    found = re.findall(pattern, " ".join(README.split()))  # however its lines are wrapped
     assert len(found) == 1, f"README should state {pattern!r} once, found {len(found)}: {found}"
     return float(found[0].replace(",", ""))
+
+
+def says(phrase: str) -> bool:
+    """Whether the README says `phrase`, however its lines are wrapped."""
+    return " ".join(phrase.split()) in " ".join(README.split())
 
 
 def fenced_lines() -> list[str]:
@@ -280,7 +286,7 @@ def test_the_bench_defaults_are_the_benchs(parsers):
         value = value[0] if isinstance(value, (tuple, list)) else value  # a grid axis: its one default value
         assert readme_number(pattern) == value, flag
     assert readme_number(r"more than one cell, `--passes (\d+)`\)") == default(bench, "--passes", SweepSpec)
-    assert "history kept in --db (default results/lab.sqlite)" in README
+    assert says("history kept in --db (default results/lab.sqlite)")
     assert default(bench, "--db", SweepSpec) == "results/lab.sqlite"
 
 
@@ -292,7 +298,7 @@ def test_the_grid_limits_and_sweep_thresholds_are_the_codes():
     assert readme_number(r"A grid over (\d+) cells") == grid.MAX_CELLS
     assert readme_number(r"cells or (\d+) hours") == grid.MAX_HOURS
     assert readme_number(r"fit in memory \((\d+) % of what is available") / 100 == sweep.MEMORY_HEADROOM
-    assert "below half its thread\n  count" in README and results.CPU_SHARE_FLOOR == 0.5
+    assert says("below half its thread\n  count") and results.CPU_SHARE_FLOOR == 0.5
     assert SweepSpec.drift_threshold_pct == DEFAULT_DRIFT_THRESHOLD_PCT  # the tab's and the CLI's threshold
 
 
@@ -317,7 +323,7 @@ def test_the_gradio_api_defaults_are_the_apis():
                           "top_k": r"top_k \[(\d+)\]", "speed": r"speed 0-9 \[(\d+)\]",
                           "max_new_token": r"max audio\s+tokens \[(\d+)\]"}.items():
         assert readme_number(pattern) == synth[name].default, name
-    assert synth["split"].default is False and "split sentences [False]" in README
+    assert synth["split"].default is False and says("split sentences [False]")
 
     sweep = inspect.signature(api_run_sweep).parameters
     stated = re.search(r"`/run_sweep` takes comma lists.*?It returns", README, re.S).group(0)
@@ -340,7 +346,7 @@ def test_the_openai_route_lists_are_the_codes():
     assert voices.split(", ") == list(PRESET_VOICES)
     formats = re.search(r"\*\*Formats\*\*: ([\w,\s]+)\.", README).group(1)
     assert re.split(r",\s+", formats) == list(audio.FORMATS)
-    assert "pcm, wav and mp3 are sent as they are generated" in README and audio.STREAM_FORMATS == ("pcm", "wav", "mp3")
+    assert says("pcm, wav and mp3 are sent as they are generated") and audio.STREAM_FORMATS == ("pcm", "wav", "mp3")
     mapping = re.search(r"even steps of log2\(speed\): (.*?)\.\s", README, re.S).group(1)
     for given, level in re.findall(r"([\d.]+) → (\d)", mapping):
         assert chattts_speed(float(given)) == int(level), given
@@ -350,7 +356,7 @@ def test_the_engines_and_precisions_are_the_registrys():
     from chattts_lab import engines
 
     assert engines.ENGINES == ("stock", "lab", "onnx")
-    assert "fp32, fp16, bf16 and int8 on every engine where they run (onnx builds no bf16 graph), and int4 on lab\nand onnx" in README
+    assert says("fp32, fp16, bf16 and int8 on every engine where they run (onnx builds no bf16 graph), and int4 on lab\nand onnx")
     have = {e: set(engines.precisions(e)) for e in engines.ENGINES}
     assert {e for e, p in have.items() if "int4" in p} == {"lab", "onnx"}
     assert {e for e, p in have.items() if "bf16" not in p} == {"onnx"}
@@ -360,11 +366,11 @@ def test_the_engines_and_precisions_are_the_registrys():
 def test_the_served_default_before_any_sweep_is_the_one_stated(tmp_path):
     from webui.runtime import engines_for, serving_choice
 
-    assert "The app serves its **default**, lab fp32" in README and "stock fp32 where the\nlab engine cannot run" in README
+    assert says("The app serves its **default**, lab fp32") and says("stock fp32 where the\nlab engine cannot run")
     choice = serving_choice(tmp_path / "empty.sqlite", "synthetic-tiny")
     lab_runs = "lab" in engines_for("cpu")
     assert (choice.settings.engine, choice.settings.precision) == (("lab" if lab_runs else "stock"), "fp32")
-    assert "that button offers lab int8" in README
+    assert says("that button offers lab int8")
     if lab_runs:
         assert (choice.fastest.engine, choice.fastest.precision) == ("lab", "int8")
 
@@ -373,7 +379,7 @@ def test_the_quick_sweep_is_the_one_described():
     from webui.benchmark_tab import quick_form
 
     form = quick_form()
-    assert "stock against lab at fp32 and int8, batch 1: four cells, a few minutes on 2 cores" in README
+    assert says("stock against lab at fp32 and int8, batch 1: four cells, a few minutes on 2 cores")
     assert (form.engines, form.precisions, form.batches) == (("stock", "lab"), ("fp32", "int8"), "1")
     assert len(re.findall(r"(?i)quick sweep[^.]*minutes", README)) == 1  # its duration, stated once
 
