@@ -390,3 +390,21 @@ def test_the_space_front_matter_matches_the_pins():
     assert f"gradio=={sdk}" in (ROOT / "requirements.txt").read_text()
     assert re.search(r'^python_version: "3\.11"$', front, re.M) and "app_file: app.py" in front
     assert "ffmpeg" in (ROOT / "packages.txt").read_text()
+
+
+def test_the_headline_table_is_the_measured_one():
+    """Each headline row is the row of the sweep it cites, in docs/measurements (RTF, ms per step, peak RSS)."""
+    def rows(text: str, header: str) -> dict:
+        table = text[text.index(header):].split("\n\n")[0].splitlines()[2:]
+        return {tuple(c.strip() for c in line.strip("|").split("|")[:2]): [c.strip().strip("*") for c in line.strip("|").split("|")]
+                for line in table}
+
+    headline = rows(README, "| engine | precision | RTF |")
+    source = (ROOT / "docs/measurements/2026-12-01-three-engines.md").read_text(encoding="utf-8")
+    measured = rows(source[source.index("commit 222cfb1"):], "| engine | precision |")
+    assert says("2026-12-01 at commit 222cfb1") and len(headline) == 8 and set(headline) == set(measured)
+    stock_p50 = float(measured[("stock", "fp32")][3])
+    for key, (_, _, rtf, step, speedup, rss) in headline.items():
+        _, _, first, p50, m_rtf, m_step, m_rss, _ = measured[key]
+        assert (rtf, step, rss) == (m_rtf, m_step, m_rss), key
+        assert speedup == f"{stock_p50 / float(p50):.1f}", key  # "p50 x stock fp32"
