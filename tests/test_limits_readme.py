@@ -1,5 +1,6 @@
-"""The limits README's "Sharing safely" promises, each tested on both sides of its edge: text 5,000
-characters per request, batches of 64 texts, voice clips of 60 s. Moving a limit fails a test here."""
+"""The limits the README promises (its "Sharing" section), each tested on both sides of its edge at the number the
+README states: text characters per request, texts per batch, seconds of a voice clip. Moving a limit, or the
+README's number, fails a test here (tests/test_readme_claims.py holds the README's numbers equal to the constants)."""
 
 from __future__ import annotations
 
@@ -9,40 +10,46 @@ import soundfile as sf
 
 from chattts_lab import InvalidRequest, SynthesisRequest, synthesize
 from chattts_lab.requests import validate_request
+from tests.test_readme_claims import readme_number
 from webui.security import InvalidUpload, check_audio_upload, read_audio_upload
+
+TEXT = int(readme_number(r"text ([\d,]+) characters per request"))  # 5,000
+BATCH = int(readme_number(r"batches of (\d+) texts"))  # 64
+CLIP_S = int(readme_number(r"voice clips (\d+) s"))  # 60
 
 
 def n_texts(n: int) -> list[str]:
     return [f"Text {i}." for i in range(n)]
 
 
-def test_a_request_of_5000_characters_is_accepted_and_5001_refused(tiny_model):
-    assert validate_request(SynthesisRequest.of("a" * 5000)).texts == ("a" * 5000,)
-    with pytest.raises(InvalidRequest, match="text is 5,001 characters; at most 5,000 per request"):
-        validate_request(SynthesisRequest.of("a" * 5001))
+def test_a_request_of_the_stated_length_is_accepted_and_one_more_character_refused(tiny_model):
+    refused = f"text is {TEXT + 1:,} characters; at most {TEXT:,} per request"
+    assert validate_request(SynthesisRequest.of("a" * TEXT)).texts == ("a" * TEXT,)
+    with pytest.raises(InvalidRequest, match=refused):
+        validate_request(SynthesisRequest.of("a" * (TEXT + 1)))
     # the limit is per request: a batch's texts count together
-    with pytest.raises(InvalidRequest, match="text is 5,001 characters; at most 5,000 per request"):
-        validate_request(SynthesisRequest.of(["a" * 2500, "b" * 2501]))
+    with pytest.raises(InvalidRequest, match=refused):
+        validate_request(SynthesisRequest.of(["a" * (TEXT // 2), "b" * (TEXT - TEXT // 2 + 1)]))
     # and synthesis refuses before the model works
-    with pytest.raises(InvalidRequest, match="at most 5,000 per request"):
-        synthesize(tiny_model, SynthesisRequest.of("a" * 5001, max_new_token=2, min_new_token=2))
+    with pytest.raises(InvalidRequest, match=f"at most {TEXT:,} per request"):
+        synthesize(tiny_model, SynthesisRequest.of("a" * (TEXT + 1), max_new_token=2, min_new_token=2))
 
 
-def test_a_batch_of_64_texts_is_synthesized_and_65_refused(tiny_model):
-    out = synthesize(tiny_model, SynthesisRequest.of(n_texts(64), max_new_token=2, min_new_token=2))
-    assert out.measurements.tokens == [2] * 64 and len(out.audio) == 64
-    with pytest.raises(InvalidRequest, match="65 texts in one batch; at most 64"):
-        synthesize(tiny_model, SynthesisRequest.of(n_texts(65), max_new_token=2, min_new_token=2))
+def test_a_batch_of_the_stated_size_is_synthesized_and_one_more_text_refused(tiny_model):
+    out = synthesize(tiny_model, SynthesisRequest.of(n_texts(BATCH), max_new_token=2, min_new_token=2))
+    assert out.measurements.tokens == [2] * BATCH and len(out.audio) == BATCH
+    with pytest.raises(InvalidRequest, match=f"{BATCH + 1} texts in one batch; at most {BATCH}"):
+        synthesize(tiny_model, SynthesisRequest.of(n_texts(BATCH + 1), max_new_token=2, min_new_token=2))
 
 
-def test_the_bench_batch_limit_is_the_same_64(tmp_path, capsys):
+def test_the_bench_batch_limit_is_the_same(tmp_path, capsys):
     from bench.cli import main
 
     db = tmp_path / "lab.sqlite"
-    assert main(["--model", "synthetic-tiny", "--batch", "64", "--dry-run", "--db", str(db)]) == 0
+    assert main(["--model", "synthetic-tiny", "--batch", str(BATCH), "--dry-run", "--db", str(db)]) == 0
     with pytest.raises(SystemExit) as exit_info:
-        main(["--model", "synthetic-tiny", "--batch", "65", "--dry-run", "--db", str(db)])
-    assert exit_info.value.code == 2 and "batch size must be in 1..64, got 65" in capsys.readouterr().err
+        main(["--model", "synthetic-tiny", "--batch", str(BATCH + 1), "--dry-run", "--db", str(db)])
+    assert exit_info.value.code == 2 and f"batch size must be in 1..{BATCH}, got {BATCH + 1}" in capsys.readouterr().err
 
 
 def _clip(path, seconds: float, rate: int = 8000):
@@ -51,11 +58,11 @@ def _clip(path, seconds: float, rate: int = 8000):
     return path
 
 
-def test_a_voice_clip_of_60_s_is_accepted_and_a_longer_one_refused(tmp_path):
-    assert check_audio_upload(_clip(tmp_path / "minute.wav", 60.0)) == pytest.approx(60.0)
-    samples, rate = read_audio_upload(tmp_path / "minute.wav")  # what the app decodes for the voice
-    assert rate == 8000 and len(samples) == 60 * 8000
-    with pytest.raises(InvalidUpload, match="lasts 61 s; a voice sample may last at most 60 s"):
-        check_audio_upload(_clip(tmp_path / "longer.wav", 61.0))
-    with pytest.raises(InvalidUpload, match="at most 60 s"):
-        read_audio_upload(_clip(tmp_path / "just-over.wav", 60.01))
+def test_a_voice_clip_of_the_stated_length_is_accepted_and_a_longer_one_refused(tmp_path):
+    assert check_audio_upload(_clip(tmp_path / "limit.wav", CLIP_S)) == pytest.approx(CLIP_S)
+    samples, rate = read_audio_upload(tmp_path / "limit.wav")  # what the app decodes for the voice
+    assert rate == 8000 and len(samples) == CLIP_S * 8000
+    with pytest.raises(InvalidUpload, match=f"lasts {CLIP_S + 1} s; a voice sample may last at most {CLIP_S} s"):
+        check_audio_upload(_clip(tmp_path / "longer.wav", CLIP_S + 1))
+    with pytest.raises(InvalidUpload, match=f"at most {CLIP_S} s"):
+        read_audio_upload(_clip(tmp_path / "just-over.wav", CLIP_S + 0.01))
