@@ -6,7 +6,6 @@ import asyncio
 import shutil
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import gradio as gr
 
@@ -17,10 +16,8 @@ from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
 from webui import present, speech
 from webui.context import AppContext
 from webui.runtime import RuntimeSettings, describe, engines_for, precisions_for, settings_from
+from webui.synthesis_components import SynthesisTab
 from webui.synthesis_form import DEFAULT_REQUEST, DEFAULT_SAMPLING, USER_ERRORS, Form, _seed, build_request
-
-if TYPE_CHECKING:
-    from webui.synthesis_tab import SynthesisTab
 
 
 def _result(ctx: AppContext, out: SynthesisOutput, model, extra: dict | None = None):

@@ -5,8 +5,6 @@ The handlers live apart: webui/synthesis_handlers.py (generate, runtime, the API
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
 import gradio as gr
 
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
@@ -14,7 +12,8 @@ from chattts_lab.requests import MAX_NEW_TOKEN
 from chattts_lab.voices import PRESET_VOICES
 from webui.context import MODEL_QUEUE, SYNTHESIS_QUEUE, AppContext, bind
 from webui.runtime import ServingChoice, default_settings, describe, devices, engines_for, max_threads, precisions_for
-from webui.synthesis_form import DEFAULT_REFINE, DEFAULT_REQUEST, DEFAULT_SAMPLING, VOICE_MODES, Form
+from webui.synthesis_components import SynthesisTab
+from webui.synthesis_form import DEFAULT_REFINE, DEFAULT_REQUEST, DEFAULT_SAMPLING, VOICE_MODES
 from webui.synthesis_handlers import (api_synthesize, apply_settings, change_device, change_engine, generate,
                                       in_use_note, interrupt, update_settings)
 from webui.voice_handlers import export_card, import_card, pick_preset, roll_dice, save_to_library, show_speaker
@@ -27,72 +26,6 @@ EXAMPLES = [
     ["我最近在学 English，每天 practice 半个小时 [uv_break] 感觉进步还挺明显的。"],
     ["That joke was so bad [laugh] that I had to hear it twice [uv_break] and it got worse."],
 ]
-
-
-@dataclass(frozen=True, eq=False)
-class SynthesisTab:
-    """Every component of the tab, by name: handlers read event inputs and write outputs through these
-    fields, so adding a control never shifts another one. The `Form` fields are here under the same names."""
-
-    runtime: gr.State
-    imported_code: gr.State
-    # the form (see Form)
-    text: gr.Textbox
-    split: gr.Checkbox
-    stream: gr.Checkbox
-    voice_mode: gr.Radio
-    voice_seed: gr.Number
-    speaker: gr.Textbox
-    sample_audio: gr.Audio
-    sample_text: gr.Textbox
-    temperature: gr.Slider
-    top_p: gr.Slider
-    top_k: gr.Slider
-    audio_seed: gr.Textbox
-    text_seed: gr.Textbox
-    refine: gr.Checkbox
-    oral: gr.Slider
-    laugh: gr.Slider
-    brk: gr.Slider
-    speed: gr.Slider
-    max_new_token: gr.Slider
-    min_new_token: gr.Slider
-    # voice helpers and cards
-    preset: gr.Dropdown
-    dice: gr.Button
-    show_speaker: gr.Button
-    card_name: gr.Textbox
-    export_card: gr.Button
-    save_card: gr.Button
-    card_out: gr.File
-    card_in: gr.File
-    # runtime
-    device: gr.Dropdown
-    engine: gr.Dropdown
-    precision: gr.Dropdown
-    threads: gr.Slider
-    apply_best: gr.Button
-    in_use: gr.Markdown  # which configuration requests run on, and why
-    use_fastest: gr.Button  # one click to the fastest configuration when a safer one is in use
-    # results
-    generate: gr.Button
-    interrupt: gr.Button
-    banner: gr.HTML
-    stream_audio: gr.Audio
-    audio: gr.Audio
-    metrics: gr.Markdown
-    measurements: gr.JSON
-
-    def form(self) -> set:
-        return {getattr(self, f.name) for f in fields(Form)}
-
-    def results(self) -> set:
-        return {self.stream_audio, self.audio, self.measurements, self.metrics, self.banner}
-
-    def runtime_controls(self) -> set:
-        return {self.device, self.engine, self.precision, self.threads, self.runtime}
-
-
 
 
 def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:

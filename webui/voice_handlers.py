@@ -5,17 +5,14 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import gradio as gr
 
 from chattts_lab.voices import PRESET_VOICES, VoiceCard, parse_card, save_card
 from webui import speech
 from webui.context import AppContext
+from webui.synthesis_components import SynthesisTab
 from webui.synthesis_form import USER_ERRORS, VOICE_MODES, Form, _seed_text, _voice, build_request
-
-if TYPE_CHECKING:
-    from webui.synthesis_tab import SynthesisTab
 
 
 def roll_dice(ui: SynthesisTab):
