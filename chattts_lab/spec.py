@@ -69,9 +69,9 @@ class SweepSpec:
         errs += [f"unknown precision {p!r}: choose from {', '.join(sorted(known_precisions))}"
                  for p in self.precisions if p not in known_precisions]
         errs += [f"unknown engine {e!r}: choose from {', '.join(ENGINES)}" for e in self.engines if e not in ENGINES]
-        errs += [f"batch size must be in 1..{MAX_BATCH}, got {b}" for b in self.batches if not _int_in(b, 1, MAX_BATCH)]
-        errs += [f"threads must be in 1..{MAX_THREADS}, got {t}" for t in self.threads if not _int_in(t, 1, MAX_THREADS)]
-        errs += [f"tokens must be in 2..{MAX_NEW_TOKEN}, got {n}" for n in self.tokens if not _int_in(n, 2, MAX_NEW_TOKEN)]
+        errs += _axis_errors("batch size", self.batches, 1, MAX_BATCH)
+        errs += _axis_errors("threads", self.threads, 1, MAX_THREADS)
+        errs += _axis_errors("tokens", self.tokens, 2, MAX_NEW_TOKEN)
         if not _int_in(self.repeats, 1, 10_000):
             errs.append(f"repeats must be at least 1, got {self.repeats}")
         if not _int_in(self.warmup, 0, 1000):
@@ -143,6 +143,16 @@ class SweepSpec:
         names = {f.name for f in fields(SweepSpec)}
         data = {"passes": 1, **data}  # a spec stored before passes existed ran each cell back to back
         return SweepSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names})
+
+
+def _axis_errors(name: str, values, lo: int, hi: int) -> list[str]:
+    """One sentence for an axis's values outside lo..hi, however many there are (a range may ask for thousands)."""
+    bad = [v for v in values if not _int_in(v, lo, hi)]
+    if not bad:
+        return []
+    shown = ", ".join(map(str, bad[:3])) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+    asked = f" ({len(values)} values asked)" if len(values) > 3 else ""
+    return [f"{name} must be in {lo}..{hi}, got {shown}{asked}"]
 
 
 def _int_in(value, lo: int, hi: int) -> bool:

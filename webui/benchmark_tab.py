@@ -14,18 +14,21 @@ import uuid
 from dataclasses import dataclass
 
 import gradio as gr
+import pandas as pd
 
 from chattts_lab import env as lab_env
-from chattts_lab.report import environment_lines
+from chattts_lab.report import environment_lines, results_frame
 from chattts_lab.results import STATUSES
+from webui import figures, present
 from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import devices
 from webui.serving_tab import build_serving_tab
 from webui.sweep_form import (SweepControls, SweepForm, build_sweep_controls, cli_command, estimate, offered_precisions,
                               quick_form, spec_from_form)
-from webui.sweep_history import (COMPARE_METRICS, HistoryView, RecommendView, compare_sweeps, download_reports,
-                                 export_bundle_handler, import_bundle_handler, load_sweeps, recommended_or_latest)
-from webui.sweep_run import SweepView, api_run_sweep, filter_table, stop_handler, sweep_updates
+from webui.sweep_history import (COMPARE_METRICS, HISTORY_COLUMNS, HistoryView, RecommendView, compare_sweeps,
+                                 download_reports, export_bundle_handler, import_bundle_handler, load_sweeps,
+                                 recommended_or_latest)
+from webui.sweep_run import SweepView, api_run_sweep, display_frame, stop_handler, sweep_updates
 
 # What app.py and the tests import from here.
 __all__ = ["BenchmarkTab", "build_benchmark_tab", "cli_command", "quick_form", "recommended_or_latest",
@@ -39,11 +42,14 @@ class BenchmarkTab:
     on_load: object  # fills the hardware panel and the history when a page opens
     load_outputs: set
     controls: SweepControls
+    results: gr.State  # the sweep on the page (a DataFrame), for Apply
+    budget: gr.Slider
+    sweep_done: object  # the event that runs once a sweep has ended and the page shows it
 
 
 def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
     c = {}
-    with gr.Tabs():
+    with gr.Tabs() as c["tabs"]:
         with gr.Tab("Sweep", id="sweep"):
             _sweep_panel(c)
             _results_panel(c)
@@ -57,25 +63,27 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
             c["hw_md"] = gr.Markdown(elem_id="hw-summary")
             c["hw_json"] = gr.JSON(label="As recorded with every sweep", elem_id="hw-json")
     view = SweepView(c["progress"], c["status"], c["gain"], c["table"], gr.State(None), gr.State(None),
-                     {name: c[f"fig_{name}"] for name in ("latency", "rtf", "pareto", "memory", "roofline")})
+                     {name: c[f"fig_{name}"] for name in ("latency", "rtf", "pareto", "memory", "roofline")},
+                     c["filter_note"])
     history = HistoryView(c["history_table"], c["pick"], c["cmp_a"], c["cmp_b"])
     rec = RecommendView(c["budget"], c["recommendation"], gr.State(None))
-    _wire_sweep(ctx, c, view, history, rec)
-    _wire_history(ctx, c, view, history)
+    sweep_done = _wire_sweep(ctx, c, view, history, rec)
+    _wire_history(ctx, c, view, history, rec)
     _build_api(ctx)
     on_load = bind(page_loaded, ctx, c["hw_md"], c["hw_json"], history)
     return BenchmarkTab(rec.settings, c["apply_best"], on_load, {c["hw_md"], c["hw_json"], *history.outputs()},
-                        c["controls"])
+                        c["controls"], view.results, rec.budget, sweep_done)
 
 
 # Each panel builder adds its components to `c` by name.
+EMPTY = figures.all_figures(results_frame([]))  # what each plot shows before there is a sweep
 
 
 def _sweep_panel(c: dict) -> None:
     c["controls"] = build_sweep_controls(SweepForm())
     c["estimate"] = gr.Markdown(elem_id="sw-estimate")
     with gr.Row():
-        c["quick"] = gr.Button("Quick sweep preset (stock vs lab, about two minutes)", elem_id="sw-quick")
+        c["quick"] = gr.Button("Fill in the quick sweep (stock vs lab)", elem_id="sw-quick")
         c["run"] = gr.Button("Run sweep", variant="primary", elem_id="sw-run")
         c["stop"] = gr.Button("Stop", variant="stop", elem_id="sw-stop")
     c["progress"] = gr.HTML(elem_id="sw-progress")
@@ -88,19 +96,21 @@ def _results_panel(c: dict) -> None:
         c["f_precisions"] = gr.Dropdown(offered_precisions(), multiselect=True, label="Filter: precision",
                                         elem_id="f-precisions")
         c["f_status"] = gr.Dropdown(list(STATUSES), multiselect=True, label="Filter: status", elem_id="f-status")
-    c["table"] = gr.DataFrame(label="Results (click a header to sort; failed cells keep their reason)",
-                              interactive=False, elem_id="sw-table", show_search="search", max_height=420)
+    c["table"] = gr.DataFrame(display_frame(results_frame([])), elem_id="sw-table", show_search="search",
+                              label="Results: a row per cell once a sweep runs or History shows one (click a header "
+                                    "to sort; failed cells keep their reason)", interactive=False, max_height=420)
     c["gain"] = gr.Markdown(elem_id="sw-gain")
+    c["filter_note"] = gr.Markdown(elem_id="sw-filter-note")
     with gr.Row():
-        c["fig_latency"] = gr.Plot(label="Latency vs batch", elem_id="fig-latency")
-        c["fig_rtf"] = gr.Plot(label="RTF by configuration and threads", elem_id="fig-rtf")
+        c["fig_latency"] = gr.Plot(EMPTY["latency"], label="Latency vs batch", elem_id="fig-latency")
+        c["fig_rtf"] = gr.Plot(EMPTY["rtf"], label="RTF by configuration and threads", elem_id="fig-rtf")
     with gr.Row():
-        c["fig_pareto"] = gr.Plot(label="Throughput vs latency (Pareto front)", elem_id="fig-pareto")
-        c["fig_memory"] = gr.Plot(label="Peak memory", elem_id="fig-memory")
-    c["fig_roofline"] = gr.Plot(label="Distance from the memory-bandwidth floor", elem_id="fig-roofline")
+        c["fig_pareto"] = gr.Plot(EMPTY["pareto"], label="Throughput vs latency (Pareto front)", elem_id="fig-pareto")
+        c["fig_memory"] = gr.Plot(EMPTY["memory"], label="Peak memory", elem_id="fig-memory")
+    c["fig_roofline"] = gr.Plot(EMPTY["roofline"], label="Distance from the memory-bandwidth floor", elem_id="fig-roofline")
     with gr.Row():
         c["reports_btn"] = gr.Button("Download CSV / JSON / HTML", elem_id="sw-reports")
-        c["reports"] = gr.File(label="Reports", file_count="multiple", elem_id="sw-report-files", height=100)
+        c["reports"] = gr.File(label="Reports (CSV, JSON, HTML)", file_count="multiple", elem_id="sw-report-files")
 
 
 def _recommend_panel(c: dict) -> None:
@@ -117,7 +127,8 @@ def _recommend_panel(c: dict) -> None:
 def _history_panel(c: dict) -> None:
     with gr.Row():
         c["refresh"] = gr.Button("Refresh", elem_id="h-refresh")
-    c["history_table"] = gr.DataFrame(label="Past sweeps", interactive=False, elem_id="h-table", max_height=300)
+    c["history_table"] = gr.DataFrame(pd.DataFrame(columns=HISTORY_COLUMNS), label="Past sweeps and serving runs",
+                                      interactive=False, elem_id="h-table", max_height=300)
     with gr.Row():
         c["pick"] = gr.Dropdown([], multiselect=True, label="Sweeps", elem_id="h-pick")
         c["load"] = gr.Button("Show in the Sweep tab", elem_id="h-load")
@@ -135,7 +146,9 @@ def _compare_panel(c: dict) -> None:
         c["cmp_metric"] = gr.Dropdown(COMPARE_METRICS, value="latency_p50_s", label="Metric", elem_id="cmp-metric")
         c["cmp_run"] = gr.Button("Compare", elem_id="cmp-run")
     c["cmp_envs"] = gr.Markdown(elem_id="cmp-envs")
-    c["cmp_table"] = gr.DataFrame(label="Side by side", interactive=False, elem_id="cmp-table")
+    c["cmp_table"] = gr.DataFrame(pd.DataFrame(columns=["configuration", "sweep A", "sweep B"]), interactive=False,
+                                  label="Side by side: the metric for each configuration ok in both, once you Compare",
+                                  elem_id="cmp-table")
     c["cmp_fig"] = gr.Plot(label="Comparison", elem_id="cmp-fig")
 
 
@@ -147,9 +160,23 @@ def estimate_changed(ctx: AppContext, controls: SweepControls, values: dict):
 
 
 def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, values: dict, request: gr.Request):
-    spec = spec_from_form(ctx.model, controls.form(values), ctx.history_db)
+    """Run sweep: a mistake in the form is a warning, and the sweep on screen stays (an error would cover it)."""
+    try:
+        spec = spec_from_form(ctx.model, controls.form(values), ctx.history_db)
+    except gr.Error as exc:
+        present.warn(exc.message)
+        return
     for update in sweep_updates(ctx, spec, request.session_hash if request else uuid.uuid4().hex):
         yield view.show(update)
+
+
+def quick_clicked(controls: SweepControls, status: gr.Markdown) -> dict:
+    """The preset only fills the form in (a person may change it first); the status line says what starts it."""
+    return {**controls.show(quick_form()), status: QUICK_NOTE}
+
+
+QUICK_NOTE = ("**Quick sweep filled in** (stock against lab, fp32 and int8, batch 1, short clips): the estimate is "
+              "below the settings; press **Run sweep** to start it.")
 
 
 def recommend_clicked(view: SweepView, rec: RecommendView, values: dict):
@@ -162,33 +189,39 @@ def page_loaded(ctx: AppContext, hw_md: gr.Markdown, hw_json: gr.JSON, history: 
     return {hw_md: "\n".join(f"- {line}" for line in environment_lines(env)), hw_json: env, **history.refresh(ctx)}
 
 
-def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView, rec: RecommendView) -> None:
+def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView, rec: RecommendView):
+    """The Sweep tab's events; returns the one that runs once a sweep has ended and the page shows it."""
     private = dict(api_visibility="private")
     controls = c["controls"]
     for control in controls.inputs():
         control.change(bind(estimate_changed, ctx, controls), controls.inputs(), c["estimate"], queue=False,
                        **private)
-    c["quick"].click(lambda: controls.show(quick_form()), None, controls.inputs(), queue=False, **private)
+    c["quick"].click(bind(quick_clicked, controls, c["status"]), None, controls.inputs() | {c["status"]}, queue=False,
+                     **private)
     sweep_run = c["run"].click(bind(run_clicked, ctx, controls, view), controls.inputs(), view.outputs(),
                                concurrency_id=MODEL_QUEUE, concurrency_limit=1, show_progress="minimal", **private)
     # A finished (or stopped) sweep is in the history at once: no page reload before History, compare or
     # the recommendation can see it.
     recommended = dict(fn=bind(recommend_clicked, view, rec), inputs={view.results, rec.budget},
                        outputs={rec.text, rec.settings}, **private)
-    sweep_run.then(bind(history.refresh, ctx), None, history.outputs(), **private).then(**recommended)
+    done = sweep_run.then(bind(history.refresh, ctx), None, history.outputs(), **private).then(**recommended)
     c["stop"].click(stop_handler, None, None, queue=False, **private)
     filters = [view.results, c["f_devices"], c["f_precisions"], c["f_status"]]
     for f in filters[1:]:
-        f.change(filter_table, filters, view.table, queue=False, **private)
+        f.change(view.filtered, filters, {view.table, view.filter_note, *view.plots.values()}, queue=False, **private)
     c["reports_btn"].click(bind(download_reports, ctx), [view.results, view.sweep_id], c["reports"], **private)
     c["recommend"].click(**recommended)
+    return done
 
 
-def _wire_history(ctx: AppContext, c: dict, view: SweepView, history: HistoryView) -> None:
+def _wire_history(ctx: AppContext, c: dict, view: SweepView, history: HistoryView, rec: RecommendView) -> None:
     private = dict(api_visibility="private")
     refreshed = dict(fn=bind(history.refresh, ctx), inputs=None, outputs=history.outputs(), **private)
     c["refresh"].click(**refreshed)
-    c["load"].click(lambda ids: view.show(load_sweeps(ctx, ids)), c["pick"], view.outputs(), **private)
+    # Show: the sweeps in the Sweep tab (switched to), with their recommendation.
+    c["load"].click(lambda ids: view.show(load_sweeps(ctx, ids)), c["pick"], view.outputs(), **private).success(
+        lambda: gr.Tabs(selected="sweep"), None, c["tabs"], **private).then(
+        bind(recommend_clicked, view, rec), {view.results, rec.budget}, {rec.text, rec.settings}, **private)
     c["export"].click(bind(export_bundle_handler, ctx), c["pick"], c["bundle_out"], **private)
     c["bundle_in"].upload(bind(import_bundle_handler, ctx), c["bundle_in"], c["bundle_in"], **private).then(**refreshed)
 

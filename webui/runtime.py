@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from chattts_lab import LoadConfig, available_devices
 from chattts_lab.devices import parse_device
 from chattts_lab.env import usable_cores
-from chattts_lab.precision import ENGINES, PRECISIONS, unsupported_reason
+from chattts_lab.precision import ENGINES, PRECISIONS, extra_precisions, unsupported_reason
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,11 @@ def serving_choice(history_db) -> ServingChoice:
 
 
 def describe(settings: RuntimeSettings) -> str:
-    return f"{settings.engine} · {settings.precision} · {settings.device} · {settings.threads} threads"
+    return f"{settings.engine} · {settings.precision} · {settings.device} · {plural(settings.threads, 'thread')}"
+
+
+def plural(n, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def max_threads() -> int:
@@ -70,14 +74,19 @@ def default_settings() -> RuntimeSettings:
     return RuntimeSettings(threads=max_threads())
 
 
+def all_precisions() -> tuple[str, ...]:
+    """Every precision some engine implements, each once (two engines may share an extra one, as int4)."""
+    return tuple(dict.fromkeys(PRECISIONS + tuple(p for e in ENGINES for p in extra_precisions(e))))
+
+
 def engines_for(device: str) -> list[str]:
-    dev = parse_device(device)
-    return [e for e in ENGINES if any(unsupported_reason(e, dev, p) is None for p in PRECISIONS)]
+    return [e for e in ENGINES if precisions_for(device, e)]
 
 
 def precisions_for(device: str, engine: str) -> list[str]:
+    """The precisions `engine` runs on `device` here: the one place the UI's precision lists come from."""
     dev = parse_device(device)
-    return [p for p in PRECISIONS if unsupported_reason(engine, dev, p) is None]
+    return [p for p in all_precisions() if unsupported_reason(engine, dev, p) is None]
 
 
 def devices() -> list[str]:

@@ -13,10 +13,10 @@ from chattts_lab.devices import parse_device
 from chattts_lab.env import usable_cores
 from chattts_lab.grid import bool_list, estimate_grid, int_list, refuse_huge_grid, str_list
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
-from chattts_lab.precision import ENGINES, PRECISIONS, extra_precisions, unsupported_reason
+from chattts_lab.precision import ENGINES, unsupported_reason
 from chattts_lab.spec import SpecError, SweepSpec
 from webui.context import AppContext
-from webui.runtime import devices
+from webui.runtime import all_precisions, devices, precisions_for
 
 ON_OFF = ("off", "on")
 ENGINE_NOTES = {"stock": "ChatTTS's own Chat.infer, untouched (the reference)",
@@ -59,7 +59,7 @@ def quick_form() -> SweepForm:
     """The newcomer's question (how much faster is the lab engine here?) in about two minutes on 2 cores:
     stock against lab at the precisions a CPU runs well (fp32, int8), batch 1, short clips, no fidelity pass."""
     engines = [e for e in ("stock", "lab") if e in runnable_engines()]
-    precisions = [p for p in ("fp32", "int8") if any(p in runnable_precisions("cpu", e) for e in engines)]
+    precisions = [p for p in ("fp32", "int8") if any(p in precisions_for("cpu", e) for e in engines)]
     return SweepForm(devices=("cpu",), engines=tuple(engines), precisions=tuple(precisions), batches="1",
                      tokens="32", repeats=2, warmup=1, min_time_s=0.0, fidelity=False)
 
@@ -79,9 +79,9 @@ def spec_from_form(model: str, form: SweepForm, history_db=None) -> SweepSpec:
             precisions=tuple(form.precisions or ()),
             compiles=bool_list(",".join(form.compiles)) if form.compiles else (),
             streams=bool_list(",".join(form.streams)) if form.streams else (),
-            batches=int_list(form.batches),
-            threads=int_list(form.threads) if str(form.threads or "").strip() else (usable_cores(),),
-            tokens=int_list(form.tokens), warmup=_number(form.warmup, "warm-up calls", int),
+            batches=named_ints(form.batches, "Batch sizes"),
+            threads=named_ints(form.threads, "Threads") if str(form.threads or "").strip() else (usable_cores(),),
+            tokens=named_ints(form.tokens, "Audio tokens"), warmup=_number(form.warmup, "warm-up calls", int),
             repeats=_number(form.repeats, "repeats", int), min_time_s=_number(form.min_time_s, "min seconds per cell"),
             max_repeats=max(_number(form.max_repeats, "max repeats", int), _number(form.repeats, "repeats", int)),
             timeout_s=_number(form.timeout_s, "timeout per cell"), fidelity=bool(form.fidelity),
@@ -95,6 +95,14 @@ def spec_from_form(model: str, form: SweepForm, history_db=None) -> SweepSpec:
         return spec
     except (SpecError, TypeError, ValueError) as exc:
         raise gr.Error(f"Sweep settings: {exc}") from exc
+
+
+def named_ints(text, label: str) -> tuple[int, ...]:
+    """A list or range box's numbers; a mistake names the box it is in."""
+    try:
+        return int_list(text)
+    except SpecError as exc:
+        raise SpecError(f"{label}: {exc}") from None
 
 
 def _given(text) -> bool:
@@ -132,21 +140,12 @@ def estimate(ctx: AppContext, form: SweepForm) -> str:
 # What can run here
 
 
-def all_precisions() -> tuple[str, ...]:
-    return PRECISIONS + tuple(p for e in ENGINES for p in extra_precisions(e) if p not in PRECISIONS)
-
-
-def runnable_precisions(device: str, engine: str) -> list[str]:
-    dev = parse_device(device)
-    return [p for p in all_precisions() if unsupported_reason(engine, dev, p) is None]
-
-
 def runnable_engines() -> list[str]:
-    return [e for e in ENGINES if any(runnable_precisions(d, e) for d in devices())]
+    return [e for e in ENGINES if any(precisions_for(d, e) for d in devices())]
 
 
 def offered_precisions() -> list[str]:
-    return [p for p in all_precisions() if any(p in runnable_precisions(d, e) for d in devices() for e in ENGINES)]
+    return [p for p in all_precisions() if any(p in precisions_for(d, e) for d in devices() for e in ENGINES)]
 
 
 def has_cuda() -> bool:
@@ -157,10 +156,10 @@ def axes_note() -> str:
     """What runs on this machine, per device and engine, and why the rest is not offered."""
     lines = []
     for device in devices():
-        runs = " · ".join(f"{e} {', '.join(runnable_precisions(device, e)) or 'nothing'}" for e in ENGINES)
+        runs = " · ".join(f"{e} {', '.join(precisions_for(device, e)) or 'nothing'}" for e in ENGINES)
         lines.append(f"- **{device}**: {runs}")
         lines += [f"  - {e} {p}: {unsupported_reason(e, parse_device(device), p)}" for e in ENGINES
-                  for p in offered_precisions() if p not in runnable_precisions(device, e)]
+                  for p in offered_precisions() if p not in precisions_for(device, e)]
     absent = [d for d in ("cuda", "mps") if not any(h.startswith(d) for h in devices())]
     if absent:
         lines.append(f"- Not offered: {', '.join(absent)} (not present on this machine).")

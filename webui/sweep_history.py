@@ -16,14 +16,20 @@ from chattts_lab.recommend import recommend
 from chattts_lab.report import write_reports
 from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
 from webui.context import AppContext
+from webui import present
+from webui.present import WARNING_S
 from webui.sweep_run import SweepUpdate
 
+HISTORY_COLUMNS = ["id", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
+                   "noisy"]
 COMPARE_METRICS = ["latency_p50_s", "rtf", "audio_s_per_s", "step_ms", "peak_rss_mb", "ttfa_s"]
 
 
-def _sweep_choices(frame: pd.DataFrame) -> list[tuple[str, int]]:
-    return [(f"#{r.id} {r.created_at[:19]} {r.status} · {r.machine or '?'} · {r.n_ok}/{r.n_cells} ok", int(r.id))
-            for r in frame.itertuples()]
+def _sweep_choices(frame: pd.DataFrame, kinds=("sweep", "serve")) -> list[tuple[str, int]]:
+    """History's runs as picker entries; a serving run says so (its rows are load levels, not cells)."""
+    return [(f"#{r.id} {r.created_at[:19]} {r.status} · {r.machine or '?'} · "
+             + (f"{r.n_ok}/{r.n_cells} ok" if r.kind == "sweep" else "serving run (its levels are in the Serving tab)"),
+             int(r.id)) for r in frame.itertuples() if r.kind in kinds]
 
 
 def load_sweeps(ctx: AppContext, sweep_ids) -> SweepUpdate:
@@ -43,13 +49,14 @@ def compare_sweeps(ctx: AppContext, a, b, metric: str):
     if a is None or b is None or a == b:
         raise gr.Error("Pick two different sweeps to compare.")
     ids = [int(a), int(b)]
-    table = compare_frame(ctx.history_db, ids, metric)
+    table = present.rounded(compare_frame(ctx.history_db, ids, metric))
     fig = plots.compare_machines(cells_frame(ctx.history_db, ids), metric)
     envs = []
     with Store(ctx.history_db) as store:
         for sid in ids:
             sweep = store.sweep(sid)
-            envs.append(f"- **#{sid}**: {lab_env.summary(sweep['environment'])}" if sweep else f"- #{sid}: missing")
+            envs.append(f"- **#{sid}** ({sweep['created_at'][:16]}): {lab_env.summary(sweep['environment'])}"
+                        if sweep else f"- #{sid}: missing")
     ratios = compare_ratios(ctx.history_db, ids)  # from each configuration's raw timed calls, with an interval
     speeds = [f"- {r.configuration}: {r.phrase}" for r in ratios.itertuples()] or ["- no configuration ok in both"]
     return table, fig, "\n".join(envs + ["", f"**Speed, sweep #{ids[1]} against #{ids[0]}:**", *speeds])
@@ -113,10 +120,10 @@ class HistoryView:
 
     def refresh(self, ctx: AppContext) -> dict:
         frame = sweeps_frame(ctx.history_db)
-        choices = _sweep_choices(frame)
-        show = frame[["id", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
-                      "noisy"]]
-        return {self.table: show, **{dd: gr.update(choices=choices) for dd in (self.pick, self.cmp_a, self.cmp_b)}}
+        show = present.rounded(frame[HISTORY_COLUMNS], 3)
+        sweeps = gr.update(choices=_sweep_choices(frame, ("sweep",)))  # compare cells of sweeps only
+        return {self.table: show, self.pick: gr.update(choices=_sweep_choices(frame)), self.cmp_a: sweeps,
+                self.cmp_b: sweeps}
 
 
 @dataclass(frozen=True)
@@ -131,15 +138,16 @@ class RecommendView:
 
 
 
-def recommended_or_latest(ctx: AppContext, recommended, budget_mb: float | None = None):
-    """The recommendation already made on this page, else one from the latest sweep in the history."""
-    if recommended:
-        return recommended
-    frame = sweeps_frame(ctx.history_db)
-    frame = frame[frame["kind"] == "sweep"]
-    if frame.empty:
-        raise gr.Error("No recommendation yet: run a sweep in the Benchmark tab first.")
-    rec = recommend(cells_frame(ctx.history_db, [int(frame["id"].iloc[0])]), budget_mb)
+def recommended_or_latest(ctx: AppContext, results: pd.DataFrame | None, budget_mb: float | None = None):
+    """Apply: the recommendation for the sweep on the page under the memory budget set, else for the latest sweep
+    in the history; when none fits, the recommendation's own reason (as "nothing fits in 512 MB")."""
+    if results is None or len(results) == 0:
+        frame = sweeps_frame(ctx.history_db)
+        frame = frame[frame["kind"] == "sweep"] if not frame.empty else frame
+        if frame.empty:
+            raise gr.Error("No recommendation yet: run a sweep in the Benchmark tab first.", duration=WARNING_S)
+        results = cells_frame(ctx.history_db, [int(frame["id"].iloc[0])])
+    rec = recommend(results, float(budget_mb) if budget_mb else None)
     if rec.settings is None:
-        raise gr.Error(rec.reason)
+        raise gr.Error(rec.reason, duration=WARNING_S)
     return rec.settings

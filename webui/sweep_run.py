@@ -106,7 +106,8 @@ def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str) -> Iterator[Sw
                     yield SweepUpdate(progress.html(f"fidelity check: {event.precision} on {event.device} vs fp32"))
                 elif isinstance(event, SweepFinished):
                     note = FINISH_NOTES.get(event.status, event.status)
-                    progress = replace(progress, done=len(event.results))
+                    # a stopped sweep's bar shows what was measured, not its cancelled rows
+                    progress = replace(progress, done=sum(r.status != "cancelled" for r in event.results))
                     drift = (event.drift or {}).get("sentence", "")
                     yield SweepUpdate(progress.html(note), results_frame(event.results),
                                       " ".join(filter(None, [f"Sweep {sweep_id} {note}.", drift, plan])), sweep_id,
@@ -120,14 +121,6 @@ def stop_handler(request: gr.Request = None):
         gr.Info("No sweep of yours is running.")
     else:
         gr.Info("Stopping: the running cell is ended and every finished row is kept.")
-
-
-def filter_table(df: pd.DataFrame | None, devs, precs, statuses):
-    if df is None or len(df) == 0:
-        return gr.skip()
-    keep = df["device"].isin(devs or df["device"].unique()) & df["precision"].isin(precs or df["precision"].unique())
-    keep &= df["status"].isin(statuses or df["status"].unique())
-    return display_frame(df[keep])
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -163,9 +156,11 @@ class SweepView:
     results: gr.State
     sweep_id: gr.State
     plots: dict  # figures.FIGURES name -> gr.Plot
+    filter_note: gr.Markdown  # says when the filters keep no row
 
     def outputs(self) -> set:
-        return {self.progress, self.status, self.gain, self.table, self.results, self.sweep_id, *self.plots.values()}
+        return {self.progress, self.status, self.gain, self.table, self.results, self.sweep_id, self.filter_note,
+                *self.plots.values()}
 
     def show(self, update: SweepUpdate) -> dict:
         out = {}
@@ -177,6 +172,19 @@ class SweepView:
             out[self.sweep_id] = update.sweep_id
         if update.results is not None:
             df = update.results
-            out |= {self.table: display_frame(df), self.results: df, self.gain: figures.gain_sentence(df, update.cells)}
+            out |= {self.table: display_frame(df), self.results: df, self.gain: figures.gain_sentence(df, update.cells),
+                    self.filter_note: ""}
             out |= {self.plots[name]: fig for name, fig in figures.all_figures(df).items()}
         return out
+
+    def filtered(self, df: pd.DataFrame | None, devs, precs, statuses) -> dict:
+        """The table and the plots narrowed to the rows the filters keep (none chosen in a filter: all pass)."""
+        if df is None or len(df) == 0:
+            return {}
+        keep = df["device"].isin(devs or df["device"].unique()) & df["precision"].isin(precs or df["precision"].unique())
+        keep &= df["status"].isin(statuses or df["status"].unique())
+        shown = df[keep]
+        note = "No row matches these filters: clear one (its ×) to see the rows again." if shown.empty else ""
+        out = {self.table: display_frame(shown), self.filter_note: note}
+        figs = figures.all_figures(shown, note) if note else figures.all_figures(shown)
+        return out | {self.plots[name]: fig for name, fig in figs.items()}

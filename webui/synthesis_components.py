@@ -40,6 +40,7 @@ class SynthesisTab:
     min_new_token: gr.Slider
     # voice helpers and cards
     preset: gr.Dropdown
+    saved_voice: gr.Dropdown  # the voice library's cards
     dice: gr.Button
     show_speaker: gr.Button
     card_name: gr.Textbox
@@ -55,6 +56,7 @@ class SynthesisTab:
     apply_best: gr.Button
     in_use: gr.Markdown  # which configuration requests run on, and why
     use_fastest: gr.Button  # one click to the fastest configuration when a safer one is in use
+    fastest: gr.State  # the RuntimeSettings use_fastest applies (what runtime.serving_choice says now)
     # results
     generate: gr.Button
     interrupt: gr.Button
@@ -71,7 +73,7 @@ class SynthesisTab:
         return {self.stream_audio, self.audio, self.measurements, self.metrics, self.banner}
 
     def runtime_controls(self) -> set:
-        return {self.device, self.engine, self.precision, self.threads, self.runtime}
+        return {self.device, self.engine, self.precision, self.threads, self.runtime, self.in_use}
 
 
 

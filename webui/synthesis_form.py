@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from chattts_lab import InvalidRequest, ModelUnavailable, Refine, Sampling, SynthesisRequest, Voice
+from chattts_lab.requests import MAX_BATCH
 from chattts_lab.voices import split_sentences
 from webui import speech
 from webui.context import AppContext
@@ -84,13 +85,20 @@ def _voice(ctx: AppContext, settings: RuntimeSettings, form: Form, imported_code
 
 
 def build_request(ctx: AppContext, settings: RuntimeSettings, form: Form, imported_code: str | None = None) -> SynthesisRequest:
-    texts = split_sentences(form.text) if form.split else [form.text]
-    return SynthesisRequest.of(
-        texts or [""],
-        voice=_voice(ctx, settings, form, imported_code),
-        sampling=Sampling(float(form.temperature), float(form.top_p), int(form.top_k), _seed(form.audio_seed), _seed(form.text_seed)),
+    return build_requests(ctx, settings, form, imported_code)[0]
+
+
+def build_requests(ctx: AppContext, settings: RuntimeSettings, form: Form,
+                   imported_code: str | None = None) -> list[SynthesisRequest]:
+    """The form's request; split into sentences, as many batches of at most MAX_BATCH as the text needs, in order."""
+    texts = (split_sentences(form.text) if form.split else [form.text]) or [""]
+    voice = _voice(ctx, settings, form, imported_code)
+    sampling = Sampling(float(form.temperature), float(form.top_p), int(form.top_k), _seed(form.audio_seed),
+                        _seed(form.text_seed))
+    return [SynthesisRequest.of(
+        texts[at:at + MAX_BATCH], voice=voice, sampling=sampling,
         refine=Refine(bool(form.refine), int(form.oral), int(form.laugh), int(form.brk)),
         speed=int(form.speed),
         max_new_token=int(form.max_new_token),
         min_new_token=min(int(form.min_new_token or 0), int(form.max_new_token)),
-    )
+    ) for at in range(0, len(texts), MAX_BATCH)]

@@ -9,14 +9,16 @@ import gradio as gr
 
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.requests import MAX_NEW_TOKEN
-from chattts_lab.voices import PRESET_VOICES
+from chattts_lab.voices import PRESET_VOICES, saved_card_names
 from webui.context import MODEL_QUEUE, SYNTHESIS_QUEUE, AppContext, bind
-from webui.runtime import ServingChoice, default_settings, describe, devices, engines_for, max_threads, precisions_for
+from webui.runtime import ServingChoice, default_settings, devices, engines_for, max_threads, precisions_for
 from webui.synthesis_components import SynthesisTab
 from webui.synthesis_form import DEFAULT_REFINE, DEFAULT_REQUEST, DEFAULT_SAMPLING, VOICE_MODES
 from webui.synthesis_handlers import (api_synthesize, apply_settings, change_device, change_engine, generate,
-                                      in_use_note, interrupt, update_settings)
-from webui.voice_handlers import export_card, import_card, pick_preset, roll_dice, save_to_library, show_speaker
+                                      fastest_label, fastest_offer, in_use_note, interrupt,
+                                      update_settings)
+from webui.voice_handlers import (export_card, import_card, pick_preset, pick_saved, roll_dice, sample_uploaded,
+                                  save_to_library, saved_voices, show_speaker)
 
 __all__ = ["SynthesisTab", "apply_settings", "build_synthesis_tab"]
 
@@ -34,7 +36,7 @@ def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:
     with gr.Row():
         with gr.Column(scale=3):
             _text_panel(c)
-            _voice_panel(c)
+            _voice_panel(c, ctx.voices_dir)
             _card_panel(c)
             _sampling_panel(c)
             _runtime_panel(c, serving)
@@ -61,11 +63,15 @@ def _text_panel(c: dict) -> None:
         c["split"] = gr.Checkbox(label="Split long text into sentences (batched)", value=False, elem_id="split")
 
 
-def _voice_panel(c: dict) -> None:
+def _voice_panel(c: dict, voices_dir) -> None:
     with gr.Accordion("Voice", open=True):
         c["voice_mode"] = gr.Radio(list(VOICE_MODES), value=VOICE_MODES[0], label="Voice from", elem_id="voice-mode")
         with gr.Row():
-            c["preset"] = gr.Dropdown(list(PRESET_VOICES), value=None, label="Preset voice", elem_id="preset")
+            c["preset"] = gr.Dropdown([(f"{name} (seed {seed})", name) for name, seed in PRESET_VOICES.items()],
+                                      value=None, label="Preset voice", elem_id="preset",
+                                      info="a named seed: the same voice every time (noise on random weights)")
+            c["saved_voice"] = gr.Dropdown(saved_card_names(voices_dir), value=None, label="Saved voice",
+                                           elem_id="saved-voice", info="cards saved to the voice library")
             c["voice_seed"] = gr.Number(value=2, precision=0, label="Voice seed", elem_id="voice-seed", minimum=0)
             c["dice"] = gr.Button("Random voice", elem_id="dice", scale=0, min_width=120)
         c["speaker"] = gr.Textbox(label="Speaker embedding (copy / paste)", lines=2, max_lines=4, elem_id="speaker",
@@ -132,9 +138,9 @@ def _runtime_panel(c: dict, serving: ServingChoice) -> None:
                                      elem_id="threads")
         with gr.Row():
             c["apply_best"] = gr.Button("Apply the best configuration from the benchmark", elem_id="apply-best-synth")
-            fastest = serving.fastest
-            c["use_fastest"] = gr.Button(f"Use the fastest: {describe(fastest)}" if fastest else "Use the fastest",
-                                         visible=fastest is not None, elem_id="use-fastest")
+            best = fastest_offer(serving)
+            c["use_fastest"] = gr.Button(fastest_label(best), visible=best not in (None, start), elem_id="use-fastest")
+            c["fastest"] = gr.State(best)
 
 
 def _results_panel(c: dict) -> None:
@@ -147,39 +153,58 @@ def _results_panel(c: dict) -> None:
         c["measurements"] = gr.JSON(label="Measurements", elem_id="measurements")
 
 
+PRIVATE = dict(api_visibility="private")
+
+
 def _wire(ctx: AppContext, ui: SynthesisTab) -> None:
     """Every event of the tab. Inputs given as a set arrive as one dict keyed by component; outputs are
     returned as a dict keyed by component, so neither depends on a position."""
-    private = dict(api_visibility="private")
-    model_work = dict(concurrency_id=MODEL_QUEUE, **private)
-    synthesis_work = dict(concurrency_id=SYNTHESIS_QUEUE, concurrency_limit=synthesis_concurrency(ctx), **private)
-    synthesis_inputs = {ui.runtime, ui.imported_code} | ui.form()
-    for trigger in (ui.generate.click, ui.text.submit):
-        trigger(bind(generate, ctx, ui), synthesis_inputs, ui.results(), **synthesis_work)
+    synthesis_work = dict(concurrency_id=SYNTHESIS_QUEUE, concurrency_limit=synthesis_concurrency(ctx), **PRIVATE)
+    for trigger in (ui.generate.click, ui.text.submit):  # the metrics are put back as they were after a mistake
+        trigger(bind(generate, ctx, ui), _synthesis_inputs(ui) | {ui.metrics}, ui.results(),
+                show_progress_on=ui.audio, **synthesis_work)
     # Queued (in a group of its own, so it never waits for the model): Gradio shows a handler's gr.Info toasts
     # only for queued events, and the toast is how a person learns whether anything was interrupted.
-    ui.interrupt.click(interrupt, None, None, concurrency_limit=None, **private)
-    ui.stream.change(lambda s: gr.update(visible=s), ui.stream, ui.stream_audio, queue=False, **private)
-    ui.dice.click(bind(roll_dice, ui), None, {ui.voice_seed, ui.voice_mode, ui.preset}, queue=False, **private)
-    ui.preset.change(bind(pick_preset, ui), ui.preset, {ui.voice_seed, ui.voice_mode}, queue=False, **private)
+    ui.interrupt.click(interrupt, None, None, concurrency_limit=None, **PRIVATE)
+    ui.stream.change(lambda s: gr.update(visible=s), ui.stream, ui.stream_audio, queue=False, **PRIVATE)
+    _wire_voices(ctx, ui)
+    _wire_runtime(ui)
+
+
+def _synthesis_inputs(ui: SynthesisTab) -> set:
+    return {ui.runtime, ui.imported_code} | ui.form()
+
+
+def _wire_voices(ctx: AppContext, ui: SynthesisTab) -> None:
+    model_work = dict(concurrency_id=MODEL_QUEUE, **PRIVATE)
+    ui.dice.click(bind(roll_dice, ui), None, {ui.voice_seed, ui.voice_mode, ui.preset}, queue=False, **PRIVATE)
+    ui.preset.change(bind(pick_preset, ui), ui.preset, {ui.voice_seed, ui.voice_mode}, queue=False, **PRIVATE)
     ui.show_speaker.click(bind(show_speaker, ctx, ui), {ui.runtime, ui.voice_seed}, {ui.speaker, ui.voice_mode},
                           **model_work)
-    ui.sample_audio.upload(lambda: {ui.voice_mode: VOICE_MODES[2], ui.imported_code: None}, None,
-                           {ui.voice_mode, ui.imported_code}, queue=False, **private)
-    card_inputs = synthesis_inputs | {ui.card_name}
+    ui.sample_audio.upload(bind(sample_uploaded, ui), ui.sample_audio,
+                           {ui.sample_audio, ui.voice_mode, ui.imported_code}, queue=False, **PRIVATE)
+    card_inputs = _synthesis_inputs(ui) | {ui.card_name}
     ui.export_card.click(bind(export_card, ctx, ui), card_inputs, {ui.card_out, ui.speaker}, **model_work)
-    ui.save_card.click(bind(save_to_library, ctx, ui), card_inputs, None, **model_work)
-    ui.card_in.upload(bind(import_card, ui), ui.card_in,
-                      {ui.voice_mode, ui.voice_seed, ui.speaker, ui.sample_text, ui.imported_code, ui.temperature,
-                       ui.top_p, ui.top_k, ui.audio_seed, ui.text_seed, ui.refine, ui.oral, ui.laugh, ui.brk, ui.speed,
-                       ui.card_name, ui.card_in}, **private)
-    ui.device.change(bind(change_device, ui), ui.device, {ui.engine, ui.precision}, queue=False, **private)
-    ui.engine.change(change_engine, [ui.device, ui.engine], ui.precision, queue=False, **private)
-    for control in (ui.device, ui.precision, ui.threads, ui.engine):
-        control.change(bind(update_settings, ui), {ui.device, ui.precision, ui.threads, ui.engine},
-                       {ui.runtime, ui.in_use}, queue=False, **private)
-    if ctx.serving and ctx.serving.fastest:
-        ui.use_fastest.click(bind(apply_settings, ui, ctx.serving.fastest), None, ui.runtime_controls(), **private)
+    ui.save_card.click(bind(save_to_library, ctx, ui), card_inputs, ui.saved_voice, **model_work)
+    card_fields = {ui.voice_mode, ui.voice_seed, ui.speaker, ui.sample_text, ui.imported_code, ui.temperature, ui.top_p,
+                   ui.top_k, ui.audio_seed, ui.text_seed, ui.refine, ui.oral, ui.laugh, ui.brk, ui.speed, ui.card_name}
+    ui.card_in.upload(bind(import_card, ui), ui.card_in, card_fields | {ui.card_in}, **PRIVATE)
+    ui.saved_voice.focus(bind(saved_voices, ctx, ui), None, ui.saved_voice, queue=False, **PRIVATE)
+    ui.saved_voice.input(bind(pick_saved, ctx, ui), ui.saved_voice, card_fields | {ui.saved_voice}, queue=False,
+                         **PRIVATE)
+
+
+def _wire_runtime(ui: SynthesisTab) -> None:
+    # On a person's pick only (`.input`): Apply, "Use the fastest" and a refresh after a sweep set the controls, the
+    # state and the note together, and a `.change` listener would then call their choice the person's own.
+    choice = {ui.device, ui.engine, ui.precision}
+    settle = dict(fn=bind(update_settings, ui), inputs=choice | {ui.threads}, outputs={ui.runtime, ui.in_use},
+                  queue=False, **PRIVATE)
+    ui.device.input(bind(change_device, ui), choice, {ui.engine, ui.precision}, queue=False, **PRIVATE).then(**settle)
+    ui.engine.input(bind(change_engine, ui), choice, ui.precision, queue=False, **PRIVATE).then(**settle)
+    for control in (ui.precision, ui.threads):
+        control.input(**settle)
+    ui.use_fastest.click(bind(apply_settings, ui), ui.fastest, ui.runtime_controls(), **PRIVATE)
 
 
 def _build_api(ctx: AppContext) -> None:

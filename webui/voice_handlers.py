@@ -8,8 +8,9 @@ from pathlib import Path
 
 import gradio as gr
 
-from chattts_lab.voices import PRESET_VOICES, VoiceCard, parse_card, save_card
-from webui import speech
+from chattts_lab.voices import PRESET_VOICES, VoiceCard, load_card, parse_card, save_card, saved_card_names
+from webui import present, speech
+from webui.security import InvalidUpload, check_audio_upload
 from webui.context import AppContext
 from webui.synthesis_components import SynthesisTab
 from webui.synthesis_form import USER_ERRORS, VOICE_MODES, Form, _seed_text, _voice, build_request
@@ -23,6 +24,18 @@ def pick_preset(ui: SynthesisTab, name):
     if not name:
         return gr.skip()
     return {ui.voice_seed: PRESET_VOICES[name], ui.voice_mode: VOICE_MODES[0]}
+
+
+def sample_uploaded(ui: SynthesisTab, path):
+    """A clip is checked as it arrives (not at Generate): one that is not audio is refused and removed at once."""
+    if not path:
+        return gr.skip()
+    try:
+        check_audio_upload(path)
+    except InvalidUpload as exc:
+        present.warn(f"Sample clip refused: {exc}.")
+        return {ui.sample_audio: None}
+    return {ui.voice_mode: VOICE_MODES[2], ui.imported_code: None}
 
 
 def show_speaker(ctx: AppContext, ui: SynthesisTab, values: dict):
@@ -64,12 +77,36 @@ def export_card(ctx: AppContext, ui: SynthesisTab, values: dict):
 
 
 def save_to_library(ctx: AppContext, ui: SynthesisTab, values: dict):
+    """Save: the voice under its name in the library (a voice name for scripts, and a pick in "Saved voice")."""
     try:
         card = _card_from_form(ctx, ui, values)
     except USER_ERRORS as exc:
         raise gr.Error(str(exc)) from exc
+    replaced = load_card(card.name, ctx.voices_dir) is not None
     save_card(card, ctx.voices_dir)
-    gr.Info(f"Saved voice '{card.name}': the OpenAI-compatible endpoint now accepts voice='{card.name}'.")
+    gr.Info(f"Saved voice '{card.name}'" + (", replacing the one saved under that name before" if replaced else "")
+            + f": pick it in Saved voice; the OpenAI-compatible endpoint accepts voice='{card.name}'.")
+    return {ui.saved_voice: gr.update(choices=saved_card_names(ctx.voices_dir), value=card.name)}
+
+
+def saved_voices(ctx: AppContext, ui: SynthesisTab):
+    """The library's names, read afresh (another page or a script may have saved one)."""
+    return {ui.saved_voice: gr.update(choices=saved_card_names(ctx.voices_dir))}
+
+
+def pick_saved(ctx: AppContext, ui: SynthesisTab, name):
+    """Saved voice: fill the voice and sampling controls from the library's card."""
+    if not name:
+        return gr.skip()
+    try:
+        card = load_card(name, ctx.voices_dir)
+    except USER_ERRORS as exc:
+        present.warn(f"Could not read the saved voice '{name}': {exc}")
+        return gr.skip()
+    if card is None:
+        present.warn(f"No saved voice '{name}' any more (deleted from {ctx.voices_dir.name}?).")
+        return saved_voices(ctx, ui)
+    return _controls_from_card(ui, card)
 
 
 def import_card(ui: SynthesisTab, file):
@@ -80,16 +117,20 @@ def import_card(ui: SynthesisTab, file):
         card = parse_card(Path(file).read_bytes()[: 2 * 1024 * 1024])
     except USER_ERRORS as exc:
         # A warning, not an error: an error would cover every voice control with an error overlay.
-        gr.Warning(f"Could not import that voice card: {exc}", duration=None)
+        present.warn(f"Could not import that voice card: {exc}")
         return {ui.card_in: None}
+    gr.Info(f"Imported voice '{card.name}'.")
+    return {**_controls_from_card(ui, card), ui.card_in: None}
+
+
+def _controls_from_card(ui: SynthesisTab, card: VoiceCard) -> dict:
     mode = VOICE_MODES[1] if card.speaker else VOICE_MODES[2] if card.sample_audio_code else VOICE_MODES[0]
     s, r = card.sampling, card.refine
-    gr.Info(f"Imported voice '{card.name}'.")
     return {
         ui.voice_mode: mode, ui.voice_seed: card.seed, ui.speaker: card.speaker or "",
         ui.sample_text: card.sample_text or "", ui.imported_code: card.sample_audio_code,
         ui.temperature: s.temperature, ui.top_p: s.top_p, ui.top_k: s.top_k,
         ui.audio_seed: _seed_text(s.audio_seed), ui.text_seed: _seed_text(s.text_seed),
         ui.refine: r.enabled, ui.oral: r.oral, ui.laugh: r.laugh, ui.brk: r.break_,
-        ui.speed: card.speed, ui.card_name: card.name, ui.card_in: None,
+        ui.speed: card.speed, ui.card_name: card.name,
     }
