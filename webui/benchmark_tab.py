@@ -76,7 +76,9 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
 
 
 # Each panel builder adds its components to `c` by name.
-EMPTY = figures.all_figures(results_frame([]))  # what each plot shows before there is a sweep
+# What each plot shows before there is a sweep.
+EMPTY = figures.all_figures(results_frame([]), "Run a sweep (or Show one from History): its ok rows are drawn "
+                                               "here")
 
 
 def _sweep_panel(c: dict) -> None:
@@ -107,7 +109,8 @@ def _results_panel(c: dict) -> None:
     with gr.Row():
         c["fig_pareto"] = gr.Plot(EMPTY["pareto"], label="Throughput vs latency (Pareto front)", elem_id="fig-pareto")
         c["fig_memory"] = gr.Plot(EMPTY["memory"], label="Peak memory", elem_id="fig-memory")
-    c["fig_roofline"] = gr.Plot(EMPTY["roofline"], label="Distance from the memory-bandwidth floor", elem_id="fig-roofline")
+    c["fig_roofline"] = gr.Plot(EMPTY["roofline"], label="Distance from the memory-bandwidth floor",
+                                elem_id="fig-roofline")
     with gr.Row():
         c["reports_btn"] = gr.Button("Download CSV / JSON / HTML", elem_id="sw-reports")
         c["reports"] = gr.File(label="Reports (CSV, JSON, HTML)", file_count="multiple", elem_id="sw-report-files")

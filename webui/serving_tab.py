@@ -87,7 +87,12 @@ def _view(status: str, levels: list[dict], run_id: int | None):
     if not frame.empty:  # the run in progress: its levels so far, under the run's own number
         frame.insert(0, "sweep_id", run_id)
         frame.insert(1, "machine", "this machine")
-    return status, _table(frame), plots.serving_latency(frame), plots.serving_throughput(frame)
+    return status, _table(frame), *_figures(frame)
+
+
+def _figures(levels: pd.DataFrame) -> tuple:
+    """The two serving plots (each says so when it has no level to draw)."""
+    return plots.serving_latency(levels), plots.serving_throughput(levels)
 
 
 def _table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -112,7 +117,7 @@ def runs_choices(ctx: AppContext) -> list[tuple[str, int]]:
 def show_runs(ctx: AppContext, sweep_ids):
     """Past serving runs (from any machine imported into the history) side by side."""
     levels = serving_frame(ctx.history_db, [int(s) for s in sweep_ids or []])
-    return _table(levels), plots.serving_latency(levels), plots.serving_throughput(levels)
+    return _table(levels), *_figures(levels)
 
 
 def build_serving_tab(ctx: AppContext) -> None:
@@ -136,8 +141,9 @@ def build_serving_tab(ctx: AppContext) -> None:
     table = gr.DataFrame(_table(pd.DataFrame()), label="Load levels: a row per level once a run starts (or Show "
                          "picks runs from the history)", interactive=False, elem_id="sv-table")
     with gr.Row():
-        fig_latency = gr.Plot(label="Latency vs users", elem_id="sv-fig-latency")
-        fig_throughput = gr.Plot(label="Throughput vs users", elem_id="sv-fig-throughput")
+        empty_latency, empty_throughput = _figures(pd.DataFrame())
+        fig_latency = gr.Plot(empty_latency, label="Latency vs users", elem_id="sv-fig-latency")
+        fig_throughput = gr.Plot(empty_throughput, label="Throughput vs users", elem_id="sv-fig-throughput")
     gr.Markdown("### Serving runs in the history")
     with gr.Row():
         pick = gr.Dropdown([], multiselect=True, label="Runs", elem_id="sv-pick")

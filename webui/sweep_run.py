@@ -181,10 +181,10 @@ class SweepView:
         """The table and the plots narrowed to the rows the filters keep (none chosen in a filter: all pass)."""
         if df is None or len(df) == 0:
             return {}
-        keep = df["device"].isin(devs or df["device"].unique()) & df["precision"].isin(precs or df["precision"].unique())
-        keep &= df["status"].isin(statuses or df["status"].unique())
+        keep = pd.Series(True, index=df.index)
+        for column, chosen in (("device", devs), ("precision", precs), ("status", statuses)):
+            keep &= df[column].isin(chosen or df[column].unique())
         shown = df[keep]
         note = "No row matches these filters: clear one (its ×) to see the rows again." if shown.empty else ""
         out = {self.table: display_frame(shown), self.filter_note: note}
-        figs = figures.all_figures(shown, note) if note else figures.all_figures(shown)
-        return out | {self.plots[name]: fig for name, fig in figs.items()}
+        return out | {self.plots[name]: fig for name, fig in figures.all_figures(shown, note or None).items()}

@@ -65,7 +65,8 @@ async def _generate_batches(ctx: AppContext, ui: SynthesisTab, settings: Runtime
                                                     measurements=_merged([o.measurements for o in outs]))
     path, m = _result(ctx, joined, model, {"batches": len(outs)} if len(outs) > 1 else None)
     return {ui.audio: gr.update(value=path, autoplay=True), ui.measurements: m,
-            ui.metrics: present.metrics_markdown(m), ui.banner: present.banner_html(joined.synthetic, model.source.note)}
+            ui.metrics: present.metrics_markdown(m),
+            ui.banner: present.banner_html(joined.synthetic, model.source.note)}
 
 
 def _merged(parts: list[Measurements]) -> Measurements:

@@ -181,8 +181,9 @@ def _wire_voices(ctx: AppContext, ui: SynthesisTab) -> None:
     ui.preset.change(bind(pick_preset, ui), ui.preset, {ui.voice_seed, ui.voice_mode}, queue=False, **PRIVATE)
     ui.show_speaker.click(bind(show_speaker, ctx, ui), {ui.runtime, ui.voice_seed}, {ui.speaker, ui.voice_mode},
                           **model_work)
+    # Queued, as every handler that may warn: Gradio shows toasts only for queued events.
     ui.sample_audio.upload(bind(sample_uploaded, ui), ui.sample_audio,
-                           {ui.sample_audio, ui.voice_mode, ui.imported_code}, queue=False, **PRIVATE)
+                           {ui.sample_audio, ui.voice_mode, ui.imported_code}, concurrency_limit=None, **PRIVATE)
     card_inputs = _synthesis_inputs(ui) | {ui.card_name}
     ui.export_card.click(bind(export_card, ctx, ui), card_inputs, {ui.card_out, ui.speaker}, **model_work)
     ui.save_card.click(bind(save_to_library, ctx, ui), card_inputs, ui.saved_voice, **model_work)
@@ -190,8 +191,8 @@ def _wire_voices(ctx: AppContext, ui: SynthesisTab) -> None:
                    ui.top_k, ui.audio_seed, ui.text_seed, ui.refine, ui.oral, ui.laugh, ui.brk, ui.speed, ui.card_name}
     ui.card_in.upload(bind(import_card, ui), ui.card_in, card_fields | {ui.card_in}, **PRIVATE)
     ui.saved_voice.focus(bind(saved_voices, ctx, ui), None, ui.saved_voice, queue=False, **PRIVATE)
-    ui.saved_voice.input(bind(pick_saved, ctx, ui), ui.saved_voice, card_fields | {ui.saved_voice}, queue=False,
-                         **PRIVATE)
+    ui.saved_voice.input(bind(pick_saved, ctx, ui), ui.saved_voice, card_fields | {ui.saved_voice},
+                         concurrency_limit=None, **PRIVATE)
 
 
 def _wire_runtime(ui: SynthesisTab) -> None:
