@@ -77,7 +77,7 @@ def test_sweep_form_mistakes_are_one_line_naming_the_box_and_the_quick_preset_sa
     # Empty placeholders say what will appear, not "1 2 3" headers or bare frames.
     heads = page.locator("#sw-table th").all_inner_texts()
     assert any("engine" in h for h in heads) and not {"1", "2", "3"} <= {h.strip() for h in heads}, heads
-    expect(page.locator("#fig-latency")).to_contain_text("Run a sweep")
+    expect(page.locator("#fig-latency")).to_contain_text("Run a sweep", timeout=LONG)  # plotly loads lazily
 
     set_text(page, "sw-batches", "1-100000")
     estimate = page.locator("#sw-estimate")
@@ -105,7 +105,7 @@ def test_after_a_sweep_every_panel_follows_it(page):
     set_text(page, "sw-batches", "1")
     set_text(page, "sw-tokens", "8")
     # the quick preset's stock and lab: stock alone is quicker
-    page.locator("#sw-engines label").filter(has_text=re.compile("^lab$")).locator("input").uncheck()
+    page.locator("#sw-engines").get_by_label("lab", exact=True).uncheck()
     set_number(page, "sw-warmup", 0)
     page.uncheck("#sw-fidelity input")
     expect(page.locator("#sw-estimate")).to_contain_text("2 cell(s)", timeout=LONG)  # stock fp32 and int8

@@ -86,7 +86,7 @@ def save_to_library(ctx: AppContext, ui: SynthesisTab, values: dict):
     save_card(card, ctx.voices_dir)
     gr.Info(f"Saved voice '{card.name}'" + (", replacing the one saved under that name before" if replaced else "")
             + f": pick it in Saved voice; the OpenAI-compatible endpoint accepts voice='{card.name}'.")
-    return {ui.saved_voice: gr.update(choices=saved_card_names(ctx.voices_dir), value=card.name)}
+    return {ui.saved_voice: gr.update(choices=saved_card_names(ctx.voices_dir))}
 
 
 def saved_voices(ctx: AppContext, ui: SynthesisTab):
