@@ -22,7 +22,8 @@ from webui import openai_api, present, security, speech  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
 from webui.context import AppContext, bind  # noqa: E402
 from webui.runtime import RuntimeSettings, ServingChoice, describe  # noqa: E402
-from webui.synthesis_tab import apply_settings, build_synthesis_tab  # noqa: E402
+from webui.synthesis_handlers import apply_settings, refresh_serving  # noqa: E402
+from webui.synthesis_tab import build_synthesis_tab  # noqa: E402
 
 MODEL_NAMES = ("auto", "hf", "synthetic", "synthetic-full", "synthetic-tiny")
 HEADER = """# ChatTTS Lab
@@ -38,12 +39,17 @@ def build_app(ctx: AppContext) -> gr.Blocks:
                 synth = build_synthesis_tab(ctx)
             with gr.Tab("Benchmark", id="benchmark"):
                 bench = build_benchmark_tab(ctx)
-        # The benchmark's recommendation flows into the synthesis tab's runtime controls.
+        # The benchmark's recommendation (for the sweep on the page, under its memory budget) flows into the
+        # synthesis tab's runtime controls; after a sweep, and when a page opens, the synthesis tab shows what
+        # the history now says (webui.runtime.serving_choice).
         for button in (synth.apply_best, bench.apply_best):
-            button.click(bind(recommended_or_latest, ctx), bench.recommended, bench.recommended,
+            button.click(bind(recommended_or_latest, ctx), [bench.results, bench.budget], bench.recommended,
                          api_visibility="private").success(bind(apply_settings, synth), bench.recommended,
                                                           synth.runtime_controls(), api_visibility="private")
-        demo.load(bench.on_load, None, bench.load_outputs, api_visibility="private")
+        serving = dict(fn=bind(refresh_serving, ctx, synth), inputs={synth.runtime, synth.in_use},
+                       outputs=synth.runtime_controls() | {synth.fastest, synth.use_fastest}, api_visibility="private")
+        bench.sweep_done.then(**serving)
+        demo.load(bench.on_load, None, bench.load_outputs, api_visibility="private").then(**serving)
     return demo
 
 

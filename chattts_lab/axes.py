@@ -16,6 +16,8 @@ class SpecError(ValueError):
 
 _RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")
 _ON_OFF = {"on": True, "off": False, "1": True, "0": False, "true": True, "false": False, "yes": True, "no": False}
+MAX_RANGE_VALUES = 4096  # larger than any axis can take (threads 1..4096); refused before it is built
+
 
 def int_list(text: str) -> tuple[int, ...]:
     """'1,4,8', ranges '1-8' (step 1), '1-8+2' (step 2), '1-16*2' (doubling)."""
@@ -35,6 +37,9 @@ def int_list(text: str) -> tuple[int, ...]:
 def _expand_range(item: str, lo: int, hi: int, op: str | None, step: int) -> list[int]:
     if hi < lo or step < 1 or (op == "*" and (step < 2 or lo < 1)):
         raise SpecError(f"bad range {item!r}: use lo-hi, lo-hi+step or lo-hi*factor")
+    count = (hi - lo) // step + 1 if op != "*" else 0  # a doubling range stays short
+    if count > MAX_RANGE_VALUES:
+        raise SpecError(f"{item!r} asks for {count:,} values; one range gives at most {MAX_RANGE_VALUES:,}")
     values, v = [], lo
     while v <= hi:
         values.append(v)

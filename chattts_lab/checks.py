@@ -38,8 +38,23 @@ def problems(adapter: TypeAdapter, data: Any, rules: Mapping[str, str]) -> list[
 
 
 def sentences(exc: ValidationError, rules: Mapping[str, str]) -> list[str]:
-    said = (sentence(err, rules) for err in exc.errors())
+    """One sentence per problem; a list whose items break one rule gets one sentence, however many items (a
+    range may ask for thousands)."""
+    errors, by_rule = [], {}
+    for err in exc.errors():
+        name = str(err["loc"][0]) if err["loc"] else ""
+        if err["type"] in _RULED and name in rules and len(err["loc"]) == 2:
+            by_rule.setdefault(name, []).append(err["input"])
+        else:
+            errors.append(err)
+    said = [sentence(err, rules) for err in errors]
+    said += [rules[name].format(input=_some(values)) for name, values in by_rule.items()]
     return list(dict.fromkeys(s for s in said if s))
+
+
+def _some(values: list) -> str:
+    shown = ", ".join(map(str, values[:3]))
+    return shown + (f" and {len(values) - 3:,} more" if len(values) > 3 else "")
 
 
 def sentence(err: dict, rules: Mapping[str, str]) -> str | None:

@@ -66,8 +66,10 @@ def latency_vs_batch(df: pd.DataFrame) -> go.Figure:
     if ok.empty:
         return _empty(title, not_ok)
     ok = _with_series(ok, ("batch_size",)).sort_values("batch_size")
-    fig = px.line(ok, x="batch_size", y="latency_p50_s", error_y="latency_std_s", color="series", markers=True,
-                  labels=LABELS, title=_title(title, not_ok))
+    # the bar down stops at 0 s: a latency is never negative, however wide its spread
+    ok["latency_down_s"] = ok[["latency_std_s", "latency_p50_s"]].min(axis=1)
+    fig = px.line(ok, x="batch_size", y="latency_p50_s", error_y="latency_std_s", error_y_minus="latency_down_s",
+                  color="series", markers=True, labels=LABELS, title=_title(title, not_ok))
     fig.update_xaxes(type="category")
     return fig
 

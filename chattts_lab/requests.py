@@ -149,7 +149,8 @@ def decode_speaker(text: str):
     try:
         values = Speaker._decode(text)
     except Exception as exc:  # lzma/base16384 raise several types for garbage
-        raise InvalidRequest(f"speaker string is malformed or truncated ({type(exc).__name__})") from exc
+        raise InvalidRequest("speaker string is malformed or truncated: copy the whole string again (from \"Show "
+                             "the speaker string\" or a voice card)") from exc
     if values.shape != (SPEAKER_DIM,) or not np.isfinite(values).all():
         raise InvalidRequest(f"speaker string decodes to {values.size} values; a ChatTTS speaker has {SPEAKER_DIM}")
     return values

@@ -181,5 +181,5 @@ def test_each_replica_asks_ray_for_its_threads_cpus_or_one_gpu():
     assert on_gpus.replica_options()["ray_actor_options"] == {"num_cpus": 1, "num_gpus": 1}
     with pytest.raises(SpecError, match="replicas must be 1..1024, got 0"):
         plan_from_args(parse_args(["--replicas", "0"]))
-    with pytest.raises(SpecError, match="cannot serve turbo · fp32 · cpu · 1 threads: unknown engine 'turbo'"):
+    with pytest.raises(SpecError, match="cannot serve turbo · fp32 · cpu · 1 thread: unknown engine 'turbo'"):
         plan_from_args(parse_args(["--engine", "turbo"]))

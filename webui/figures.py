@@ -35,8 +35,15 @@ FIGURES = {"latency": plots.latency_vs_batch, "rtf": plots.rtf_by_precision,
            "pareto": throughput_vs_latency_pareto, "memory": plots.peak_memory, "roofline": plots.roofline_by_config}
 
 
-def all_figures(df: pd.DataFrame) -> dict[str, go.Figure]:
-    return {name: make(df) for name, make in FIGURES.items()}
+def all_figures(df: pd.DataFrame, empty_note: str | None = None) -> dict[str, go.Figure]:
+    """Every figure of `df`; with no rows at all, `empty_note` (when given) says what will appear there, and how."""
+    figs = {name: make(df) for name, make in FIGURES.items()}
+    if empty_note and len(df) == 0:
+        for fig in figs.values():
+            fig.layout.annotations = []
+            fig.add_annotation(text=empty_note, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+                               font=dict(size=14, color="#666"))
+    return figs
 
 
 def gain_sentence(df: pd.DataFrame, cells: Sequence[CellResult]) -> str:

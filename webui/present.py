@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import html
 
+import gradio as gr
+
 from chattts_lab import SYNTHETIC_WARNING
+
+WARNING_S = 12  # a mistake's toast closes by itself: toasts that stay pile up ("Error (5)")
 
 STAGE_LABELS = {
     "refine_s": "refine text",
@@ -48,6 +52,21 @@ def metrics_markdown(m: dict) -> str:
         share = 100 * secs / wall if wall else 0
         lines.append(f"| {label} | {secs:.3f} | {share:.0f} % |")
     return "\n".join(lines)
+
+
+def rounded(df, digits: int = 4):
+    """A table's float columns to `digits` significant digits: what a person reads, not 17 of them."""
+    out = df.copy()
+    for c in out.columns:
+        if out[c].dtype.kind == "f":
+            out[c] = out[c].map(lambda v: float(f"{v:.{digits}g}") if v == v else v)  # v != v: NaN stays NaN
+    return out
+
+
+def warn(message: str) -> None:
+    """Tell a person what went wrong and what to do, in a toast that closes by itself. A handler that warns and
+    returns (instead of raising gr.Error) leaves its outputs as they were: an error covers each with a badge."""
+    gr.Warning(message, duration=WARNING_S)
 
 
 def banner_html(synthetic: bool, note: str = "") -> str:

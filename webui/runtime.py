@@ -66,9 +66,12 @@ def cannot_run_here(settings: dict) -> str | None:
 
 
 def describe(settings: RuntimeSettings) -> str:
-    threads = settings.threads
-    count = "torch's default threads" if threads is None else f"{threads} thread{'s' if threads != 1 else ''}"
-    return f"{settings.engine} · {settings.precision} · {settings.device} · {count}"
+    threads = "torch's default threads" if settings.threads is None else plural(settings.threads, "thread")
+    return f"{settings.engine} · {settings.precision} · {settings.device} · {threads}"
+
+
+def plural(n, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def max_threads() -> int:

@@ -17,8 +17,9 @@ from chattts_lab import plots
 from chattts_lab.serving import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
                                  run_serving, serving_frame)
 from chattts_lab.spec import SpecError, as_text, spec_argv
+from webui import present
 from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
-from webui.runtime import engines_for, precisions_for
+from webui.runtime import engines_for, plural, precisions_for
 
 TABLE = ["sweep_id", "machine", "max_batch", "users", "rate", "ok", "errors", "lost", "audio_s_per_s", "queue_p90_s",
          "ttfb_p90_s", "ttfa_p50_s", "ttfa_p90_s", "latency_p50_s", "latency_p90_s", "batch_sizes", "config"]
@@ -47,12 +48,13 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
     spec = serving_spec(ctx, users, max_batch, requests, tokens, stream, engine, precision)
     session = request.session_hash if request else uuid.uuid4().hex
     flag = STOPS.start(session)
-    levels, status = [], f"Starting: `{cli_command(ctx, spec)}`"
-    yield _view(status, levels)
+    levels, status, run_id = [], f"Starting: `{cli_command(ctx, spec)}`", None
+    yield _view(status, levels, run_id)
     try:
         with ctx.model_work:  # this app's model stays idle while the measured apps run
             for event in run_serving(spec, ctx.history_db, should_stop=flag.is_set):
                 if isinstance(event, ServeStarted):
+                    run_id = event.sweep_id
                     status = f"Serving run {event.sweep_id}: {event.levels} load levels (an app starts per batch limit)."
                 elif isinstance(event, LevelStarted):
                     status = f"Level {event.index + 1}: {_load(event.level)}, max batch {event.level['max_batch']}…"
@@ -61,7 +63,7 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
                 elif isinstance(event, ServeFinished):
                     gains = [g for u in spec.users if (g := batching_gain(event.summaries, u))]
                     status = " ".join([f"Serving run {event.sweep_id} {event.status}.", *gains])
-                yield _view(status, levels)
+                yield _view(status, levels, run_id)
     except RuntimeError as exc:  # an app that would not start or serve: its log tail says why
         raise gr.Error(str(exc)) from None
     finally:
@@ -69,24 +71,31 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
 
 
 def _load(level: dict) -> str:
-    return f"{level['users']} users" if level.get("users") else f"{level['rate']:g} requests/s"
+    return plural(level["users"], "user") if level.get("users") else f"{level['rate']:g} requests/s"
 
 
-def _view(status: str, levels: list[dict]):
+def _view(status: str, levels: list[dict], run_id: int | None):
     frame = pd.DataFrame(levels)
-    if not frame.empty:  # the run in progress: not yet a row of the history
-        frame.insert(0, "sweep_id", 0)
+    if not frame.empty:  # the run in progress: its levels so far, under the run's own number
+        frame.insert(0, "sweep_id", run_id)
         frame.insert(1, "machine", "this machine")
-    return status, _table(frame), plots.serving_latency(frame), plots.serving_throughput(frame)
+    return status, _table(frame), *_figures(frame)
+
+
+def _figures(levels: pd.DataFrame) -> tuple:
+    """The two serving plots (each says so when it has no level to draw)."""
+    return plots.serving_latency(levels), plots.serving_throughput(levels)
 
 
 def _table(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame(columns=TABLE)
-    shown = frame.reindex(columns=TABLE)
-    shown["batch_sizes"] = shown["batch_sizes"].map(lambda sizes: ", ".join(f"{k}: {v}" for k, v in sizes.items())
-                                                    if isinstance(sizes, dict) else sizes)
-    return shown.round(3)
+    # A closed-loop run (users) has no arrival rate, an open-loop one no users: show only what was measured.
+    shown = frame.reindex(columns=TABLE).dropna(axis=1, how="all")
+    if "batch_sizes" in shown:
+        shown["batch_sizes"] = shown["batch_sizes"].map(lambda sizes: ", ".join(f"{k}: {v}" for k, v in sizes.items())
+                                                        if isinstance(sizes, dict) else sizes)
+    return present.rounded(shown)
 
 
 def runs_choices(ctx: AppContext) -> list[tuple[str, int]]:
@@ -100,7 +109,7 @@ def runs_choices(ctx: AppContext) -> list[tuple[str, int]]:
 def show_runs(ctx: AppContext, sweep_ids):
     """Past serving runs (from any machine imported into the history) side by side."""
     levels = serving_frame(ctx.history_db, [int(s) for s in sweep_ids or []])
-    return _table(levels), plots.serving_latency(levels), plots.serving_throughput(levels)
+    return _table(levels), *_figures(levels)
 
 
 def build_serving_tab(ctx: AppContext) -> None:
@@ -123,10 +132,12 @@ def build_serving_tab(ctx: AppContext) -> None:
         run = gr.Button("Run serving benchmark", variant="primary", elem_id="sv-run")
         stop = gr.Button("Stop", variant="stop", elem_id="sv-stop")
     status = gr.Markdown(elem_id="sv-status")
-    table = gr.DataFrame(label="Load levels", interactive=False, elem_id="sv-table")
+    table = gr.DataFrame(_table(pd.DataFrame()), label="Load levels: a row per level once a run starts (or Show "
+                         "picks runs from the history)", interactive=False, elem_id="sv-table")
     with gr.Row():
-        fig_latency = gr.Plot(label="Latency vs users", elem_id="sv-fig-latency")
-        fig_throughput = gr.Plot(label="Throughput vs users", elem_id="sv-fig-throughput")
+        empty_latency, empty_throughput = _figures(pd.DataFrame())
+        fig_latency = gr.Plot(empty_latency, label="Latency vs users", elem_id="sv-fig-latency")
+        fig_throughput = gr.Plot(empty_throughput, label="Throughput vs users", elem_id="sv-fig-throughput")
     gr.Markdown("### Serving runs in the history")
     with gr.Row():
         pick = gr.Dropdown([], multiselect=True, label="Runs", elem_id="sv-pick")

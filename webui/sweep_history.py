@@ -1,0 +1,153 @@
+"""The History tab's handlers (load, compare, bundles), the report files, and the recommendation."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import gradio as gr
+import pandas as pd
+
+from chattts_lab import env as lab_env
+from chattts_lab import plots
+from chattts_lab.compare import compare_sweeps as compare_ratios
+from chattts_lab.compare import sweep_comparison
+from chattts_lab.recommend import recommend
+from chattts_lab.report import write_reports
+from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
+from webui.context import AppContext
+from webui import present
+from webui.present import WARNING_S
+from webui.sweep_run import SweepUpdate
+
+HISTORY_COLUMNS = ["id", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
+                   "noisy"]
+COMPARE_METRICS = ["latency_p50_s", "rtf", "audio_s_per_s", "step_ms", "peak_rss_mb", "ttfa_s"]
+
+
+def _sweep_choices(frame: pd.DataFrame, kinds=("sweep", "serve")) -> list[tuple[str, int]]:
+    """History's runs as picker entries; a serving run says so (its rows are load levels, not cells)."""
+    return [(f"#{r.id} {r.created_at[:19]} {r.status} · {r.machine or '?'} · "
+             + (f"{r.n_ok}/{r.n_cells} ok" if r.kind == "sweep" else "serving run (its levels are in the Serving tab)"),
+             int(r.id)) for r in frame.itertuples() if r.kind in kinds]
+
+
+def load_sweeps(ctx: AppContext, sweep_ids) -> SweepUpdate:
+    """Stored sweeps, to show in the results table and plots."""
+    if not sweep_ids:
+        raise gr.Error("Pick one or more sweeps from the history first.")
+    ids = [int(i) for i in sweep_ids]
+    df = cells_frame(ctx.history_db, ids)
+    with Store(ctx.history_db) as store:  # the same rows in the same order as cells_frame, with their timed calls
+        cells = [r for sid in ids if store.sweep(sid) for r in store.results(sid)]
+    return SweepUpdate(results=df, status=f"Showing sweep(s) {', '.join(map(str, sweep_ids))}.", cells=cells)
+
+
+def compare_sweeps(ctx: AppContext, a, b, metric: str):
+    """(side-by-side table, figure, markdown naming each sweep's machine and giving each configuration's speed
+    ratio, B against A, with its interval)."""
+    if a is None or b is None or a == b:
+        raise gr.Error("Pick two different sweeps to compare.")
+    ids = [int(a), int(b)]
+    table = present.rounded(compare_frame(ctx.history_db, ids, metric))
+    fig = plots.compare_machines(cells_frame(ctx.history_db, ids), metric)
+    envs = []
+    with Store(ctx.history_db) as store:
+        for sid in ids:
+            sweep = store.sweep(sid)
+            envs.append(f"- **#{sid}** ({sweep['created_at'][:16]}): {lab_env.summary(sweep['environment'])}"
+                        if sweep else f"- #{sid}: missing")
+    ratios = compare_ratios(ctx.history_db, ids)  # from each configuration's raw timed calls, with an interval
+    speeds = [f"- {r.configuration}: {r.phrase}" for r in ratios.itertuples()] or ["- no configuration ok in both"]
+    return table, fig, "\n".join(envs + ["", f"**Speed, sweep #{ids[1]} against #{ids[0]}:**", *speeds])
+
+
+def import_bundle_handler(ctx: AppContext, file):
+    if not file:
+        return gr.skip()
+    try:
+        new, skipped = import_bundle(ctx.history_db, file)
+    except BundleError as exc:
+        gr.Warning(f"Could not import that bundle: {exc}", duration=None)
+        return None
+    gr.Info(f"Imported sweep(s) {', '.join(map(str, new)) or 'none'}; {len(skipped)} already present.")
+    return None
+
+
+def export_bundle_handler(ctx: AppContext, sweep_ids):
+    if not sweep_ids:
+        raise gr.Error("Pick the sweeps to export from the history first.")
+    out = ctx.files_dir / f"bundle-{uuid.uuid4().hex[:8]}" / "chattts-lab-bundle.json"
+    return str(export_bundle(ctx.history_db, out, [int(i) for i in sweep_ids]))
+
+
+def download_reports(ctx: AppContext, df: pd.DataFrame | None, sweep_id):
+    if df is None or len(df) == 0:
+        raise gr.Error("Run or load a sweep first.")
+    env, fidelity, meta, comparisons = {}, [], None, None
+    ids = sorted(set(df["sweep_id"])) if "sweep_id" in df else [sweep_id] if sweep_id else []
+    if len(ids) == 1:
+        with Store(ctx.history_db) as store:
+            sweep = store.sweep(int(ids[0]))
+            fidelity = store.fidelity(int(ids[0]))
+        if sweep:
+            env, meta = sweep["environment"], {k: sweep[k] for k in ("id", "uuid", "created_at", "status", "spec")}
+            comparisons = sweep_comparison(ctx.history_db, int(ids[0]))  # drift and every ratio with its interval
+    frame = df.drop(columns=[c for c in ("sweep_id", "machine", "created_at") if c in df])
+    out_dir = ctx.files_dir / f"report-{uuid.uuid4().hex[:8]}"
+    paths = write_reports(frame, env, fidelity, out_dir, ("csv", "json", "html"), meta, comparisons=comparisons)
+    return [str(p) for p in paths.values()]
+
+
+def recommend_for(df: pd.DataFrame | None, budget_mb: float | None):
+    """(the recommendation's sentence, the settings the Synthesis tab applies or None)."""
+    rec = recommend(df if df is not None else pd.DataFrame(), float(budget_mb) if budget_mb else None)
+    return rec.reason, rec.settings
+
+
+
+@dataclass(frozen=True)
+class HistoryView:
+    """The History tab's list of sweeps and every picker that offers them."""
+
+    table: gr.DataFrame
+    pick: gr.Dropdown
+    cmp_a: gr.Dropdown
+    cmp_b: gr.Dropdown
+
+    def outputs(self) -> set:
+        return {self.table, self.pick, self.cmp_a, self.cmp_b}
+
+    def refresh(self, ctx: AppContext) -> dict:
+        frame = sweeps_frame(ctx.history_db)
+        show = present.rounded(frame[HISTORY_COLUMNS], 3)
+        sweeps = gr.update(choices=_sweep_choices(frame, ("sweep",)))  # compare cells of sweeps only
+        return {self.table: show, self.pick: gr.update(choices=_sweep_choices(frame)), self.cmp_a: sweeps,
+                self.cmp_b: sweeps}
+
+
+@dataclass(frozen=True)
+class RecommendView:
+    budget: gr.Slider
+    text: gr.Markdown
+    settings: gr.State
+
+    def show(self, df: pd.DataFrame | None, budget_mb) -> dict:
+        reason, settings = recommend_for(df, budget_mb)
+        return {self.text: reason, self.settings: settings}
+
+
+
+def recommended_or_latest(ctx: AppContext, results: pd.DataFrame | None, budget_mb: float | None = None):
+    """Apply: the recommendation for the sweep on the page under the memory budget set, else for the latest sweep
+    in the history; when none fits, the recommendation's own reason (as "nothing fits in 512 MB")."""
+    if results is None or len(results) == 0:
+        frame = sweeps_frame(ctx.history_db)
+        frame = frame[frame["kind"] == "sweep"] if not frame.empty else frame
+        if frame.empty:
+            raise gr.Error("No recommendation yet: run a sweep in the Benchmark tab first.", duration=WARNING_S)
+        results = cells_frame(ctx.history_db, [int(frame["id"].iloc[0])])
+    rec = recommend(results, float(budget_mb) if budget_mb else None)
+    if rec.settings is None:
+        raise gr.Error(rec.reason, duration=WARNING_S)
+    return rec.settings

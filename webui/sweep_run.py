@@ -1,0 +1,190 @@
+"""Running a sweep from the page: its progress, results and status as `SweepUpdate`s, Stop, the table's filters,
+where a sweep is shown (`SweepView`) and the `/run_sweep` API."""
+
+from __future__ import annotations
+
+import html
+import uuid
+from dataclasses import dataclass, replace
+from typing import Iterator, Sequence
+
+import gradio as gr
+import pandas as pd
+
+from chattts_lab.grid import describe
+from chattts_lab.report import results_frame, shown_columns
+from chattts_lab.results import CellResult
+from chattts_lab.spec import SweepSpec
+from chattts_lab.sweep import (CellFinished, CellStarted, FidelityStarted, PassStarted, SweepFinished, SweepPlanned,
+                               SweepStarted, run_sweep)
+from webui import figures
+from webui.context import AppContext, StopFlags
+from webui.sweep_form import ON_OFF, SweepForm, spec_from_form
+
+STOPS = StopFlags({})
+
+
+@dataclass(frozen=True)
+class SweepUpdate:
+    """One step of a running sweep as the UI shows it; None leaves that part as it is."""
+
+    progress: str | None = None
+    results: pd.DataFrame | None = None
+    status: str | None = None
+    sweep_id: int | None = None
+    cells: Sequence[CellResult] = ()  # the rows of `results`, in order, with their raw timed calls
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a sweep is. Interleaved cells end only with the last pass, so until then the bar counts the timed
+    calls of the passes started (`calls` of `total_calls`); `done` counts cells with a row."""
+
+    total: int  # cells in the sweep
+    done: int = 0
+    pass_no: int = 0  # 1-based number of the pass running; 0 before the first
+    passes: int = 0
+    calls: int = 0  # timed calls of the passes started so far
+    total_calls: int = 0
+
+    def html(self, text: str) -> str:
+        value, top = (self.calls, self.total_calls) if self.total_calls and self.done < self.total else (
+            self.done, self.total)
+        pct = 100 * value / top if top else 0
+        return (f'<div class="sweep-progress" data-done="{self.done}" data-total="{self.total}" '
+                f'data-pass="{self.pass_no}" data-passes="{self.passes}" data-calls="{self.calls}" '
+                f'data-total-calls="{self.total_calls}">'
+                f'<progress max="{max(top, 1)}" value="{value}" style="width:100%"></progress>'
+                f"<div>{html.escape(text)} ({pct:.0f} %)</div></div>")
+
+
+def display_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """What the table shows: the report's columns, numbers rounded, failed cells kept with their reason."""
+    cols = ["sweep_id"] * ("sweep_id" in df) + [c for c in shown_columns(df) if c in df]
+    out = df[cols].copy()
+    for c in out.columns:
+        if out[c].dtype.kind == "f":
+            out[c] = out[c].round(4)
+    return out
+
+
+FINISH_NOTES = {"finished": "finished", "cancelled": "stopped: every finished row is kept", "interrupted": "interrupted"}
+
+
+def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str) -> Iterator[SweepUpdate]:
+    """Run a sweep, describing its progress after every event; the Stop button of `session` ends it."""
+    flag = STOPS.start(session)
+    results, sweep_id, plan = [], None, ""
+    progress = Progress(total=len(spec.expand()))
+    try:
+        with ctx.model_work:  # nothing else touches the CPU's model work while cells are timed
+            for event in run_sweep(spec, ctx.history_db, should_stop=flag.is_set):
+                if isinstance(event, SweepStarted):
+                    sweep_id = event.sweep_id
+                    yield SweepUpdate(progress.html("starting"), results_frame(results),
+                                      f"Sweep {sweep_id} running: {progress.total} cell(s).", sweep_id, results)
+                elif isinstance(event, CellStarted):
+                    # once per cell: when its process starts (interleaved cells then wait for their passes)
+                    eta = f", about {describe(event.eta_s)} left" if event.eta_s else ""
+                    yield SweepUpdate(progress.html(f"measuring {event.config.label}{eta}"))
+                elif isinstance(event, SweepPlanned):
+                    plan = event.plan
+                    yield SweepUpdate(progress.html("workers loaded"), status=f"Sweep {sweep_id} running. {plan}")
+                elif isinstance(event, PassStarted):
+                    calls = progress.calls if progress.pass_no else 0
+                    progress = replace(progress, pass_no=event.pass_no + 1, passes=event.passes,
+                                       calls=calls + len(event.order),
+                                       total_calls=calls + len(event.order) * (event.passes - event.pass_no))
+                    yield SweepUpdate(progress.html(f"pass {event.pass_no + 1} of {event.passes}: one timed call "
+                                                    f"of each of {len(event.order)} cell(s)"))
+                elif isinstance(event, CellFinished):
+                    results.append(event.result)
+                    progress = replace(progress, done=len(results))
+                    label = f"{event.result.config.label}: {event.result.status}"
+                    yield SweepUpdate(progress.html(label), results_frame(results), cells=list(results))
+                elif isinstance(event, FidelityStarted):
+                    yield SweepUpdate(progress.html(f"fidelity check: {event.precision} on {event.device} vs fp32"))
+                elif isinstance(event, SweepFinished):
+                    note = FINISH_NOTES.get(event.status, event.status)
+                    # a stopped sweep's bar shows what was measured, not its cancelled rows
+                    progress = replace(progress, done=sum(r.status != "cancelled" for r in event.results))
+                    drift = (event.drift or {}).get("sentence", "")
+                    yield SweepUpdate(progress.html(note), results_frame(event.results),
+                                      " ".join(filter(None, [f"Sweep {sweep_id} {note}.", drift, plan])), sweep_id,
+                                      event.results)
+    finally:
+        STOPS.done(session)
+
+
+def stop_handler(request: gr.Request = None):
+    if not STOPS.stop(request.session_hash if request else ""):
+        gr.Info("No sweep of yours is running.")
+    else:
+        gr.Info("Stopping: the running cell is ended and every finished row is kept.")
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in str(text).split(",") if t.strip())
+
+
+def api_run_sweep(ctx: AppContext, devices: str = "cpu", precisions: str = "fp32", batches: str = "1",
+                  threads: str = "", tokens: str = "32", repeats: int = 1, stream: bool = False,
+                  engines: str = "stock", compile: bool = False, warmup: int = 0, min_time_s: float = 0.0,
+                  fidelity: bool = False, passes: int = SweepSpec.passes):
+    """The `/run_sweep` API: comma lists as in `python -m bench` (empty threads: every usable core); returns the
+    results table when done. The first seven parameters keep the README's order; later ones have defaults."""
+    form = replace(SweepForm(), devices=_csv(devices), precisions=_csv(precisions), batches=batches, threads=threads,
+                   tokens=tokens, repeats=repeats, streams=(ON_OFF[bool(stream)],), engines=_csv(engines),
+                   compiles=(ON_OFF[bool(compile)],), warmup=warmup, min_time_s=min_time_s, fidelity=fidelity,
+                   passes=passes)
+    final = pd.DataFrame()
+    for update in sweep_updates(ctx, spec_from_form(ctx.model, form, ctx.history_db), uuid.uuid4().hex):
+        if update.results is not None:
+            final = update.results
+    return display_frame(final)
+
+
+
+@dataclass(frozen=True)
+class SweepView:
+    """Where a sweep (running, or loaded from the history) is shown."""
+
+    progress: gr.HTML
+    status: gr.Markdown
+    gain: gr.Markdown
+    table: gr.DataFrame
+    results: gr.State
+    sweep_id: gr.State
+    plots: dict  # figures.FIGURES name -> gr.Plot
+    filter_note: gr.Markdown  # says when the filters keep no row
+
+    def outputs(self) -> set:
+        return {self.progress, self.status, self.gain, self.table, self.results, self.sweep_id, self.filter_note,
+                *self.plots.values()}
+
+    def show(self, update: SweepUpdate) -> dict:
+        out = {}
+        if update.progress is not None:
+            out[self.progress] = update.progress
+        if update.status is not None:
+            out[self.status] = update.status
+        if update.sweep_id is not None:
+            out[self.sweep_id] = update.sweep_id
+        if update.results is not None:
+            df = update.results
+            out |= {self.table: display_frame(df), self.results: df, self.gain: figures.gain_sentence(df, update.cells),
+                    self.filter_note: ""}
+            out |= {self.plots[name]: fig for name, fig in figures.all_figures(df).items()}
+        return out
+
+    def filtered(self, df: pd.DataFrame | None, devs, precs, statuses) -> dict:
+        """The table and the plots narrowed to the rows the filters keep (none chosen in a filter: all pass)."""
+        if df is None or len(df) == 0:
+            return {}
+        keep = pd.Series(True, index=df.index)
+        for column, chosen in (("device", devs), ("precision", precs), ("status", statuses)):
+            keep &= df[column].isin(chosen or df[column].unique())
+        shown = df[keep]
+        note = "No row matches these filters: clear one (its ×) to see the rows again." if shown.empty else ""
+        out = {self.table: display_frame(shown), self.filter_note: note}
+        return out | {self.plots[name]: fig for name, fig in figures.all_figures(shown, note or None).items()}

@@ -1,0 +1,104 @@
+"""The Synthesis tab's form: its values by name, and the request they make (seeds, voice, sampling)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+from chattts_lab import InvalidRequest, ModelUnavailable, Refine, Sampling, SynthesisRequest, Voice
+from chattts_lab.requests import MAX_BATCH
+from chattts_lab.voices import split_sentences
+from webui import speech
+from webui.context import AppContext
+from webui.runtime import RuntimeSettings
+
+if TYPE_CHECKING:
+    from webui.synthesis_tab import SynthesisTab
+
+VOICE_MODES = ("Seed / preset", "Speaker string", "Sample audio")
+USER_ERRORS = (InvalidRequest, ModelUnavailable, ValueError)
+# The controls and the `/synthesize` API start from the library's own defaults.
+DEFAULT_SAMPLING, DEFAULT_REFINE, DEFAULT_REQUEST = Sampling(), Refine(), SynthesisRequest(texts=())
+
+
+@dataclass(frozen=True)
+class Form:
+    """The values of the synthesis controls, read by field name from an event's inputs (see `Form.read`)."""
+
+    text: str
+    split: bool
+    stream: bool
+    voice_mode: str
+    voice_seed: float | None
+    speaker: str
+    sample_audio: str | None
+    sample_text: str
+    temperature: float
+    top_p: float
+    top_k: int
+    audio_seed: str | None  # seed boxes are text: blank means random
+    text_seed: str | None
+    refine: bool
+    oral: int
+    laugh: int
+    brk: int
+    speed: int
+    max_new_token: int
+    min_new_token: int
+
+    @staticmethod
+    def read(ui: "SynthesisTab", values: dict) -> "Form":
+        """The form from an event whose inputs were a set of components (Gradio passes a dict keyed by
+        component): each field comes from the component of the same name in `ui`."""
+        return Form(**{f.name: values[getattr(ui, f.name)] for f in fields(Form)})
+
+
+def _seed(value) -> int | None:
+    """A seed as typed: blank is random (a new draw every time), otherwise a whole number of 0 or more.
+    The boxes are text, not gr.Number: a Number shows and sends 0 for "no value", so blank could never mean random."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    text = (value or "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise InvalidRequest(f"a seed is a whole number of 0 or more, or blank for random; got {text!r}")
+    return int(text)
+
+
+def _seed_text(seed: int | None) -> str:
+    return "" if seed is None else str(seed)
+
+
+def _voice(ctx: AppContext, settings: RuntimeSettings, form: Form, imported_code: str | None) -> Voice:
+    if form.voice_mode == "Speaker string":
+        return Voice(speaker=(form.speaker or "").strip())
+    if form.voice_mode == "Sample audio":
+        if form.sample_audio:
+            code = speech.sample_audio_code(ctx, settings, form.sample_audio)
+        elif imported_code:
+            code = imported_code
+        else:
+            raise InvalidRequest("upload a sample clip (and type its transcript) to use a sample-audio voice")
+        return Voice(sample_audio_code=code, sample_text=form.sample_text)
+    return Voice(seed=_seed(form.voice_seed))
+
+
+def build_request(ctx: AppContext, settings: RuntimeSettings, form: Form, imported_code: str | None = None) -> SynthesisRequest:
+    return build_requests(ctx, settings, form, imported_code)[0]
+
+
+def build_requests(ctx: AppContext, settings: RuntimeSettings, form: Form,
+                   imported_code: str | None = None) -> list[SynthesisRequest]:
+    """The form's request; split into sentences, as many batches of at most MAX_BATCH as the text needs, in order."""
+    texts = (split_sentences(form.text) if form.split else [form.text]) or [""]
+    voice = _voice(ctx, settings, form, imported_code)
+    sampling = Sampling(float(form.temperature), float(form.top_p), int(form.top_k), _seed(form.audio_seed),
+                        _seed(form.text_seed))
+    return [SynthesisRequest.of(
+        texts[at:at + MAX_BATCH], voice=voice, sampling=sampling,
+        refine=Refine(bool(form.refine), int(form.oral), int(form.laugh), int(form.brk)),
+        speed=int(form.speed),
+        max_new_token=int(form.max_new_token),
+        min_new_token=min(int(form.min_new_token or 0), int(form.max_new_token)),
+    ) for at in range(0, len(texts), MAX_BATCH)]

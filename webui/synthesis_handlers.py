@@ -1,0 +1,213 @@
+"""The Synthesis tab's handlers for generating audio, the runtime controls and the `/synthesize` API."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from dataclasses import fields, replace
+
+import gradio as gr
+
+from chattts_lab import Sampling, SynthesisOutput, SynthesisRequest
+from chattts_lab import audio as audio_io
+from chattts_lab.stages import StageTimes
+from chattts_lab.synthesis import SAMPLE_RATE, Measurements, StreamChunk
+from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
+from webui import present, speech
+from webui.context import AppContext
+from webui.runtime import (RuntimeSettings, ServingChoice, describe, engines_for, plural, precisions_for,
+                           serving_choice, settings_from)
+from webui.synthesis_components import SynthesisTab
+from webui.synthesis_form import DEFAULT_REQUEST, DEFAULT_SAMPLING, USER_ERRORS, Form, _seed, build_requests
+
+
+def _result(ctx: AppContext, out: SynthesisOutput, model, extra: dict | None = None):
+    path = audio_io.write_wav(audio_io.join(out.audio, out.sample_rate), ctx.audio_dir)
+    m = out.measurements.as_dict()
+    m.update(extra or {})
+    m["synthetic"] = out.synthetic
+    m["model"] = model.source.label
+    return str(path), m
+
+
+async def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request):
+    """Generate button: yields updates of the player, the stream, the measurements and the banner. A mistake is a
+    warning that closes by itself, and the results on screen stay (an error would cover each with a red badge)."""
+    form, settings = Form.read(ui, values), values[ui.runtime]
+    session = request.session_hash if request else None
+    try:
+        # In a thread: a sample-audio voice is encoded by the model, which may be busy with a sweep.
+        reqs = await asyncio.to_thread(build_requests, ctx, settings, form, values[ui.imported_code])
+        # What the request waits for, where its result will be; the player alone shows Gradio's timer.
+        yield {ui.metrics: speech.waiting_note(ctx, settings)}
+        if not form.stream:
+            yield await _generate_batches(ctx, ui, settings, reqs, session)
+            return
+        async for update in _generate_stream(ctx, ui, settings, [t for r in reqs for t in r.texts], reqs[0],
+                                             session, live_playback()):
+            yield update
+    except USER_ERRORS as exc:
+        present.warn(str(exc))
+        yield {ui.metrics: values[ui.metrics]}
+
+
+async def _generate_batches(ctx: AppContext, ui: SynthesisTab, settings: RuntimeSettings,
+                            reqs: list[SynthesisRequest], session) -> dict:
+    """The batches one after another (a long text split into sentences may need several), joined in order."""
+    outs = []
+    for req in reqs:
+        out, model = await speech.serve(ctx, settings, req, session)
+        outs.append(out)
+        if out.measurements.interrupted:
+            break
+    joined = outs[0] if len(outs) == 1 else replace(outs[0], audio=[a for o in outs for a in o.audio],
+                                                    measurements=_merged([o.measurements for o in outs]))
+    path, m = _result(ctx, joined, model, {"batches": len(outs)} if len(outs) > 1 else None)
+    return {ui.audio: gr.update(value=path, autoplay=True), ui.measurements: m,
+            ui.metrics: present.metrics_markdown(m),
+            ui.banner: present.banner_html(joined.synthetic, model.source.note)}
+
+
+def _merged(parts: list[Measurements]) -> Measurements:
+    """Batches run one after another, as one measurement: times add up, memory is the highest seen."""
+    stages = StageTimes(**{f.name: sum(getattr(p.stages, f.name) for p in parts) for f in fields(StageTimes)})
+    devices = [p.peak_device_mb for p in parts if p.peak_device_mb is not None]
+    return replace(parts[0], wall_s=sum(p.wall_s for p in parts), stages=stages,
+                   tokens=[t for p in parts for t in p.tokens], gpt_steps=sum(p.gpt_steps for p in parts),
+                   audio_s=[a for p in parts for a in p.audio_s], peak_rss_mb=max(p.peak_rss_mb for p in parts),
+                   peak_device_mb=max(devices) if devices else None, interrupted=parts[-1].interrupted,
+                   queue_wait_s=sum(p.queue_wait_s for p in parts))
+
+
+def live_playback() -> bool:
+    """Gradio encodes streamed audio with ffmpeg; without it the stream is measured and played at the end."""
+    return shutil.which("ffmpeg") is not None
+
+
+async def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeSettings, texts: list[str],
+                           req: SynthesisRequest, session, live: bool):
+    # Sentences stream one after another, so playback follows the text's order. Time to first audio is
+    # what the person waited: the queue included. The last result leaves the player: it is not this one.
+    yield {ui.audio: gr.update(value=None, autoplay=False)}
+    parts, measurements, ttfa, started = [], [], None, time.perf_counter()
+    for text in texts:
+        async for item in speech.serve_stream(ctx, settings, replace(req, texts=(text,)), session):
+            if isinstance(item, StreamChunk):
+                banner = present.banner_html(item.synthetic)
+                if ttfa is None:
+                    ttfa = time.perf_counter() - started
+                    note = "" if live else " (install ffmpeg for live playback; the audio plays when done)"
+                    yield {ui.metrics: f"**time to first audio** {ttfa:.2f} s · streaming…{note}", ui.banner: banner}
+                if live:
+                    yield {ui.stream_audio: (SAMPLE_RATE, item.audio[0]), ui.banner: banner}
+            else:
+                out, model = item
+                parts.append(out)
+                measurements.append(out.measurements.as_dict())
+        if parts and parts[-1].measurements.interrupted:
+            break
+    joined = replace(parts[0], audio=[audio_io.join([a for p in parts for a in p.audio])])
+    extra = {"parts": measurements} if len(measurements) > 1 else {}
+    path, m = _result(ctx, joined, model, extra)
+    yield {ui.audio: gr.update(value=path, autoplay=not live), ui.measurements: m,
+           ui.metrics: present.metrics_markdown(m), ui.banner: present.banner_html(model.synthetic, model.source.note)}
+
+
+def interrupt(request: gr.Request = None):
+    if not speech.RUNNING.interrupt(request.session_hash if request else None):
+        gr.Info("Nothing of yours is running.")
+    else:
+        gr.Info("Interrupting after the current step; you keep the audio made so far.")
+
+
+# Device and engine choices narrow the lists after them. These run on a person's pick only (`.input`, not
+# `.change`): a change made by Apply or "Use the fastest" sets all the controls at once and must not be reset.
+def change_device(ui: SynthesisTab, values: dict):
+    device, engine = values[ui.device], values[ui.engine]
+    engines = engines_for(device)
+    engine = engine if engine in engines else engines[0]
+    return {ui.engine: gr.update(choices=engines, value=engine),
+            ui.precision: _precision_choices(device, engine, values[ui.precision])}
+
+
+def change_engine(ui: SynthesisTab, values: dict):
+    return _precision_choices(values[ui.device], values[ui.engine], values[ui.precision])
+
+
+def _precision_choices(device: str, engine: str, precision: str):
+    """The precisions `engine` runs on `device`, keeping the one chosen when it still runs."""
+    choices = precisions_for(device, engine)
+    return gr.update(choices=choices, value=precision if precision in choices else choices[0])
+
+
+def update_settings(ui: SynthesisTab, values: dict):
+    try:
+        settings = settings_from(values[ui.device], values[ui.precision], values[ui.threads], values[ui.engine])
+    except ValueError as exc:  # what cannot run here is refused with the reason, never replaced
+        raise gr.Error(str(exc), duration=present.WARNING_S) from None
+    return {ui.runtime: settings, ui.in_use: in_use_note(settings, "chosen on this page")}
+
+
+def in_use_note(settings: RuntimeSettings, why: str) -> str:
+    return f"**In use:** {describe(settings)} ({why})."
+
+
+def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None):
+    """Put recommended settings into the runtime controls (and the per-user state)."""
+    if not settings:
+        raise gr.Error("No recommendation yet: run a sweep in the Benchmark tab first.", duration=present.WARNING_S)
+    try:
+        s = settings if isinstance(settings, RuntimeSettings) else settings_from(**settings)
+    except ValueError as exc:
+        raise gr.Error(str(exc), duration=present.WARNING_S) from None
+    gr.Info(f"Applied {s.device} · {s.precision} · {plural(s.threads, 'thread')} · {s.engine} engine.")
+    return {**_controls_showing(ui, s), ui.in_use: in_use_note(s, "chosen on this page")}
+
+
+def _controls_showing(ui: SynthesisTab, s: RuntimeSettings) -> dict:
+    return {ui.device: gr.update(value=s.device), ui.engine: gr.update(choices=engines_for(s.device), value=s.engine),
+            ui.precision: gr.update(choices=precisions_for(s.device, s.engine), value=s.precision),
+            ui.threads: s.threads, ui.runtime: s}
+
+
+def fastest_offer(serving: ServingChoice) -> RuntimeSettings | None:
+    """What "Use the fastest" applies: the faster configuration runtime.py names, else its recommendation."""
+    return serving.fastest or (serving.settings if serving.reason.startswith("the recommendation") else None)
+
+
+def fastest_label(settings: RuntimeSettings | None) -> str:
+    return f"Use the fastest: {describe(settings)}" if settings else "Use the fastest"
+
+
+def refresh_serving(ctx: AppContext, ui: SynthesisTab, values: dict) -> dict:
+    """After a sweep (and when a page opens): what runtime.serving_choice says now. A configuration chosen on the
+    page (or on the command line) is kept; otherwise the page runs on the new choice, and says why."""
+    serving, current = serving_choice(ctx.history_db, ctx.model), values[ui.runtime]
+    out = {}
+    if "chosen on" not in (values[ui.in_use] or ""):  # on this page, or on the app's command line
+        current = serving.settings
+        out = {**_controls_showing(ui, current), ui.in_use: in_use_note(current, serving.reason)}
+    best = fastest_offer(serving)
+    return {**out, ui.fastest: best, ui.use_fastest: gr.update(value=fastest_label(best),
+                                                               visible=best not in (None, current))}
+
+
+async def api_synthesize(ctx: AppContext, text: str, voice: str = "", temperature: float = DEFAULT_SAMPLING.temperature,
+                         top_p: float = DEFAULT_SAMPLING.top_p, top_k: int = DEFAULT_SAMPLING.top_k,
+                         audio_seed: int | None = None, speed: int = DEFAULT_REQUEST.speed,
+                         max_new_token: int = DEFAULT_REQUEST.max_new_token, split: bool = False):
+    """The `/synthesize` API: text and a voice (preset name, seed:N, speaker string or voice card JSON)
+    -> (audio file path, measurements dict). Only `text` is required; the order is the documented one."""
+    try:
+        card = resolve_voice(voice, ctx.voices_dir) if (voice or "").strip() else VoiceCard(name="default")
+        texts = split_sentences(text) if split else [text]
+        req = SynthesisRequest.of(
+            texts or [""], voice=card.voice,
+            sampling=Sampling(float(temperature), float(top_p), int(top_k), _seed(audio_seed)),
+            speed=int(speed), max_new_token=int(max_new_token),
+        )
+        out, model = await speech.serve(ctx, speech.serving_settings(ctx), req)
+    except USER_ERRORS as exc:
+        raise gr.Error(str(exc)) from exc
+    return _result(ctx, out, model)
