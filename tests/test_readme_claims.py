@@ -379,7 +379,7 @@ def test_the_quick_sweep_is_the_one_described():
     from webui.benchmark_tab import quick_form
 
     form = quick_form()
-    assert says("stock against lab at fp32 and int8, batch 1: four cells, a few minutes on 2 cores")
+    assert says("fills the form with stock against lab at fp32 and int8, batch 1 (four cells, a few minutes on 2 cores")
     assert (form.engines, form.precisions, form.batches) == (("stock", "lab"), ("fp32", "int8"), "1")
     assert len(re.findall(r"(?i)quick sweep[^.]*minutes", README)) == 1  # its duration, stated once
 
