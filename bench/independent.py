@@ -71,7 +71,7 @@ def interleaved(model: str, threads: int, tokens: int, passes: int, precision: s
     in a fresh random order; the ratio between them with a paired bootstrap interval."""
     from chattts_lab.compare import speed_ratio
     from chattts_lab.results import RunConfig
-    from chattts_lab.sweep import CellWorker
+    from chattts_lab.supervisor import CellWorker
 
     never = lambda: False  # noqa: E731  (nothing here stops a run but Ctrl-C)
     cfg = RunConfig(model, "cpu", precision, 1, threads, tokens, warmup=warmup)

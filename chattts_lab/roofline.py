@@ -146,7 +146,7 @@ def with_another_read(environment: dict, measured: dict) -> dict:
     returns it): every read is kept in `mem_read_gbps_reads`, and `mem_read_gbps` becomes their median.
 
     Why: an interleaved sweep reads again before each pass (a one-pass sweep before each cell, whose row takes
-    that read: `sweep._read_bandwidth_again`). A VM's bandwidth can change with its neighbours'
+    that read: `interleave.read_bandwidth_again`). A VM's bandwidth can change with its neighbours'
     load for minutes at a time (one build VM read 49-55 GB/s in some minutes and 80-92 in others), and a single
     read at the start can stand for a regime the cells never ran in; the median of reads spread over the
     passes is taken where the cells' own figures are, across the same passes.

@@ -1,8 +1,8 @@
 """One benchmark cell in a fresh process: `python -m chattts_lab.worker` < task.json.
 
-The parent (`chattts_lab.sweep.run_child`) writes one JSON task on stdin and reads one line on stdout
+The parent (`chattts_lab.supervisor.run_child`) writes one JSON task on stdin and reads one line on stdout
 that starts with RESULT_MARKER; a failure comes back as a status, a reason and the full traceback. A
-`serve` task (interleaved passes, `chattts_lab.sweep.CellWorker`) stays loaded and answers one JSON
+`serve` task (interleaved passes, `chattts_lab.supervisor.CellWorker`) stays loaded and answers one JSON
 command line at a time, each with a PASS_MARKER line. Running each cell in its own process keeps peak memory, thread pools
 and one-time costs (numba JIT, lazy mmaps) from leaking from one cell into the next. The worker
 returns raw samples only; the parent derives the statistics.

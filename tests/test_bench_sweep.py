@@ -9,7 +9,7 @@ from chattts_lab import metrics
 from chattts_lab.env import usable_cores
 from chattts_lab.results import CANONICAL_COLUMNS, RunConfig, summarize
 from chattts_lab.spec import SpecError, SweepSpec, cell_rule
-from chattts_lab.sweep import run_child
+from chattts_lab.supervisor import run_child
 
 ISSUE_KEYS = ("device precision batch_size threads tokens engine compile stream status reason latency_p50_s "
               "latency_p90_s latency_std_s rtf audio_s_per_s tokens_per_s step_ms ttfa_s peak_rss_mb peak_device_mb "

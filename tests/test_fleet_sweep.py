@@ -26,7 +26,8 @@ from chattts_lab.report import markdown_table, results_frame
 from chattts_lab.results import CellResult, RunConfig
 from chattts_lab.spec import SpecError, SweepSpec
 from chattts_lab.store import Store, cells_frame, compare_frame
-from chattts_lab.sweep import fleet_result, measure_on_node, run_sweep
+from chattts_lab.fleet import fleet_result, measure_on_node
+from chattts_lab.sweep import run_sweep
 from tests.conftest import ROOT, TINY
 
 # Ray notices a node that stopped answering after period x threshold: about a second here, not its default 30 s.

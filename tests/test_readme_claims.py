@@ -291,13 +291,13 @@ def test_the_bench_defaults_are_the_benchs(parsers):
 
 
 def test_the_grid_limits_and_sweep_thresholds_are_the_codes():
-    from chattts_lab import grid, results, sweep
+    from chattts_lab import grid, interleave, results
     from chattts_lab.compare import DEFAULT_DRIFT_THRESHOLD_PCT
     from chattts_lab.spec import SweepSpec
 
     assert readme_number(r"A grid over (\d+) cells") == grid.MAX_CELLS
     assert readme_number(r"cells or (\d+) hours") == grid.MAX_HOURS
-    assert readme_number(r"fit in memory \((\d+) % of what is available") / 100 == sweep.MEMORY_HEADROOM
+    assert readme_number(r"fit in memory \((\d+) % of what is available") / 100 == interleave.MEMORY_HEADROOM
     assert says("below half its thread\n  count") and results.CPU_SHARE_FLOOR == 0.5
     assert SweepSpec.drift_threshold_pct == DEFAULT_DRIFT_THRESHOLD_PCT  # the tab's and the CLI's threshold
 
