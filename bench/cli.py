@@ -28,6 +28,7 @@ from chattts_lab.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lines, comp
 from chattts_lab.spec import SpecError, SweepSpec, cell_rule
 from chattts_lab.store import BundleError, Store, compare_frame, export_bundle, import_bundle, sweeps_frame
 from chattts_lab.sweep import (
+    CallTimed,
     CellFinished,
     CellStarted,
     FidelityFinished,
@@ -59,11 +60,29 @@ def _argument(parse):
 int_list, str_list, bool_list = _argument(grid.int_list), _argument(grid.str_list), _argument(grid.bool_list)
 
 
+class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults as they are typed ("cpu", "off,on"; not "('cpu',)"), and none where the help says its own."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS) or action.nargs == 0:
+            return text
+        return f"{text} (default: {_typed(action.default).replace('%', '%%')})"  # help is %-formatted
+
+
+def _typed(value) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(_typed(v) for v in value)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench",
         description="Sweep ChatTTS configurations (the cartesian product of comma lists) and keep every result.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelp,
     )
     g = p.add_argument_group("the grid (comma lists; integer ranges lo-hi, lo-hi+step, lo-hi*factor)")
     g.add_argument("--model", default="auto", help="auto, hf, synthetic, synthetic-tiny or a folder")
@@ -93,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memory the interleaved workers may take together (default: 80%% of what is available); "
                         "workers that do not fit are reloaded before their turn in each pass")
     m.add_argument("--fidelity", type=bool_list, default=(True,), help="measure drift from fp32 once per precision")
-    m.add_argument("--fidelity-tokens", type=int, default=32)
+    m.add_argument("--fidelity-tokens", type=int, default=32,
+                   help="audio tokens of each fidelity check (the same request on fp32 stock and on each precision)")
     c = p.add_argument_group("fleet (Ray; pip install -r requirements-cluster.txt)")
     c.add_argument("--cluster", default=None, metavar="ray[:ADDRESS]",
                    help="run the cells as Ray tasks on a cluster's nodes: ray (a cluster started on this machine, or "
@@ -245,6 +265,9 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
             bar.write(event.plan)
         elif isinstance(event, PassStarted):
             bar.set_description(f"pass {event.pass_no + 1} of {event.passes}")
+            bar.set_postfix_str(f"0 of {len(event.order)} cells timed")
+        elif isinstance(event, CallTimed):
+            bar.set_postfix_str(f"{event.timed} of {event.cells} cells timed, passes left ~{grid.describe(event.eta_s)}")
         elif isinstance(event, FidelityStarted):
             bar.set_description(f"fidelity of {event.engine} {event.precision} vs fp32 stock")
         elif isinstance(event, FidelityFinished) and event.record.get("status") != "ok":

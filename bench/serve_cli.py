@@ -14,7 +14,7 @@ import sys
 
 import pandas as pd
 
-from bench.cli import _argument, int_list, parse_with_logging
+from bench.cli import DefaultsHelp, _argument, int_list, parse_with_logging
 from chattts_lab import grid
 from chattts_lab.report import markdown_table
 from chattts_lab.serving import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
@@ -36,7 +36,7 @@ def float_list(text: str) -> tuple[float, ...]:
 def build_parser() -> argparse.ArgumentParser:
     defaults = ServeSpec()
     p = argparse.ArgumentParser(prog="python -m bench serve", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=DefaultsHelp)
     p.add_argument("--model", default=defaults.model, help="auto, hf, synthetic, synthetic-tiny or a folder")
     p.add_argument("--url", help="measure this running app as it is, instead of starting one per --max-batch")
     p.add_argument("--users", type=int_list, default=None,

@@ -56,8 +56,8 @@ class Drift:
 
     def sentence(self) -> str:
         if self.drift_pct is None:
-            return ("Drift not checked: it needs at least 2 interleaved passes over at least 2 cells "
-                    "(--passes 3 or more).")
+            return ("Drift not checked: it needs at least 2 interleaved passes over at least 2 cells that run "
+                    "(--passes 2 or more).")
         said = f"Drift across passes {self.drift_pct:.1f} % (threshold {self.threshold_pct:g} %)"
         if not self.noisy:
             return said + "."

@@ -328,6 +328,17 @@ class PassStarted(SweepEvent):
 
 
 @dataclass(frozen=True)
+class CallTimed(SweepEvent):
+    """An interleaved pass timed one more cell (its cells finish only with the last pass: this is the progress)."""
+
+    pass_no: int  # 0-based
+    passes: int
+    timed: int  # cells of this pass timed so far
+    cells: int  # cells in this pass
+    eta_s: float  # time left for the passes, from how long their calls took so far
+
+
+@dataclass(frozen=True)
 class FidelityStarted(SweepEvent):
     device: str
     engine: str
@@ -581,6 +592,7 @@ def _run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int,
             for cell in [c for c in cells if c.resident and c.worker is not None]:
                 yield from one_call(cell, {"pass": "warm"}, "warmup")
             rng, orders, order = random.Random(), [], []
+            started, timed = None, 0  # when the first pass began, and the calls timed since
             for pass_no in range(passes):
                 order = pass_order(rng, [c for c in cells if not c.done], order)
                 if not order:
@@ -589,8 +601,13 @@ def _run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int,
                 store.set_note(sweep_id, "pass_orders", orders)
                 _read_bandwidth_again(sweep_id, store, environment, "pass")  # the floor is read as the cells are timed
                 yield PassStarted(sweep_id, pass_no, passes, tuple(c.index for c in order))
+                started = started or time.monotonic()
                 for position, cell in enumerate(order):
                     yield from one_call(cell, {"pass": pass_no, "position": position})
+                    timed += 1
+                    left = len(order) * (passes - pass_no) - position - 1  # as many cells in the passes to come
+                    yield CallTimed(sweep_id, pass_no, passes, position + 1, len(order),
+                                    (time.monotonic() - started) / timed * left)
         except WorkerEnded as ended:
             yield from cancel_all(ended.outcome.reason)
             return "cancelled"

@@ -75,7 +75,8 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
 
 
 def _load(level: dict) -> str:
-    return f"{level['users']} users" if level.get("users") else f"{level['rate']:g} requests/s"
+    users = level.get("users")
+    return f"{users} user{'s' * (users != 1)}" if users else f"{level['rate']:g} requests/s"
 
 
 def _view(status: str, levels: list[dict]):
