@@ -267,7 +267,8 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
             bar.set_description(f"pass {event.pass_no + 1} of {event.passes}")
             bar.set_postfix_str(f"0 of {len(event.order)} cells timed")
         elif isinstance(event, CallTimed):
-            bar.set_postfix_str(f"{event.timed} of {event.cells} cells timed, passes left ~{grid.describe(event.eta_s)}")
+            left = grid.describe(event.eta_s)
+            bar.set_postfix_str(f"{event.timed} of {event.cells} cells timed, passes left ~{left}")
         elif isinstance(event, FidelityStarted):
             bar.set_description(f"fidelity of {event.engine} {event.precision} vs fp32 stock")
         elif isinstance(event, FidelityFinished) and event.record.get("status") != "ok":

@@ -69,8 +69,8 @@ def test_noisy_imported_ray_and_other_model_sweeps_do_not_count(tmp_path):
     noisy = sweep(db, [cell("lab", "fp32", 3.4), cell("lab", "int8", 0.5)], drift=29.6)
     imported = sweep(db, [cell("lab", "fp32", 3.4), cell("lab", "int8", 0.5)], origin="imported")
     ray = sweep(db, [cell("lab", "fp32", 3.4, node="gpu-box"), cell("lab", "int8", 0.5, node="gpu-box")])
-    tiny = sweep(db, [cell("lab", "fp32", 0.4, model="synthetic-tiny"), cell("lab", "int8", 0.1, model="synthetic-tiny")],
-                 model="synthetic-tiny")
+    tiny = sweep(db, [cell("lab", "fp32", 0.4, model="synthetic-tiny"),
+                      cell("lab", "int8", 0.1, model="synthetic-tiny")], model="synthetic-tiny")
     rec = pick(db)
     assert rec.settings is None
     for reason in (f"sweep #{noisy} was noisy (29.6 % drift", f"sweep #{imported} was imported from another machine",
