@@ -27,6 +27,7 @@ from chattts_lab.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lines, comp
 from chattts_lab.spec import SpecError, SweepSpec, as_text, cell_rule, defaults
 from chattts_lab.store import BundleError, Store, compare_frame, export_bundle, import_bundle, sweeps_frame
 from chattts_lab.sweep import (
+    CallTimed,
     CellFinished,
     CellStarted,
     FidelityFinished,
@@ -59,11 +60,29 @@ def _argument(parse):
 int_list, str_list, bool_list = _argument(grid.int_list), _argument(grid.str_list), _argument(grid.bool_list)
 
 
+class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults as they are typed ("cpu", "off,on"; not "('cpu',)"), and none where the help says its own."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS) or action.nargs == 0:
+            return text
+        return f"{text} (default: {_typed(action.default).replace('%', '%%')})"  # help is %-formatted
+
+
+def _typed(value) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(_typed(v) for v in value)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench",
         description="Sweep ChatTTS configurations (the cartesian product of comma lists) and keep every result.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelp,
     )
     g = p.add_argument_group("the grid (comma lists; integer ranges lo-hi, lo-hi+step, lo-hi*factor)")
     add_spec_options(g, SweepSpec, "grid")
@@ -232,6 +251,10 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
             bar.write(event.plan)
         elif isinstance(event, PassStarted):
             bar.set_description(f"pass {event.pass_no + 1} of {event.passes}")
+            bar.set_postfix_str(f"0 of {len(event.order)} cells timed")
+        elif isinstance(event, CallTimed):
+            left = grid.describe(event.eta_s)
+            bar.set_postfix_str(f"{event.timed} of {event.cells} cells timed, passes left ~{left}")
         elif isinstance(event, FidelityStarted):
             bar.set_description(f"fidelity of {event.engine} {event.precision} vs fp32 stock")
         elif isinstance(event, FidelityFinished) and event.record.get("status") != "ok":

@@ -5,6 +5,7 @@ of each cell, in a fresh random order, so a machine that drifts during the sweep
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -15,7 +16,7 @@ from chattts_lab.roofline import measure_read_bandwidth, with_another_read, with
 from chattts_lab.spec import SweepSpec, cell_rule
 from chattts_lab.store import Store
 from chattts_lab.supervisor import CellWorker, ChildOutcome, WorkerEnded, result_of
-from chattts_lab.sweep_events import CellFinished, CellStarted, PassStarted, SweepEvent, SweepPlanned
+from chattts_lab.sweep_events import CallTimed, CellFinished, CellStarted, PassStarted, SweepEvent, SweepPlanned
 
 
 MEMORY_HEADROOM = 0.8  # of the memory available at the start: what the sweep's workers may take together
@@ -201,6 +202,7 @@ class _Interleaved:
         for cell in [c for c in self.cells if c.resident and c.worker is not None]:
             yield from self.one_call(cell, {"pass": "warm"}, "warmup")
         rng, orders, order = random.Random(), [], []
+        started, timed = None, 0  # when the first pass began, and the calls timed since
         for pass_no in range(passes):
             order = pass_order(rng, [c for c in self.cells if not c.done], order)
             if not order:
@@ -209,8 +211,13 @@ class _Interleaved:
             self.store.set_note(self.sweep_id, "pass_orders", orders)
             read_bandwidth_again(self.sweep_id, self.store, self.environment, "pass")  # read as the cells are timed
             yield PassStarted(self.sweep_id, pass_no, passes, tuple(c.index for c in order))
+            started = started or time.monotonic()
             for position, cell in enumerate(order):
                 yield from self.one_call(cell, {"pass": pass_no, "position": position})
+                timed += 1
+                left = len(order) * (passes - pass_no) - position - 1  # as many cells in the passes to come
+                yield CallTimed(self.sweep_id, pass_no, passes, position + 1, len(order),
+                                (time.monotonic() - started) / timed * left)
 
     def finish_all(self) -> Iterator[CellFinished]:
         for cell in self.cells:

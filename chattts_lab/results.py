@@ -98,7 +98,9 @@ class CellResult:
     cold_s: float | None = None
     audio_s: float | None = None
     cpu_share: float | None = None  # CPU seconds over wall seconds of the timed calls (all threads; 2.0 = two cores)
-    passes: int = 0  # interleaved passes the timed calls came from (0: one process ran them back to back)
+    # interleaved passes the timed calls came from (1: one process ran them back to back; 0: none timed, or a row
+    # stored before one-pass rows said 1)
+    passes: int = 0
     mem_read_gbps: float | None = None  # read bandwidth of the cell's device, as its sweep measured it
     effective: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # load-time RSS, baseline RSS, interop threads ...
@@ -206,7 +208,7 @@ def summarize(cfg: RunConfig, status: str, reason: str, payload: dict, elapsed_s
             ttfa_s=median(s.get("ttfa_s") for s in timed),
             peak_rss_mb=max(s.get("peak_rss_mb") or 0.0 for s in timed),
             peak_device_mb=max((s["peak_device_mb"] for s in timed if s.get("peak_device_mb") is not None), default=None),
-            passes=len({s["pass"] for s in timed if "pass" in s}),
+            passes=len({s["pass"] for s in timed if "pass" in s}) or 1,  # back to back: one pass of its own
         )
         kw["cpu_share"] = cpu_share(timed)
         starved = cpu_starved_note(cfg, kw["cpu_share"])

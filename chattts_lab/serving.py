@@ -478,11 +478,11 @@ def batching_gain(summaries: list[dict], users: int) -> str | None:
     one, best = at[1], at[max(at)]
     if not (one["audio_s_per_s"] and best["audio_s_per_s"] and one["latency_p90_s"] and best["latency_p90_s"]):
         return None
-    sentence = (f"{users} users at once, batches of up to {max(at)} against one at a time: "
+    sentence = (f"{users} user{'s' * (users != 1)} at once, batches of up to {max(at)} against one at a time: "
                 f"{best['audio_s_per_s'] / one['audio_s_per_s']:.2f}x the audio per second "
                 f"({best['audio_s_per_s']:.2f} vs {one['audio_s_per_s']:.2f} audio s/s), p90 latency "
-                f"{best['latency_p90_s'] / one['latency_p90_s']:.2f}x ({best['latency_p90_s']:.1f} s vs "
-                f"{one['latency_p90_s']:.1f} s), time to first audio p90 {best['ttfa_p90_s']:.2f} s vs "
+                f"{best['latency_p90_s'] / one['latency_p90_s']:.2f}x ({best['latency_p90_s']:.2f} s vs "
+                f"{one['latency_p90_s']:.2f} s), time to first audio p90 {best['ttfa_p90_s']:.2f} s vs "
                 f"{one['ttfa_p90_s']:.2f} s.")
     alone = [s for s in summaries if s.get("users") == 1 and s["max_batch"] == max(at) and s["ok"] and s["ttfa_p50_s"]]
     if alone and users > 1 and best["ttfa_p99_s"]:

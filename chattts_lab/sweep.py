@@ -28,11 +28,11 @@ from chattts_lab.roofline import measure_read_bandwidth, with_bandwidth
 from chattts_lab.spec import SpecError, SweepSpec, absent_device_reason, cell_rule, pairs_with_runnable_cells
 from chattts_lab.store import Store
 from chattts_lab.supervisor import run_cell, run_child
-from chattts_lab.sweep_events import (CellFinished, CellStarted, FidelityFinished, FidelityStarted, PassStarted,
-                                      SweepEvent, SweepFinished, SweepPlanned, SweepStarted)
+from chattts_lab.sweep_events import (CallTimed, CellFinished, CellStarted, FidelityFinished, FidelityStarted,
+                                      PassStarted, SweepEvent, SweepFinished, SweepPlanned, SweepStarted)
 
 __all__ = ["run_sweep", "resumable_sweep", "resume_refusal", "unused_settings", "run_cell", "SweepEvent",
-           "SweepStarted", "SweepPlanned", "PassStarted", "CellStarted", "CellFinished", "FidelityStarted",
+           "SweepStarted", "SweepPlanned", "PassStarted", "CallTimed", "CellStarted", "CellFinished", "FidelityStarted",
            "FidelityFinished", "SweepFinished"]
 
 log = logging.getLogger(__name__)

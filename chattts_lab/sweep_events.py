@@ -50,6 +50,17 @@ class PassStarted(SweepEvent):
 
 
 @dataclass(frozen=True)
+class CallTimed(SweepEvent):
+    """An interleaved pass timed one more cell (its cells finish only with the last pass: this is the progress)."""
+
+    pass_no: int  # 0-based
+    passes: int
+    timed: int  # cells of this pass timed so far
+    cells: int  # cells in this pass
+    eta_s: float  # time left for the passes, from how long their calls took so far
+
+
+@dataclass(frozen=True)
 class FidelityStarted(SweepEvent):
     device: str
     engine: str

@@ -61,3 +61,39 @@ def test_repeats_that_an_interleaved_sweep_will_not_use_are_warned_about(tmp_pat
     assert main(grid + ["--repeats", "5", "--passes", "1"]) == 0  # back to back: repeats are what it uses
     assert main(grid + ["--repeats", "3"]) == 0  # the README's: as many calls as the passes make
     assert "warning: repeats" not in capsys.readouterr().err
+
+
+def test_help_shows_defaults_as_they_are_typed_and_once():
+    text = " ".join(build_parser().format_help().split())  # argparse wraps lines
+    assert "cpu, cuda, cuda:N, mps (default: cpu)" in text and "('cpu',)" not in text
+    assert "torch.compile off,on (default: off)" in text
+    assert "(default: usable cores)" in text and "(default: usable cores) (default: None)" not in text
+    assert "--fidelity-tokens FIDELITY_TOKENS audio tokens of each fidelity check" in text and "(default: 32)" in text
+
+
+def test_list_into_a_reader_that_stops_ends_without_a_traceback(tmp_path):
+    with Store(tmp_path / "lab.sqlite"):
+        pass
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "--list", "--db", str(tmp_path / "lab.sqlite")],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # `| head` that has read what it wanted: before this process even writes
+    err = proc.communicate(timeout=300)[1].decode()
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_a_back_to_back_cell_reports_one_pass():
+    from chattts_lab.results import summarize
+
+    samples = [{"phase": "timed", "wall_s": 1.0, "audio_s": 1.0, "decode_s": 0.5, "gpt_steps": 8, "tokens": [8]}] * 3
+    assert summarize(RunConfig("synthetic-tiny", "cpu", "fp32", 1, 1, 8), "ok", "", {"samples": samples}).passes == 1
+
+
+def test_the_batching_sentence_keeps_latencies_apart_and_counts_one_user():
+    from chattts_lab.serving import batching_gain
+
+    def level(max_batch, latency):
+        return {"users": 1, "max_batch": max_batch, "ok": 4, "audio_s_per_s": 1.0 / latency,
+                "latency_p90_s": latency, "ttfa_p90_s": 0.1, "ttfa_p99_s": 0.1, "ttfa_p50_s": 0.1}
+
+    sentence = batching_gain([level(8, 0.42), level(1, 0.36)], 1)
+    assert sentence.startswith("1 user at once") and "p90 latency 1.17x (0.42 s vs 0.36 s)" in sentence

@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field
 
 from chattts_lab import InvalidRequest, ModelUnavailable, OutOfMemory, SynthesisRequest
 from chattts_lab import audio as audio_io
-from chattts_lab.requests import MAX_NEW_TOKEN, validate_request
+from chattts_lab.requests import MAX_BATCH, MAX_NEW_TOKEN, validate_request
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput
 from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, split_sentences
 from webui import speech
@@ -106,8 +106,9 @@ class OpenAIErrorsRoute(APIRoute):
 
 
 def chattts_speed(speed: float) -> int:
-    """OpenAI speed (0.25-4.0, 1.0 normal) -> ChatTTS [speed_N] (0-9, 5 normal), in even steps of log2(speed),
-    since speed is a ratio: 0.25 -> 0, 0.5 -> 3, 1.0 -> 5, 2.0 -> 7, 4.0 -> 9."""
+    """OpenAI speed (0.25-4.0, 1.0 normal) -> ChatTTS [speed_N] (0-9, 5 normal) by log2(speed), since speed is a
+    ratio: 2.5 levels per halving below 1.0, 2 per doubling above (rounded): 0.25 -> 0, 0.5 -> 3, 1.0 -> 5,
+    2.0 -> 7, 4.0 -> 9."""
     octaves = math.log2(min(4.0, max(0.25, speed)))  # -2 .. 2
     level = 5 + octaves * (2.5 if octaves < 0 else 2.0)
     return int(math.floor(level + 0.5))
@@ -237,8 +238,13 @@ def _synthesis_request(backend: SpeechBackend, body: SpeechBody) -> SynthesisReq
 
 def _batch_request(backend: SpeechBackend, body: SpeechBody) -> SynthesisRequest:
     """All sentences in one batch: a whole file is made fastest in one pass."""
+    req = _synthesis_request(backend, body)
+    if len(req.texts) > MAX_BATCH:  # a streamed response makes them one after another: no such limit
+        raise OpenAIError(400, f"input splits into {len(req.texts)} sentences; a whole file makes them in one batch "
+                               f"of at most {MAX_BATCH}: send \"stream\": true (pcm, wav or mp3: sentence after "
+                               "sentence), or shorter input", "input")
     with _refusals():
-        return validate_request(_synthesis_request(backend, body))
+        return validate_request(req)
 
 
 def _sentence_request(backend: SpeechBackend, body: SpeechBody) -> SynthesisRequest:
@@ -280,7 +286,16 @@ def _refusals():
     except ModelUnavailable as exc:
         raise OpenAIError(503, str(exc), kind="server_error", code="model_unavailable") from None
     except InvalidRequest as exc:
-        raise OpenAIError(400, str(exc)) from None
+        raise OpenAIError(400, str(exc), _param_of(str(exc))) from None
+
+
+# The library's refusals name its own terms; these are the /v1 body fields they are about (OpenAI's `param`).
+_PARAMS = (("no text", "input"), ("text", "input"), ("min_new_token", "min_new_token"),
+           ("max_new_token", "max_new_token"), ("seeds", "seed"))
+
+
+def _param_of(message: str) -> str | None:
+    return next((param for start, param in _PARAMS if message.startswith(start)), None)
 
 
 async def _streamed(backend: SpeechBackend, req: SynthesisRequest, fmt: str, started: float) -> StreamingResponse:

@@ -15,8 +15,8 @@ from chattts_lab.grid import describe
 from chattts_lab.report import results_frame, shown_columns
 from chattts_lab.results import CellResult
 from chattts_lab.spec import SweepSpec
-from chattts_lab.sweep import (CellFinished, CellStarted, FidelityStarted, PassStarted, SweepFinished, SweepPlanned,
-                               SweepStarted, run_sweep)
+from chattts_lab.sweep import (CallTimed, CellFinished, CellStarted, FidelityStarted, PassStarted, SweepFinished,
+                               SweepPlanned, SweepStarted, run_sweep)
 from webui import figures
 from webui.context import AppContext, StopFlags
 from webui.sweep_form import ON_OFF, SweepForm, spec_from_form
@@ -37,14 +37,14 @@ class SweepUpdate:
 
 @dataclass(frozen=True)
 class Progress:
-    """How far a sweep is. Interleaved cells end only with the last pass, so until then the bar counts the timed
-    calls of the passes started (`calls` of `total_calls`); `done` counts cells with a row."""
+    """How far a sweep is. Interleaved cells end only with the last pass, so until then the bar counts the calls
+    timed so far (`calls` of `total_calls`); `done` counts cells with a row."""
 
     total: int  # cells in the sweep
     done: int = 0
     pass_no: int = 0  # 1-based number of the pass running; 0 before the first
     passes: int = 0
-    calls: int = 0  # timed calls of the passes started so far
+    calls: int = 0  # calls the passes timed so far
     total_calls: int = 0
 
     def html(self, text: str) -> str:
@@ -92,11 +92,15 @@ def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str) -> Iterator[Sw
                     yield SweepUpdate(progress.html("workers loaded"), status=f"Sweep {sweep_id} running. {plan}")
                 elif isinstance(event, PassStarted):
                     calls = progress.calls if progress.pass_no else 0
-                    progress = replace(progress, pass_no=event.pass_no + 1, passes=event.passes,
-                                       calls=calls + len(event.order),
+                    progress = replace(progress, pass_no=event.pass_no + 1, passes=event.passes, calls=calls,
                                        total_calls=calls + len(event.order) * (event.passes - event.pass_no))
                     yield SweepUpdate(progress.html(f"pass {event.pass_no + 1} of {event.passes}: one timed call "
                                                     f"of each of {len(event.order)} cell(s)"))
+                elif isinstance(event, CallTimed):  # the bar moves with each cell timed, not only at a pass
+                    progress = replace(progress, calls=progress.calls + 1)
+                    yield SweepUpdate(progress.html(f"pass {event.pass_no + 1} of {event.passes}: {event.timed} of "
+                                                    f"{event.cells} cell(s) timed, about {describe(event.eta_s)} "
+                                                    "left"))
                 elif isinstance(event, CellFinished):
                     results.append(event.result)
                     progress = replace(progress, done=len(results))
