@@ -24,6 +24,7 @@ from webui.context import AppContext, bind  # noqa: E402
 from webui.runtime import RuntimeSettings, ServingChoice, describe  # noqa: E402
 from webui.synthesis_handlers import apply_settings, refresh_serving  # noqa: E402
 from webui.synthesis_tab import build_synthesis_tab  # noqa: E402
+from webui.voice_handlers import saved_voices  # noqa: E402
 
 MODEL_NAMES = ("auto", "hf", "synthetic", "synthetic-full", "synthetic-tiny")
 HEADER = """# ChatTTS Lab
@@ -49,7 +50,8 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         serving = dict(fn=bind(refresh_serving, ctx, synth), inputs={synth.runtime, synth.in_use},
                        outputs=synth.runtime_controls() | {synth.fastest, synth.use_fastest}, api_visibility="private")
         bench.sweep_done.then(**serving)
-        demo.load(bench.on_load, None, bench.load_outputs, api_visibility="private").then(**serving)
+        loaded = demo.load(bench.on_load, None, bench.load_outputs, api_visibility="private").then(**serving)
+        loaded.then(bind(saved_voices, ctx, synth), None, synth.saved_voice, api_visibility="private")
     return demo
 
 

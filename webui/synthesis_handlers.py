@@ -186,8 +186,12 @@ def refresh_serving(ctx: AppContext, ui: SynthesisTab, values: dict) -> dict:
     serving, current = serving_choice(ctx.history_db, ctx.model), values[ui.runtime]
     out = {}
     if "chosen on" not in (values[ui.in_use] or ""):  # on this page, or on the app's command line
-        current = serving.settings
-        out = {**_controls_showing(ui, current), ui.in_use: in_use_note(current, serving.reason)}
+        # Only what changed is set: a person's first pick on a page just opened must not be undone.
+        if serving.settings != current:
+            current = serving.settings
+            out = _controls_showing(ui, current)
+        if in_use_note(current, serving.reason) != values[ui.in_use]:
+            out[ui.in_use] = in_use_note(current, serving.reason)
     best = fastest_offer(serving)
     return {**out, ui.fastest: best, ui.use_fastest: gr.update(value=fastest_label(best),
                                                                visible=best not in (None, current))}

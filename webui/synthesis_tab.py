@@ -18,7 +18,7 @@ from webui.synthesis_handlers import (api_synthesize, apply_settings, change_dev
                                       fastest_label, fastest_offer, in_use_note, interrupt,
                                       update_settings)
 from webui.voice_handlers import (export_card, import_card, pick_preset, pick_saved, roll_dice, sample_uploaded,
-                                  save_to_library, saved_voices, show_speaker)
+                                  save_to_library, show_speaker)
 
 __all__ = ["SynthesisTab", "apply_settings", "build_synthesis_tab"]
 
@@ -190,7 +190,6 @@ def _wire_voices(ctx: AppContext, ui: SynthesisTab) -> None:
     card_fields = {ui.voice_mode, ui.voice_seed, ui.speaker, ui.sample_text, ui.imported_code, ui.temperature, ui.top_p,
                    ui.top_k, ui.audio_seed, ui.text_seed, ui.refine, ui.oral, ui.laugh, ui.brk, ui.speed, ui.card_name}
     ui.card_in.upload(bind(import_card, ui), ui.card_in, card_fields | {ui.card_in}, **PRIVATE)
-    ui.saved_voice.focus(bind(saved_voices, ctx, ui), None, ui.saved_voice, queue=False, **PRIVATE)
     ui.saved_voice.input(bind(pick_saved, ctx, ui), ui.saved_voice, card_fields | {ui.saved_voice},
                          concurrency_limit=None, **PRIVATE)
 

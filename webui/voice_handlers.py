@@ -90,7 +90,7 @@ def save_to_library(ctx: AppContext, ui: SynthesisTab, values: dict):
 
 
 def saved_voices(ctx: AppContext, ui: SynthesisTab):
-    """The library's names, read afresh (another page or a script may have saved one)."""
+    """The library's names, read afresh when a page opens (another page or a script may have saved one)."""
     return {ui.saved_voice: gr.update(choices=saved_card_names(ctx.voices_dir))}
 
 
