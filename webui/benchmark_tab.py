@@ -29,7 +29,8 @@ from chattts_lab.precision import ENGINES, PRECISIONS, extra_precisions, unsuppo
 from chattts_lab.recommend import recommend
 from chattts_lab.report import environment_lines, results_frame, shown_columns, write_reports
 from chattts_lab.results import STATUSES, CellResult
-from chattts_lab.spec import SpecError, SweepSpec, as_text, spec_argv
+from chattts_lab.options import as_text, spec_argv
+from chattts_lab.spec import SpecError, SweepSpec
 from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
 from chattts_lab.sweep import (CellFinished, CellStarted, FidelityStarted, PassStarted, SweepFinished, SweepPlanned,
                                SweepStarted, run_sweep)
