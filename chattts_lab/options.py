@@ -49,11 +49,13 @@ def field_problems(spec) -> list[str]:
 def build_spec(cls, choices: Mapping[str, Any]):
     """A spec of `cls` from choices by field name, as `python -m bench` (argparse's namespace) or a form gives
     them: text is read by the field's own parser (the command line's list and range syntax), a choice that is
-    absent, None or blank takes the field's default, and numbers are converted (2.0 -> 2) by pydantic. Each
+    absent or blank text takes the field's default (None only where the default is None), and numbers are converted (2.0 -> 2) by pydantic. Each
     field is validated (SpecError names every problem); the checks across fields are the spec's validate()."""
     given = {}
     for f in fields(cls):
         value = choices.get(f.name)
+        if value is None and f.name in choices and f.default not in (None, MISSING):
+            raise SpecError(f"{f.name} needs a value")  # an emptied number box is a mistake, not the default
         if value is None or (isinstance(value, str) and not value.strip()):
             continue
         given[f.name] = _parsed(f, value)
