@@ -25,11 +25,11 @@ from chattts_lab.compare import sweep_comparison
 from chattts_lab.devices import parse_device
 from chattts_lab.grid import describe, estimate_grid, refuse_huge_grid
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
+from chattts_lab.options import as_text, spec_argv
 from chattts_lab.precision import ENGINES, PRECISIONS, extra_precisions, unsupported_reason
 from chattts_lab.recommend import recommend
 from chattts_lab.report import environment_lines, results_frame, shown_columns, write_reports
 from chattts_lab.results import STATUSES, CellResult
-from chattts_lab.options import as_text, spec_argv
 from chattts_lab.spec import SpecError, SweepSpec
 from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
 from chattts_lab.sweep import (CellFinished, CellStarted, FidelityStarted, PassStarted, SweepFinished, SweepPlanned,
