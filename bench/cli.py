@@ -24,7 +24,8 @@ from chattts_lab.compare import compare_sweeps, comparison_record
 from chattts_lab.env import load_average, usable_cores
 from chattts_lab.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lines, comparison_lines, markdown_table,
                                 results_frame, write_reports)
-from chattts_lab.spec import SpecError, SweepSpec, as_text, cell_rule, defaults
+from chattts_lab.options import as_text, defaults
+from chattts_lab.spec import SpecError, SweepSpec, cell_rule
 from chattts_lab.store import BundleError, Store, compare_frame, export_bundle, import_bundle, sweeps_frame
 from chattts_lab.sweep import (
     CallTimed,

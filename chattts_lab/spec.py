@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
-from functools import cache
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Annotated, Any, Callable, Mapping
 
 import torch
-from pydantic import AfterValidator, TypeAdapter
+from pydantic import AfterValidator
 from pydantic import Field as Limit
 
-from chattts_lab import axes, checks, engines
+from chattts_lab import axes, engines
 from chattts_lab.axes import SpecError
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.env import usable_cores
 from chattts_lab.limits import memory_budget_error
+from chattts_lab.options import build_spec, field_problems, option
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.engines import ENGINES, PRECISIONS, unsupported_reason
 from chattts_lab.requests import MAX_BATCH, MAX_NEW_TOKEN
@@ -30,89 +30,6 @@ DEVICE_PATTERN = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 CLUSTER_PATTERN = re.compile(r"^ray(:\S+)?$")  # ray (a cluster started here, or this machine alone) or ray:ADDRESS
 NODE_LABEL_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")  # a Ray custom resource name
 MAX_THREADS = 4096
-
-
-# ----------------------------------------------------------------------------------------------
-# A spec's fields describe themselves: default, limits (pydantic constraints in the annotation), the sentence a
-# broken limit gives (`rule`), and the command-line option they are (flag, help, parser). `python -m bench`'s
-# argparse, the app's forms and `build_spec` all read them, so each default and each limit is written once.
-
-
-def option(default: Any = MISSING, help: str = "", flag: str | None = None, parse: Callable | None = None,
-           rule: str | None = None, group: str = "measurement", factory: Callable | None = None, **argparse_kw):
-    """A spec field with what its command-line option needs; `factory` for a default computed on this machine."""
-    meta = {"help": help, "flag": flag, "parse": parse, "rule": rule, "group": group, "argparse": argparse_kw}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-@cache
-def _adapter(cls) -> TypeAdapter:
-    return TypeAdapter(cls)
-
-
-def rules_of(cls) -> dict[str, str]:
-    return {f.name: f.metadata["rule"] for f in fields(cls) if f.metadata.get("rule")}
-
-
-def field_problems(spec) -> list[str]:
-    """What pydantic finds wrong with a spec's fields, in each field's own words."""
-    return checks.problems(_adapter(type(spec)), {f.name: getattr(spec, f.name) for f in fields(spec)},
-                           rules_of(type(spec)))
-
-
-def build_spec(cls, choices: Mapping[str, Any]):
-    """A spec of `cls` from choices by field name, as `python -m bench` (argparse's namespace) or a form gives
-    them: text is read by the field's own parser (the command line's list and range syntax), a choice that is
-    absent, None or blank takes the field's default, and numbers are converted (2.0 -> 2) by pydantic. Each
-    field is validated (SpecError names every problem); the checks across fields are the spec's validate()."""
-    given = {}
-    for f in fields(cls):
-        value = choices.get(f.name)
-        if value is None or (isinstance(value, str) and not value.strip()):
-            continue
-        given[f.name] = _parsed(f, value)
-    return checks.validated(_adapter(cls), given, rules_of(cls), SpecError)
-
-
-def _parsed(f: Field, value):
-    parse = f.metadata.get("parse")
-    if parse is None:
-        return value
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-        value = ",".join(value)  # a form's checkbox group: the choices it ticked
-    if not isinstance(value, str):
-        return value
-    try:
-        return parse(value)
-    except ValueError as exc:  # SpecError is one: the list syntax's own sentence
-        raise SpecError(str(exc) if isinstance(exc, SpecError) else f"{f.name}: {exc}") from None
-
-
-def defaults(cls) -> dict[str, Any]:
-    """Each field's default (computed ones computed now)."""
-    return {f.name: getattr(cls(), f.name) for f in fields(cls)}
-
-
-def as_text(value) -> str:
-    """A value as the command line and the forms write it: comma lists, on/off, 1.5 rather than 1.5000."""
-    if isinstance(value, (list, tuple)):
-        return ",".join(as_text(v) for v in value)
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def spec_argv(spec) -> list[str]:
-    """The command-line options that give this spec: every field with a flag whose value is not its default."""
-    base = defaults(type(spec))
-    argv = []
-    for f in fields(spec):
-        value = getattr(spec, f.name)
-        if f.metadata.get("flag") and value != base[f.name] and value not in (None, ()):
-            argv += [f.metadata["flag"], as_text(value)]
-    return argv
 
 
 def _known(what: str, choices: Callable[[], Any], hint: Callable[[], str]):
@@ -149,14 +66,9 @@ def _ints(lo: int, hi: int):
     return Annotated[tuple[Annotated[int, Limit(ge=lo, le=hi)], ...], Nonempty]
 
 
-def grid_parser(parse: str) -> Callable[[str], tuple]:
-    """A grid axis's parser by name (chattts_lab.axes: int_list, str_list, bool_list)."""
-    return getattr(axes, parse)
-
-
 def _on(text: str) -> bool:
     """on/off (also a list: on when every value is on, as --fidelity always took it)."""
-    return all(grid_parser("bool_list")(text))
+    return all(axes.bool_list(text))
 
 
 @dataclass(frozen=True)
@@ -166,27 +78,27 @@ class SweepSpec:
 
     model: str = option("auto", "auto, hf, synthetic, synthetic-tiny or a folder", "--model", group="grid")
     devices: Annotated[tuple[Device, ...], Nonempty] = option(
-        ("cpu",), "cpu, cuda, cuda:N, mps", "--device", grid_parser("str_list"),
+        ("cpu",), "cpu, cuda, cuda:N, mps", "--device", axes.str_list,
         "unknown device {input!r}: use cpu, cuda, cuda:N or mps", group="grid")
     precisions: Annotated[tuple[Precision, ...], Nonempty] = option(
-        ("fp32",), "fp32, fp16, bf16, int8; int4 with --engine lab or onnx", "--precision", grid_parser("str_list"),
+        ("fp32",), "fp32, fp16, bf16, int8; int4 with --engine lab or onnx", "--precision", axes.str_list,
         group="grid")
-    batches: _ints(1, MAX_BATCH) = option((1,), "texts per call", "--batch", grid_parser("int_list"),
+    batches: _ints(1, MAX_BATCH) = option((1,), "texts per call", "--batch", axes.int_list,
                                           f"batch size must be in 1..{MAX_BATCH}, got {{input}}", group="grid")
     threads: _ints(1, MAX_THREADS) = option(
-        help="torch CPU threads (default: every usable core)", flag="--threads", parse=grid_parser("int_list"),
+        help="torch CPU threads (default: every usable core)", flag="--threads", parse=axes.int_list,
         rule=f"threads must be in 1..{MAX_THREADS}, got {{input}}", group="grid", factory=lambda: (usable_cores(),))
     tokens: _ints(2, MAX_NEW_TOKEN) = option(
         (128,), f"audio tokens per text (exactly; {STEPS_PER_AUDIO_SECOND:g} per second)", "--tokens",
-        grid_parser("int_list"), f"tokens must be in 2..{MAX_NEW_TOKEN}, got {{input}}", group="grid")
+        axes.int_list, f"tokens must be in 2..{MAX_NEW_TOKEN}, got {{input}}", group="grid")
     engines: Annotated[tuple[Engine, ...], Nonempty] = option(
-        ("stock",), "stock (ChatTTS's Chat.infer), lab or onnx (comma list)", "--engine", grid_parser("str_list"),
+        ("stock",), "stock (ChatTTS's Chat.infer), lab or onnx (comma list)", "--engine", axes.str_list,
         group="grid")
     compiles: Annotated[tuple[bool, ...], Nonempty] = option(
-        (False,), "torch.compile off,on", "--compile", grid_parser("bool_list"), group="grid")
+        (False,), "torch.compile off,on", "--compile", axes.bool_list, group="grid")
     streams: Annotated[tuple[bool, ...], Nonempty] = option(
         (False,), "stream and measure time to first audio (bare --stream means on; or off,on)", "--stream",
-        grid_parser("bool_list"), group="grid", nargs="?", const=(True,))
+        axes.bool_list, group="grid", nargs="?", const=(True,))
     warmup: Annotated[int, Limit(ge=0, le=1000)] = option(
         RunConfig.warmup, "uncounted calls after the cold (first) call", "--warmup", int, "warmup must be 0 or more, got {input}")
     repeats: Annotated[int, Limit(ge=1, le=10_000)] = option(
@@ -228,7 +140,7 @@ class SweepSpec:
         metavar="ray[:ADDRESS]")
     nodes: tuple[NodeLabel, ...] = option(
         (), "measure every cell on each machine carrying one of these Ray resource labels "
-            "(ray start --resources '{\"LABEL\": 1}')", "--nodes", grid_parser("str_list"),
+            "(ray start --resources '{\"LABEL\": 1}')", "--nodes", axes.str_list,
         "node label {input!r} is not a resource name (letters, digits, _ . -)", group="fleet", metavar="LABELS")
 
     def errors(self) -> list[str]:

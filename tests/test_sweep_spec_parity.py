@@ -15,7 +15,8 @@ import pytest
 
 from bench.cli import build_parser, spec_from_args
 from chattts_lab.env import usable_cores
-from chattts_lab.spec import SweepSpec, as_text, spec_argv
+from chattts_lab.options import as_text, spec_argv
+from chattts_lab.spec import SweepSpec
 from chattts_lab.store import Store
 from tests.conftest import ROOT, TINY
 from webui.benchmark_tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
@@ -158,3 +159,13 @@ def test_the_run_sweep_api_stores_the_spec_the_cli_builds(app_url, app_dir):
             "--repeats", "1", "--stream", "on", "--compile", "on", "--warmup", "0", "--min-time", "0",
             "--fidelity", "off"]
     assert SweepSpec.from_dict(stored) == cli_spec(argv)
+
+
+def test_the_defaults_the_readme_names_are_the_specs():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    spec, args = SweepSpec(), build_parser().parse_args([])
+    assert f"(default `{spec.model}`)" in readme
+    assert f'"Interleaved passes", default {spec.passes}' in readme and f"(default {spec.passes})" in readme
+    assert f"drift threshold, default {spec.drift_threshold_pct:g} %" in readme
+    assert f"`--drift-threshold` (default {spec.drift_threshold_pct:g} %)" in readme
+    assert f"(default {args.db})" in readme

@@ -16,7 +16,8 @@ import pandas as pd
 from chattts_lab import plots
 from chattts_lab.serving import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
                                  run_serving, serving_frame)
-from chattts_lab.spec import SpecError, as_text, spec_argv
+from chattts_lab.options import as_text, spec_argv
+from chattts_lab.spec import SpecError
 from webui import present
 from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
 from webui.runtime import engines_for, plural, precisions_for
