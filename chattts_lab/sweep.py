@@ -738,8 +738,7 @@ def measure_back_to_back(cfg: RunConfig, while_loading: Callable[[], None] = lam
     worker = CellWorker(cfg)
     try:
         while_loading()
-        ready = worker.ready(never)
-        cluster.hold_if_asked(cfg, ready["pid"])
+        worker.ready(never)
         repeat_until(lambda: worker.repeat({}, never), cfg.repeats, cfg.min_time_s, cfg.max_repeats)
         outcome = worker.finish(never)
     except WorkerEnded as ended:

@@ -44,8 +44,8 @@ x86_64_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "a
 
 # Parallel runs (pytest-xdist, `-n 2` in pytest.ini). Most of a test's time is one Python process importing torch
 # and ChatTTS, which uses one core, so two test processes use a 2-core machine twice as well. Each file runs whole in
-# one test process (its module fixtures start once); the Ray files share one, since two local Ray clusters on one
-# machine would contend for its ports. The longest files start first, so no long one is left to run alone at the end.
+# one test process (its module fixtures start once); the Ray files share one, and one Ray cluster (`ray_cluster`),
+# stopped once the last of them ends. The longest files start first, so no long one is left to run alone at the end.
 RAY_FILES = ("tests/test_fleet_sweep.py", "tests/test_ray_serve.py")
 LONGEST_FIRST = (*RAY_FILES, "tests/test_passes_interleaved.py", "tests/test_browser_benchmark.py",
                  "tests/test_reliability_app_sweep.py", "tests/test_bench_cli.py", "tests/test_bench_history_cli.py",
@@ -59,6 +59,13 @@ def _test_file(nodeid: str) -> str:
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(_test_file(item.nodeid), len(rank)))  # stable: file order kept within
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of the Ray files, their cluster stops, rather than idling through the other files."""
+    if _RAY_CLUSTERS and _test_file(item.nodeid) in RAY_FILES and (
+            nextitem is None or _test_file(nextitem.nodeid) not in RAY_FILES):
+        _stop_ray_clusters()
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -160,3 +167,35 @@ def tiny_model():
     from chattts_lab import LoadConfig, load_model
 
     return load_model(LoadConfig(model=TINY, device="cpu", precision="fp32", threads=1))
+
+
+_RAY_CLUSTERS: list = []  # the one `ray_cluster`, while it runs
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A Ray cluster started as the README starts one (tests/ray_cli.py): a head labelled node_a and a second node
+    labelled node_b, one CPU each, token authentication on; this process finds the token as a client on the head's
+    machine does (RAY_AUTH_MODE unset, the token in its file)."""
+    pytest.importorskip("ray")
+    from tests.ray_cli import CliCluster
+
+    cluster = CliCluster()
+    _RAY_CLUSTERS.append(cluster)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_AUTH_TOKEN_PATH", str(cluster.token_file))
+        env.delenv("RAY_AUTH_MODE", raising=False)  # chattts_lab.cluster.connect sets it: undone after the session
+        try:
+            cluster.start("node_a")
+            cluster.add_node("node_b")
+            yield cluster
+        finally:
+            _stop_ray_clusters()
+
+
+def _stop_ray_clusters() -> None:
+    import ray
+
+    ray.shutdown()  # the tests' own connection first: its driver would otherwise wait on a dead cluster
+    while _RAY_CLUSTERS:
+        _RAY_CLUSTERS.pop().stop()
