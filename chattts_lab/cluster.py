@@ -19,6 +19,7 @@ about sweeps but the spec's check: `connect`, `live_nodes`, `placement` and `Tas
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,13 +83,15 @@ def use_token_if_here() -> None:
     """Token authentication on for this process when RAY_AUTH_MODE is unset and a token is here (RAY_AUTH_TOKEN,
     RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token): what `ray start --head` decides. Ray 2.60's `ray.init` decides so
     only for a cluster it finds by itself, never at a given address, so without this a client that holds the
-    cluster's token would still be refused. An explicit RAY_AUTH_MODE is left as it is."""
-    try:
-        from ray._private.authentication.authentication_token_setup import (
-            maybe_enable_token_auth_if_token_available)
-    except ImportError:  # a Ray without token authentication, or one that moved it: its own defaults
+    cluster's token would still be refused. An explicit RAY_AUTH_MODE is left as it is. (Ray's own helper for
+    this also logs "set RAY_AUTH_MODE=disabled to opt out", advice a client of a cluster has no use for.)"""
+    if os.environ.get("RAY_AUTH_MODE") is not None or not token_here():
         return
-    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    try:
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:  # a Ray that moved it: its own defaults
+        return
+    _enable_token_auth()  # RAY_AUTH_MODE=token for this process and what it starts, Ray's config reloaded
 
 
 def token_here() -> bool:
@@ -104,14 +107,16 @@ def refused(address: str | None, exc: Exception) -> str:
     """Why `ray.init` failed, with what to set: Ray says only that it failed to connect, and a token missing or
     wrong (logged, not raised) looks the same as a head that is not there."""
     said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    where = address or "this machine"
-    if token_here():
+    mode = os.environ.get("RAY_AUTH_MODE", "token")
+    if mode.lower() != "token":
+        token = f"RAY_AUTH_MODE is {mode!r} here, so no token is sent: unset it, or set it to token"
+    elif token_here():
         token = ("this machine's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) may not be the "
                  "cluster's: compare it with what `ray get-auth-token` prints on the head")
     else:
         token = f"this machine has no Ray token, and a cluster with token authentication refuses it: {TOKEN_HOWTO}"
-    return (f"cannot connect to the Ray cluster at {where}: {said}. Check that its head runs there "
-            f"(`ray start --head --port PORT`, `ray status --address {address or 'HEAD_IP:PORT'}`); {token}")
+    return (f"cannot connect to the Ray cluster at {address or 'this machine'}: {said}. Check that its head runs "
+            f"there (`ray start --head --port PORT`); {token}")
 
 
 def live_nodes(ray) -> list[dict]:

@@ -191,3 +191,12 @@ def test_a_fleet_sweeps_rows_are_shown_and_compared_by_node(tmp_path):
     table = compare_frame(db, [sid], "elapsed_s")
     machine = "Xeon x4, 16 GB, no GPU, torch None"
     assert table[[f"{sid}: a · {machine}", f"{sid}: b · {machine}"]].values.tolist() == [[1.0, 2.0]]
+
+
+def test_a_client_told_to_send_no_token_hears_which_variable_stops_it(monkeypatch):
+    """No cluster needed: the refusal's advice when this machine's RAY_AUTH_MODE is not token."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    said = lab_cluster.refused("10.0.0.1:6379", ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379"))
+    assert said == ("cannot connect to the Ray cluster at 10.0.0.1:6379: Failed to connect to Ray cluster at "
+                    "10.0.0.1:6379. Check that its head runs there (`ray start --head --port PORT`); RAY_AUTH_MODE is "
+                    "'disabled' here, so no token is sent: unset it, or set it to token")
