@@ -61,11 +61,12 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(_test_file(item.nodeid), len(rank)))  # stable: file order kept within
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown: the files' module fixtures end first
 def pytest_runtest_teardown(item, nextitem):
     """After the last test of the Ray files, their cluster stops, rather than idling through the other files."""
-    if _RAY_CLUSTERS and _test_file(item.nodeid) in RAY_FILES and (
+    if _RAY and _test_file(item.nodeid) in RAY_FILES and (
             nextitem is None or _test_file(nextitem.nodeid) not in RAY_FILES):
-        _stop_ray_clusters()
+        _stop_ray_cluster()
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -169,33 +170,38 @@ def tiny_model():
     return load_model(LoadConfig(model=TINY, device="cpu", precision="fp32", threads=1))
 
 
-_RAY_CLUSTERS: list = []  # the one `ray_cluster`, while it runs
+_RAY: dict = {}  # while `ray_cluster` runs: the cluster, and this process's environment before it
 
 
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A Ray cluster started as the README starts one (tests/ray_cli.py): a head labelled node_a and a second node
     labelled node_b, one CPU each, token authentication on; this process finds the token as a client on the head's
-    machine does (RAY_AUTH_MODE unset, the token in its file)."""
+    machine does (RAY_AUTH_MODE unset, the token in its file). Stopped after the last test of RAY_FILES."""
     pytest.importorskip("ray")
     from tests.ray_cli import CliCluster
 
     cluster = CliCluster()
-    _RAY_CLUSTERS.append(cluster)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("RAY_AUTH_TOKEN_PATH", str(cluster.token_file))
-        env.delenv("RAY_AUTH_MODE", raising=False)  # chattts_lab.cluster.connect sets it: undone after the session
-        try:
-            cluster.start("node_a")
-            cluster.add_node("node_b")
-            yield cluster
-        finally:
-            _stop_ray_clusters()
+    _RAY.update(cluster=cluster, env={name: os.environ.get(name) for name in ("RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")})
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(cluster.token_file)
+    os.environ.pop("RAY_AUTH_MODE", None)  # chattts_lab.cluster.connect sets it in this process: undone at the stop
+    try:
+        cluster.start("node_a")
+        cluster.add_node("node_b")
+        yield cluster
+    finally:
+        _stop_ray_cluster()
 
 
-def _stop_ray_clusters() -> None:
+def _stop_ray_cluster() -> None:
+    if not _RAY:
+        return
     import ray
 
     ray.shutdown()  # the tests' own connection first: its driver would otherwise wait on a dead cluster
-    while _RAY_CLUSTERS:
-        _RAY_CLUSTERS.pop().stop()
+    _RAY.pop("cluster").stop()
+    for name, value in _RAY.pop("env").items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

@@ -6,9 +6,9 @@ on the machine, another test run's included).
 
 Test-only differences from the README, each for isolation or a shared machine: the token file is a temporary one
 (RAY_AUTH_TOKEN_PATH, Ray's own variable for it, instead of ~/.ray/auth_token), every port is a free one, Ray's
-files go to a temporary folder, the dashboard is not started, and Ray's own settings (RAY_<name> variables) make a
-lost node noticed in about a second and turn its memory monitor off (on a machine whose memory other work fills,
-it would kill cells and replicas).
+files go to a temporary folder, the dashboard loads no modules (its API server still runs), and Ray's own
+settings (RAY_<name> variables) make a lost node noticed in about a second and turn its memory monitor off (on a
+machine whose memory other work fills, it would kill cells and replicas).
 """
 
 from __future__ import annotations
@@ -69,16 +69,22 @@ class CliCluster:
         self._start(label, {**without_auth(os.environ), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token},
                     "--address", self.address)
 
-    def _start(self, label: str, env: dict, *args: str) -> None:
-        with open(self.folder / f"{label}.log", "a") as log:
-            started = subprocess.Popen(
-                [RAY, "start", *args, "--num-cpus", str(NODE_CPUS), "--resources", json.dumps({label: 1}),
-                 "--dashboard-agent-listen-port", str(free_port()), "--metrics-export-port", str(free_port()),
-                 "--runtime-env-agent-port", str(free_port())],
-                env={**env, **RAY_TEST_SETTINGS}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.groups[label] = started.pid  # a session leader's pid is its group's id, its daemons' too
-        code = started.wait(WAIT_S)
-        assert code == 0, f"ray start ({label}) exited {code}:\n{(self.folder / f'{label}.log').read_text()[-3000:]}"
+    def _start(self, label: str, env: dict, *args: str, attempts: int = 3) -> None:
+        """`ray start`, again (its processes killed first) when it gives up: Ray waits a fixed 30 s for a new
+        raylet to register, which a machine loaded many times over can exceed (then `ray start` exits 1)."""
+        for _ in range(attempts):
+            with open(self.folder / f"{label}.log", "a") as log:
+                started = subprocess.Popen(
+                    [RAY, "start", *args, "--num-cpus", str(NODE_CPUS), "--resources", json.dumps({label: 1}),
+                     "--dashboard-agent-listen-port", str(free_port()), "--metrics-export-port", str(free_port()),
+                     "--runtime-env-agent-port", str(free_port())],
+                    env={**env, **RAY_TEST_SETTINGS}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.groups[label] = started.pid  # a session leader's pid is its group's id, its daemons' too
+            if started.wait(WAIT_S) == 0:
+                return
+            self.kill_node(label)
+        log = (self.folder / f"{label}.log").read_text()
+        raise AssertionError(f"ray start ({label}) failed {attempts} times:\n{log[-3000:]}")
 
     def processes(self, label: str) -> list[psutil.Process]:
         """Every process of the node: its group (raylet, agents, workers) and what those started."""
