@@ -137,7 +137,7 @@ def unplaceable(cfg: RunConfig, nodes: list[dict]) -> tuple[str, str] | None:
     labelled = [n for n in nodes if not cfg.node or n["resources"].get(cfg.node, 0) >= 1]
     if not labelled:
         return "lost", (f"no live node of the cluster carries the label {cfg.node!r}: start it again "
-                        f"(ray start --address ... --resources '{{\"{cfg.node}\": 1}}') and resume")
+                        f"(RAY_AUTH_MODE=token ray start --address ... --resources '{{\"{cfg.node}\": 1}}') and resume")
     if not any(n["resources"].get("CPU", 0) >= wanted["num_cpus"] and n["resources"].get("GPU", 0) >= wanted["num_gpus"]
                for n in labelled):
         most = max(n["resources"].get("CPU", 0) for n in labelled)

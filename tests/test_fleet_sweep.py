@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -86,10 +87,13 @@ def scenario(ray_cluster, tmp_path_factory):
         started.append(sweep)
         worker = cell_worker_on(ray_cluster, "node_b", sweep)
         ray_cluster.kill_node("node_b")
-        out, _ = sweep.communicate(timeout=WAIT_S)
-        after_loss = {"code": sweep.returncode, "out": out, "rows": rows(db), "worker_gone": process_ended(worker),
-                      "a_cell_id": a_cell_id(db)}
-        ray_cluster.add_node("node_b")  # the machine is back
+        worker_gone = process_ended(worker)
+        with ThreadPoolExecutor(1) as pool:  # the machine comes back while the sweep ends (no cell is retried)
+            back = pool.submit(ray_cluster.add_node, "node_b")
+            out, _ = sweep.communicate(timeout=WAIT_S)
+            after_loss = {"code": sweep.returncode, "out": out, "rows": rows(db), "worker_gone": worker_gone,
+                          "a_cell_id": a_cell_id(db)}
+            back.result(timeout=WAIT_S)
         resume = bench("--db", str(db), "--resume", "--format", "json", env=ray_cluster.client_env)
         out, _ = resume.communicate(timeout=WAIT_S)
         resumed = {"code": resume.returncode, "out": out, "rows": rows(db), "a_cell_id": a_cell_id(db)}
