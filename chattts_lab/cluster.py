@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -32,13 +30,6 @@ from chattts_lab.results import RunConfig
 from chattts_lab.spec import SpecError, SweepSpec
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-# Set on a node (the environment `ray start` runs in), each of its cells waits once its worker is loaded until
-# `<dir>/<cell>.release` exists, having written `<dir>/<cell>.running` (the worker's pid); each batch of a Ray Serve
-# replica on it (webui/rayserve.py), once started, writes `<dir>/<replica>-<n>.running` (its texts) and waits until
-# `<dir>/release` exists; a replica writes `<dir>/accepted-<id>` for each request it takes, and the Serve ingress
-# `<dir>/started-<id>` once it knows where a request's batch started. It lets a test or a demonstration take a
-# node or a replica away while work surely runs there.
-HOLD_DIR_VAR = "CHATTTS_LAB_FLEET_HOLD_DIR"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -65,15 +56,67 @@ def connect(cluster: str, *more_modules: Path):
     ray = ray_module()
     address = address_of(cluster)
     if ray.is_initialized():
-        if address in (None, "auto") or ray.get_runtime_context().gcs_address == address:
+        if address in (None, "auto", _connected_to.get("address"), ray.get_runtime_context().gcs_address):
             return ray
         ray.shutdown()
+    use_token_if_here()
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
                  runtime_env={"py_modules": [str(m) for m in (PACKAGE_DIR, *more_modules)]})
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise SpecError(f"cannot connect to the Ray cluster at {address or 'this machine'}: {exc}") from exc
+    except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
+        raise SpecError(refused(address, exc)) from exc
+    _connected_to["address"] = address
     return ray
+
+
+# The address this process connected with, as given: Ray reports the head's own IP (192.0.2.2:6379 for a
+# 127.0.0.1:6379 asked), and a second connect() to the same cluster would otherwise connect again.
+_connected_to: dict[str, str | None] = {}
+
+
+# How a machine gets a cluster's token, as Ray documents it (docs.ray.io/en/latest/ray-security/token-auth.html).
+TOKEN_HOWTO = ("on the head, `ray get-auth-token` prints the cluster's token; here, set RAY_AUTH_TOKEN to it, or "
+               "write it to ~/.ray/auth_token (or to a file named by RAY_AUTH_TOKEN_PATH)")
+
+
+def use_token_if_here() -> None:
+    """Token authentication on for this process when RAY_AUTH_MODE is unset and a token is here (RAY_AUTH_TOKEN,
+    RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token): what `ray start --head` decides. Ray 2.60's `ray.init` decides so
+    only for a cluster it finds by itself, never at a given address, so without this a client that holds the
+    cluster's token would still be refused. An explicit RAY_AUTH_MODE is left as it is. (Ray's own helper for
+    this also logs "set RAY_AUTH_MODE=disabled to opt out", advice a client of a cluster has no use for.)"""
+    if os.environ.get("RAY_AUTH_MODE") is not None or not token_here():
+        return
+    try:
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:  # a Ray that moved it: its own defaults
+        return
+    _enable_token_auth()  # RAY_AUTH_MODE=token for this process and what it starts, Ray's config reloaded
+
+
+def token_here() -> bool:
+    """Whether this machine holds a Ray token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+    except ImportError:
+        return False
+    return AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True)
+
+
+def refused(address: str | None, exc: Exception) -> str:
+    """Why `ray.init` failed, with what to set: Ray says only that it failed to connect, and a token missing or
+    wrong (logged, not raised) looks the same as a head that is not there."""
+    said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    mode = os.environ.get("RAY_AUTH_MODE", "token")
+    if mode.lower() != "token":
+        token = f"RAY_AUTH_MODE is {mode!r} here, so no token is sent: unset it, or set it to token"
+    elif token_here():
+        token = ("this machine's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) may not be the "
+                 "cluster's: compare it with what `ray get-auth-token` prints on the head")
+    else:
+        token = f"this machine has no Ray token, and a cluster with token authentication refuses it: {TOKEN_HOWTO}"
+    return (f"cannot connect to the Ray cluster at {address or 'this machine'}: {said}. Check that its head runs "
+            f"there (`ray start --head --port PORT`); {token}")
 
 
 def live_nodes(ray) -> list[dict]:
@@ -94,7 +137,7 @@ def unplaceable(cfg: RunConfig, nodes: list[dict]) -> tuple[str, str] | None:
     labelled = [n for n in nodes if not cfg.node or n["resources"].get(cfg.node, 0) >= 1]
     if not labelled:
         return "lost", (f"no live node of the cluster carries the label {cfg.node!r}: start it again "
-                        f"(ray start --address ... --resources '{{\"{cfg.node}\": 1}}') and resume")
+                        f"(RAY_AUTH_MODE=token ray start --address ... --resources '{{\"{cfg.node}\": 1}}') and resume")
     if not any(n["resources"].get("CPU", 0) >= wanted["num_cpus"] and n["resources"].get("GPU", 0) >= wanted["num_gpus"]
                for n in labelled):
         most = max(n["resources"].get("CPU", 0) for n in labelled)
@@ -198,34 +241,3 @@ def node_here(label: str | None) -> dict:
     ray = ray_module()
     return {"label": label, "hostname": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
             "environment": capture_environment()}
-
-
-def hold_if_asked(cfg: RunConfig, worker_pid: int) -> None:
-    """Wait (at most the cell's timeout) for the release file when this node sets HOLD_DIR_VAR; see its comment."""
-    name = _file_name(cfg.key)
-    hold_here(name, str(worker_pid), f"{name}.release", cfg.timeout_s)
-
-
-def hold_here(name: str, note: str, release: str, timeout_s: float, poll_s: float = 0.1) -> None:
-    """When this node sets HOLD_DIR_VAR: write `<dir>/<name>.running` (the note), then wait (at most `timeout_s`)
-    until `<dir>/<release>` exists."""
-    folder = os.environ.get(HOLD_DIR_VAR)
-    if not folder:
-        return
-    note_if_asked(f"{name}.running", note)
-    release_file, t0 = Path(folder) / release, time.monotonic()
-    while not release_file.exists() and time.monotonic() - t0 < timeout_s:
-        time.sleep(poll_s)
-
-
-def note_if_asked(name: str, note: str) -> None:
-    """When this node sets HOLD_DIR_VAR: write `<dir>/<name>` (a test waits on it), whole or not at all."""
-    if folder := os.environ.get(HOLD_DIR_VAR):
-        path = Path(folder) / _file_name(name)
-        part = path.with_name(f".{path.name}.part")  # a name no reader looks for, until the rename
-        part.write_text(note)
-        part.replace(path)  # atomic: a reader polling the folder never sees the file half written
-
-
-def _file_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=-]", "_", text)

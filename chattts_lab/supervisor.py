@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from chattts_lab import cluster
 from chattts_lab.limits import crash_under_budget
 from chattts_lab.results import PASS_MARKER, RESULT_MARKER, CellResult, RunConfig, summarize
 from chattts_lab.spec import cell_rule
@@ -251,8 +250,7 @@ def measure_back_to_back(cfg: RunConfig, while_loading: Callable[[], None] = lam
     worker = CellWorker(cfg)
     try:
         while_loading()
-        ready = worker.ready(never)
-        cluster.hold_if_asked(cfg, ready["pid"])
+        worker.ready(never)
         repeat_until(lambda: worker.repeat({}, never), cfg.repeats, cfg.min_time_s, cfg.max_repeats)
         outcome = worker.finish(never)
     except WorkerEnded as ended:

@@ -45,8 +45,8 @@ x86_64_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "a
 
 # Parallel runs (pytest-xdist, `-n 2` in pytest.ini). Most of a test's time is one Python process importing torch
 # and ChatTTS, which uses one core, so two test processes use a 2-core machine twice as well. Each file runs whole in
-# one test process (its module fixtures start once); the Ray files share one, since two local Ray clusters on one
-# machine would contend for its ports. The longest files start first, so no long one is left to run alone at the end.
+# one test process (its module fixtures start once); the Ray files share one, and one Ray cluster (`ray_cluster`),
+# stopped once the last of them ends. The longest files start first, so no long one is left to run alone at the end.
 RAY_FILES = ("tests/test_fleet_sweep.py", "tests/test_ray_serve.py")
 LONGEST_FIRST = (*RAY_FILES, "tests/test_passes_interleaved.py", "tests/test_browser_benchmark.py",
                  "tests/test_reliability_app_sweep.py", "tests/test_bench_cli.py", "tests/test_bench_history_cli.py",
@@ -60,6 +60,14 @@ def _test_file(nodeid: str) -> str:
 def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(_test_file(item.nodeid), len(rank)))  # stable: file order kept within
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown: the files' module fixtures end first
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of the Ray files, their cluster stops, rather than idling through the other files."""
+    if _RAY and _test_file(item.nodeid) in RAY_FILES and (
+            nextitem is None or _test_file(nextitem.nodeid) not in RAY_FILES):
+        _stop_ray_cluster()
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -167,3 +175,40 @@ def tiny_model():
     from chattts_lab import LoadConfig, load_model
 
     return load_model(LoadConfig(model=TINY, device="cpu", precision="fp32", threads=1))
+
+
+_RAY: dict = {}  # while `ray_cluster` runs: the cluster, and this process's environment before it
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A Ray cluster started as the README starts one (tests/ray_cli.py): a head labelled node_a and a second node
+    labelled node_b, one CPU each, token authentication on; this process finds the token as a client on the head's
+    machine does (RAY_AUTH_MODE unset, the token in its file). Stopped after the last test of RAY_FILES."""
+    pytest.importorskip("ray")
+    from tests.ray_cli import CliCluster
+
+    cluster = CliCluster()
+    _RAY.update(cluster=cluster, env={name: os.environ.get(name) for name in ("RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")})
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(cluster.token_file)
+    os.environ.pop("RAY_AUTH_MODE", None)  # chattts_lab.cluster.connect sets it in this process: undone at the stop
+    try:
+        cluster.start("node_a")
+        cluster.add_node("node_b")
+        yield cluster
+    finally:
+        _stop_ray_cluster()
+
+
+def _stop_ray_cluster() -> None:
+    if not _RAY:
+        return
+    import ray
+
+    ray.shutdown()  # the tests' own connection first: its driver would otherwise wait on a dead cluster
+    _RAY.pop("cluster").stop()
+    for name, value in _RAY.pop("env").items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

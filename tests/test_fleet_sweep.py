@@ -1,27 +1,28 @@
-"""A fleet sweep on a real local Ray cluster: a head carrying the label node_a and a second node carrying node_b.
+"""A fleet sweep on a Ray cluster started as the README starts one (conftest's `ray_cluster`: `ray start` in
+subprocesses, a head labelled node_a and a second node labelled node_b, token authentication on).
 
-`python -m bench --cluster ray:ADDRESS --nodes node_a,node_b` measures one cell on each node. node_b's cell holds
-once its worker is loaded (chattts_lab.cluster.HOLD_DIR_VAR, set on that node only), so the node is taken away
-while the cell surely runs: the finished row of node_a stays, node_b's cell is a `lost` row with its reason, and
-once a node_b is back `--resume` measures it. One cluster and one scenario serve every test here (Ray starts slowly).
+`python -m bench --cluster ray:ADDRESS --nodes node_a,node_b` measures one cell on each node, each for at least
+MIN_TIME_S of timed calls. Once node_b's cell worker runs (seen among node_b's processes), node_b is killed, every
+process of its `ray start` at once, as when a machine goes away: the finished row of node_a stays, node_b's cell is
+a `lost` row with its reason, and once a node_b is back `--resume` measures it. Meanwhile a client without the
+token is refused with what to set. One scenario serves every test here (Ray starts slowly).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 import pytest
-import ray
-from ray.cluster_utils import Cluster
 
 from chattts_lab import cluster as lab_cluster
-from chattts_lab.cluster import HOLD_DIR_VAR
 from chattts_lab.report import markdown_table, results_frame
 from chattts_lab.results import CellResult, RunConfig
 from chattts_lab.spec import SpecError, SweepSpec
@@ -29,35 +30,35 @@ from chattts_lab.store import Store, cells_frame, compare_frame
 from chattts_lab.fleet import fleet_result, measure_on_node
 from chattts_lab.sweep import run_sweep
 from tests.conftest import ROOT, TINY
+from tests.ray_cli import WAIT_S, without_auth
 
-# Ray notices a node that stopped answering after period x threshold: about a second here, not its default 30 s.
-# Its memory monitor is off: on a machine whose memory other work fills, it would kill the cells (an `oom` row).
-TEST_CLUSTER_CONFIG = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
-                       "health_check_timeout_ms": 500, "health_check_failure_threshold": 2,
-                       "memory_monitor_refresh_ms": 0}
-WAIT_S = 300  # an upper bound for a slow shared machine, never a synchronisation: each wait ends on its condition
+# Timed calls of each cell last at least this long: once node_b's worker has started, its cell has at least its
+# imports, its load and this much left to run, a wide margin over the test's next step (killing the node).
+MIN_TIME_S = "3"
 
 
-def bench(*args: str, **kw) -> subprocess.Popen:
+def bench(*args: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **kw)
+                            stderr=subprocess.STDOUT, text=True, env=env)
 
 
-def wait_for_file(folder: Path, pattern: str, proc: subprocess.Popen) -> Path:
+def cell_worker_on(cluster, label: str, sweep: subprocess.Popen) -> psutil.Process:
+    """The cell's worker process (`python -m chattts_lab.worker`) under the node's Ray task, once it exists."""
     deadline = time.monotonic() + WAIT_S
-    while not list(folder.glob(pattern)):
-        if proc.poll() is not None:
-            pytest.fail(f"the sweep ended before its node_b cell held:\n{proc.stdout.read()}")
-        assert time.monotonic() < deadline, f"no {pattern} in {folder} after {WAIT_S} s"
-        time.sleep(0.1)  # polling a file the node writes: the condition itself, however long it takes
-    return next(folder.glob(pattern))
+    while True:
+        for proc in cluster.processes(label):
+            try:
+                if "chattts_lab.worker" in proc.cmdline():
+                    return proc
+            except psutil.Error:
+                pass  # a process that ended meanwhile
+        if sweep.poll() is not None:
+            pytest.fail(f"the sweep ended before a cell worker ran on {label}:\n{sweep.stdout.read()}")
+        assert time.monotonic() < deadline, f"no cell worker on {label} after {WAIT_S} s"
+        time.sleep(0.1)  # polling the node's processes: the condition itself, however long it takes
 
 
-def process_ended(pid: int) -> bool:
-    try:
-        proc = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return True
+def process_ended(proc: psutil.Process) -> bool:
     return not psutil.wait_procs([proc], timeout=WAIT_S)[1]
 
 
@@ -66,42 +67,47 @@ def rows(db: Path) -> dict:
     return {r["node"]: r for r in cells_frame(db).to_dict("records")}
 
 
+def a_cell_id(db: Path) -> int:
+    return sqlite3.connect(db).execute("SELECT id FROM cells WHERE cell_key LIKE '%node=node_a'").fetchone()[0]
+
+
 @pytest.fixture(scope="module")
-def scenario(tmp_path_factory):
+def scenario(ray_cluster, tmp_path_factory):
     """Run the sweep, lose node_b while its cell runs, bring node_b back, resume; what each step left."""
     tmp = tmp_path_factory.mktemp("fleet")
-    hold, db = tmp / "hold", tmp / "lab.sqlite"
-    hold.mkdir()
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": {"node_a": 1}, "include_dashboard": False, "_system_config": TEST_CLUSTER_CONFIG})
+    db, address = tmp / "lab.sqlite", f"ray:{ray_cluster.address}"
+    no_token = {**without_auth(os.environ), "HOME": str(tmp)}  # nor a ~/.ray/auth_token
+    started: list[subprocess.Popen] = []
     try:
-        node_b = cluster.add_node(num_cpus=1, resources={"node_b": 1}, env_vars={HOLD_DIR_VAR: str(hold)})
-        sweep = bench("--model", TINY, "--cluster", f"ray:{cluster.address}", "--nodes", "node_a,node_b",
-                      "--threads", "1", "--tokens", "8", "--repeats", "1", "--min-time", "0", "--warmup", "0",
-                      "--fidelity", "off", "--db", str(db), "--format", "json")
-        held = wait_for_file(hold, "*node=node_b.running", sweep)
-        worker_pid = int(held.read_text())
-        assert psutil.pid_exists(worker_pid)
-        cluster.remove_node(node_b, allow_graceful=False)  # the raylet and every process of node_b, killed
-        out, _ = sweep.communicate(timeout=WAIT_S)
-        after_loss = {"code": sweep.returncode, "out": out, "rows": rows(db),
-                      "worker_gone": process_ended(worker_pid),
-                      "a_cell_id": sqlite3.connect(db).execute("SELECT id FROM cells WHERE cell_key LIKE "
-                                                               "'%node=node_a'").fetchone()[0]}
-        cluster.add_node(num_cpus=1, resources={"node_b": 1})  # the machine is back (and holds no more)
-        resume = bench("--db", str(db), "--resume", "--format", "json")
+        refused = bench("--model", TINY, "--cluster", address, "--tokens", "8", "--fidelity", "off", "--db",
+                        str(tmp / "refused.sqlite"), env=no_token)  # Ray retries for a while: it runs meanwhile
+        started.append(refused)
+        sweep = bench("--model", TINY, "--cluster", address, "--nodes", "node_a,node_b", "--threads", "1",
+                      "--tokens", "8", "--repeats", "1", "--min-time", MIN_TIME_S, "--warmup", "0",
+                      "--fidelity", "off", "--db", str(db), "--format", "json", env=ray_cluster.client_env)
+        started.append(sweep)
+        worker = cell_worker_on(ray_cluster, "node_b", sweep)
+        ray_cluster.kill_node("node_b")
+        worker_gone = process_ended(worker)
+        with ThreadPoolExecutor(1) as pool:  # the machine comes back while the sweep ends (no cell is retried)
+            back = pool.submit(ray_cluster.add_node, "node_b")
+            out, _ = sweep.communicate(timeout=WAIT_S)
+            after_loss = {"code": sweep.returncode, "out": out, "rows": rows(db), "worker_gone": worker_gone,
+                          "a_cell_id": a_cell_id(db)}
+            back.result(timeout=WAIT_S)
+        resume = bench("--db", str(db), "--resume", "--format", "json", env=ray_cluster.client_env)
         out, _ = resume.communicate(timeout=WAIT_S)
-        resumed = {"code": resume.returncode, "out": out, "rows": rows(db),
-                   "a_cell_id": sqlite3.connect(db).execute("SELECT id FROM cells WHERE cell_key LIKE "
-                                                            "'%node=node_a'").fetchone()[0]}
-        yield after_loss, resumed, db, cluster.address
+        resumed = {"code": resume.returncode, "out": out, "rows": rows(db), "a_cell_id": a_cell_id(db)}
+        out, _ = refused.communicate(timeout=WAIT_S)
+        yield after_loss, resumed, db, ray_cluster.address, {"code": refused.returncode, "out": out}
     finally:
-        ray.shutdown()
-        cluster.shutdown()
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def test_a_node_lost_mid_cell_leaves_the_finished_row_and_a_lost_row_with_its_reason(scenario):
-    after_loss, _, _, _ = scenario
+    after_loss, *_ = scenario
     assert after_loss["code"] == 1, after_loss["out"]  # the sweep is not finished: it is resumable
     assert "--resume" in after_loss["out"]
     a, b = after_loss["rows"]["node_a"], after_loss["rows"]["node_b"]
@@ -112,7 +118,7 @@ def test_a_node_lost_mid_cell_leaves_the_finished_row_and_a_lost_row_with_its_re
 
 
 def test_resume_measures_the_lost_cell_and_keeps_the_finished_one(scenario):
-    after_loss, resumed, _, _ = scenario
+    after_loss, resumed, *_ = scenario
     assert resumed["code"] == 0, resumed["out"]
     assert "1 of 2 cells to measure" in resumed["out"]
     assert resumed["a_cell_id"] == after_loss["a_cell_id"]  # node_a's row was not measured again
@@ -120,7 +126,7 @@ def test_resume_measures_the_lost_cell_and_keeps_the_finished_one(scenario):
 
 
 def test_each_row_records_its_node_and_that_nodes_environment(scenario):
-    _, resumed, db, _ = scenario
+    _, resumed, db, *_ = scenario
     a, b = resumed["rows"]["node_a"], resumed["rows"]["node_b"]
     assert a["node_id"] != b["node_id"] and all(len(r["node_id"]) > 16 for r in (a, b))
     for row in (a, b):
@@ -131,7 +137,7 @@ def test_each_row_records_its_node_and_that_nodes_environment(scenario):
 
 
 def test_a_label_no_node_carries_is_refused_before_a_sweep_exists(scenario, tmp_path):
-    *_, address = scenario
+    _, _, _, address, _ = scenario
     spec = SweepSpec(model=TINY, threads=(1,), tokens=(8,), fidelity=False, cluster=f"ray:{address}",
                      nodes=("node_a", "node_c"))
     with pytest.raises(SpecError, match="no live node of the cluster carries the label.s. node_c; the nodes carry "
@@ -142,7 +148,7 @@ def test_a_label_no_node_carries_is_refused_before_a_sweep_exists(scenario, tmp_
 
 
 def test_a_task_that_raises_on_its_node_is_an_error_row_with_the_nodes_traceback(scenario):
-    *_, address = scenario
+    _, _, _, address, _ = scenario
     pool = lab_cluster.TaskPool(lab_cluster.connect(f"ray:{address}"))
     cfg = RunConfig(TINY, "cpu", "fp32", 1, 1, 8, node="node_a")
     pool.submit(measure_on_node, {"model": TINY}, (0, cfg), **lab_cluster.placement(cfg))  # not a whole config
@@ -154,6 +160,14 @@ def test_a_task_that_raises_on_its_node_is_an_error_row_with_the_nodes_traceback
     row = fleet_result(end)
     assert row.status == "error" and row.reason.startswith("the cell's Ray task raised TypeError")
     assert "measure_on_node" in row.traceback and row.node == {"label": "node_a"}
+
+
+def test_a_client_without_the_token_is_refused_with_what_to_set(scenario):
+    *_, refused = scenario
+    assert refused["code"] == 2, refused["out"]
+    (line,) = [ln for ln in refused["out"].splitlines() if "cannot connect to the Ray cluster" in ln]
+    assert "this machine has no Ray token" in line
+    assert "`ray get-auth-token` prints the cluster's token" in line and "RAY_AUTH_TOKEN" in line
 
 
 def test_node_labels_need_a_cluster_and_a_cluster_is_ray():
@@ -182,3 +196,12 @@ def test_a_fleet_sweeps_rows_are_shown_and_compared_by_node(tmp_path):
     table = compare_frame(db, [sid], "elapsed_s")
     machine = "Xeon x4, 16 GB, no GPU, torch None"
     assert table[[f"{sid}: a · {machine}", f"{sid}: b · {machine}"]].values.tolist() == [[1.0, 2.0]]
+
+
+def test_a_client_told_to_send_no_token_hears_which_variable_stops_it(monkeypatch):
+    """No cluster needed: the refusal's advice when this machine's RAY_AUTH_MODE is not token."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    said = lab_cluster.refused("10.0.0.1:6379", ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379"))
+    assert said == ("cannot connect to the Ray cluster at 10.0.0.1:6379: Failed to connect to Ray cluster at "
+                    "10.0.0.1:6379. Check that its head runs there (`ray start --head --port PORT`); RAY_AUTH_MODE is "
+                    "'disabled' here, so no token is sent: unset it, or set it to token")

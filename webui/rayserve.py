@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator
@@ -33,7 +31,7 @@ from typing import AsyncIterator
 from chattts_lab import SynthesisRequest, load_model
 from chattts_lab.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.batcher import BatchPolicy
-from chattts_lab.cluster import HOLD_DIR_VAR, connect, hold_here, note_if_asked, ray_module
+from chattts_lab.cluster import connect, ray_module
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.engines import unsupported_reason
 from chattts_lab.spec import SpecError
@@ -52,7 +50,6 @@ log = logging.getLogger(f"ray.serve.{__name__}")  # Serve writes "ray.serve" rec
 APP = "chattts"
 WEBUI_DIR = Path(__file__).resolve().parent
 ATTEMPTS = 3  # a request no replica has started is sent again, to another replica, up to this many times in all
-HOLD_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +57,7 @@ class BatchStarted:
     """Sent by a replica when the request's batch starts: from here on the request runs there."""
 
     replica: str
+    requests: int  # in the batch, this one included
 
 
 # ----------------------------------------------------------------------------------------------
@@ -93,21 +91,23 @@ class Synthesizer:
         self.generate.set_max_batch_size(policy.max_batch)
         self.generate.set_batch_wait_timeout_s(policy.max_wait_ms / 1000)
         self.name = ray_module().get_runtime_context().get_actor_name()
-        self.batches = 0
 
     async def speak(self, request: SynthesisRequest, stream: bool) -> AsyncIterator:
         """BatchStarted, then (when `stream`) each StreamChunk, then the SynthesisOutput."""
-        note_if_asked(f"accepted-{uuid.uuid4().hex}", json.dumps({"replica": self.name, "texts": request.texts}))
         loop = asyncio.get_running_loop()
         part = Part(request, threading.Event())
         job = _Job(part, stream, min(part.rows, self.max_batch))
         if stream:
             job.part.on_chunk = lambda chunk: loop.call_soon_threadsafe(job.items.put_nowait, chunk)
+        log.info("waiting for a batch on %s", self.name)  # Serve tags each line with the request's id
         done = asyncio.ensure_future(self.generate(job))
         # The batch's thread schedules its chunks before its result, so this end mark comes after the last chunk.
         done.add_done_callback(lambda _: job.items.put_nowait(None))
         try:
             while (item := await job.items.get()) is not None:
+                if isinstance(item, BatchStarted):
+                    log.info("started on %s in a batch of %d request(s), after %.3f s waiting", item.replica,
+                             item.requests, job.part.queue_wait_s)
                 yield item
             result = done.result()
             if isinstance(result, Exception):
@@ -123,9 +123,7 @@ class Synthesizer:
         started = time.perf_counter()
         for job in jobs:
             job.part.queue_wait_s = started - job.arrived
-            job.items.put_nowait(BatchStarted(self.name))
-        if os.environ.get(HOLD_DIR_VAR):
-            await self._hold(jobs)
+            job.items.put_nowait(BatchStarted(self.name, len(jobs)))
         groups: dict[tuple, list[_Job]] = {}
         for job in jobs:
             groups.setdefault((job.stream, shared_settings(job.part.request)), []).append(job)
@@ -137,12 +135,6 @@ class Synthesizer:
                 outs = [exc] * len(group)
             results.update(zip(map(id, group), outs))
         return [results[id(job)] for job in jobs]
-
-    async def _hold(self, jobs: list[_Job]) -> None:
-        """See HOLD_DIR_VAR: a test takes this replica away while this batch surely runs on it."""
-        self.batches += 1
-        note = json.dumps({"actor": self.name, "pid": os.getpid(), "texts": [t for j in jobs for t in j.part.request.texts]})
-        await asyncio.to_thread(hold_here, f"{self.name}-{self.batches}", note, "release", HOLD_TIMEOUT_S)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -188,7 +180,6 @@ class ReplicaSpeech:
                 async for item in call:
                     if isinstance(item, BatchStarted):
                         replica = item.replica
-                        note_if_asked(f"started-{uuid.uuid4().hex}", json.dumps({"replica": replica, "texts": req.texts}))
                     else:
                         yield item
                 return
