@@ -8,6 +8,7 @@ from typing import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
+from chattts_lab.engines import REFERENCE
 from chattts_lab import plots
 from chattts_lab.compare import cell_ratio
 from chattts_lab.recommend import pareto_mask
@@ -58,7 +59,8 @@ def gain_sentence(df: pd.DataFrame, cells: Sequence[CellResult]) -> str:
     ok = df[(df["status"] == "ok") & df["rtf"].notna()] if len(df) else df
     if ok.empty or len(cells) != len(df):
         return ""
-    is_base = (ok["engine"] == "stock") & (ok["precision"] == "fp32") & ~ok["compile"].astype(bool)
+    engine, precision = REFERENCE
+    is_base = (ok["engine"] == engine) & (ok["precision"] == precision) & ~ok["compile"].astype(bool)
     if not is_base.any():
         return "Add stock fp32 to the sweep to see the gain over ChatTTS as shipped."
     same = [c for c in COMPARABLE if c in ok]

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from chattts_lab import LoadConfig, available_devices
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.env import usable_cores
+from chattts_lab import engines
 from chattts_lab.engines import runnable_engines, runnable_precisions, unsupported_reason
 
 
@@ -43,13 +44,16 @@ def serving_choice(history_db, model: str) -> ServingChoice:
     from chattts_lab.store import cells_frame, sweeps_frame
 
     cores = max_threads()
-    default = RuntimeSettings("cpu", "fp32", cores, "lab" if "lab" in engines_for("cpu") else "stock")
+    default = RuntimeSettings("cpu", engines.served_default("cpu")[1], cores, engines.served_default("cpu")[0])
     sweeps = sweeps_frame(history_db)
     if sweeps.empty:
-        fastest = RuntimeSettings("cpu", "int8", cores, "lab") if default.engine == "lab" else None
-        return ServingChoice(default, "no sweep on this machine yet: lab fp32 computes the same audio as stock fp32, "
-                                      "faster; lab int8 is faster still (its audio differs slightly)"
-                             if fastest else "no sweep on this machine yet", fastest)
+        engine, precision = engines.FASTEST_UNMEASURED
+        runs = cannot_run_here({"device": "cpu", "engine": engine, "precision": precision}) is None
+        fastest = RuntimeSettings("cpu", precision, cores, engine) if runs else None
+        return ServingChoice(default, f"no sweep on this machine yet: {default.engine} {default.precision} computes "
+                                      "the same audio as stock fp32" + (f"; {engine} {precision} is faster still (its "
+                                                                         "audio differs slightly)" if runs else ""),
+                             fastest)
     chosen = served_default(cells_frame(history_db), sweeps, model, default.as_dict(), cannot_run_here)
     fastest = RuntimeSettings(**chosen.fastest) if chosen.fastest else None
     return ServingChoice(RuntimeSettings(**chosen.settings), chosen.reason, fastest)

@@ -69,8 +69,9 @@ class SweepForm:
 def quick_form() -> SweepForm:
     """The newcomer's question (how much faster is the lab engine here?) in about two minutes on 2 cores:
     stock against lab at the precisions a CPU runs well (fp32, int8), batch 1, short clips, no fidelity pass."""
-    engines = [e for e in ("stock", "lab") if e in runnable_engines()]
-    precisions = [p for p in ("fp32", "int8") if any(p in precisions_for("cpu", e) for e in engines)]
+    quick_engines, quick_precisions = engine_registry.QUICK_SWEEP
+    engines = [e for e in quick_engines if e in runnable_engines()]
+    precisions = [p for p in quick_precisions if any(p in precisions_for("cpu", e) for e in engines)]
     return SweepForm(devices=("cpu",), engines=tuple(engines), precisions=tuple(precisions), batches="1",
                      tokens="32", repeats=2, warmup=1, min_time_s=0.0, fidelity=False)
 

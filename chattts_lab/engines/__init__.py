@@ -15,7 +15,16 @@ from chattts_lab.engines.base import PRECISIONS, Engine, EngineRuntime, Unsuppor
 
 ENGINES = ("stock", "lab", "onnx")  # in the order people read them
 
-__all__ = ["ENGINES", "PRECISIONS", "Engine", "EngineRuntime", "UnsupportedPrecision", "all_engines", "check", "get",
+# The configurations the rest of the lab names, each said once here:
+REFERENCE = ("stock", "fp32")  # ChatTTS as shipped: what every gain, fidelity and quality is compared with
+# What an app serves before a sweep measured better: the first that runs on the device. Lab fp32 computes the same
+# audio as stock fp32 (hidden-state error ~3e-7), faster.
+SERVED_DEFAULTS = (("lab", "fp32"), REFERENCE)
+FASTEST_UNMEASURED = ("lab", "int8")  # one click away before any sweep: faster still, its audio differs slightly
+QUICK_SWEEP = (("stock", "lab"), ("fp32", "int8"))  # the newcomer's question: how much faster is the lab here?
+
+__all__ = ["ENGINES", "PRECISIONS", "Engine", "EngineRuntime", "UnsupportedPrecision", "REFERENCE", "SERVED_DEFAULTS", "FASTEST_UNMEASURED", "QUICK_SWEEP", "all_engines", "check", "get",
+           "served_default",
            "module_dtype", "precisions", "unsupported_reason", "runnable_engines", "runnable_precisions"]
 
 
@@ -69,6 +78,11 @@ def check(engine: str, device, precision: str) -> None:
 def runnable_precisions(device, engine: str) -> list[str]:
     """The precisions `engine` runs on `device` here, in PRECISIONS order."""
     return [p for p in PRECISIONS if unsupported_reason(engine, device, p) is None]
+
+
+def served_default(device) -> tuple[str, str]:
+    """The (engine, precision) an app serves on `device` before a sweep measured better."""
+    return next((e, p) for e, p in SERVED_DEFAULTS if unsupported_reason(e, device, p) is None)
 
 
 def runnable_engines(device) -> list[str]:
