@@ -33,6 +33,7 @@ from chattts_lab.sweep import (
     FidelityFinished,
     FidelityStarted,
     PassStarted,
+    QualityStarted,
     SweepFinished,
     SweepPlanned,
     SweepStarted,
@@ -93,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "workers that do not fit are reloaded before their turn in each pass")
     m.add_argument("--fidelity", type=bool_list, default=(True,), help="measure drift from fp32 once per precision")
     m.add_argument("--fidelity-tokens", type=int, default=32)
+    m.add_argument("--quality", action="store_true",
+                   help="score each engine and precision's audio beside stock fp32 on the same texts, voices and seeds "
+                        "(predicted MOS, WER, speaker similarity; 6 clips per configuration, minutes on a CPU)")
     c = p.add_argument_group("fleet (Ray; pip install -r requirements-cluster.txt)")
     c.add_argument("--cluster", default=None, metavar="ray[:ADDRESS]",
                    help="run the cells as Ray tasks on a cluster's nodes: ray (a cluster started on this machine, or "
@@ -129,7 +133,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         threads=args.threads or (usable_cores(),), tokens=args.tokens, engines=args.engine, compiles=args.compile,
         streams=args.stream, warmup=args.warmup, repeats=args.repeats, min_time_s=args.min_time,
         max_repeats=max(args.max_repeats, args.repeats), timeout_s=args.timeout, fidelity=all(args.fidelity),
-        fidelity_tokens=args.fidelity_tokens, memory_budget_mb=args.memory_budget_mb, passes=args.passes,
+        fidelity_tokens=args.fidelity_tokens, quality=args.quality, memory_budget_mb=args.memory_budget_mb, passes=args.passes,
         drift_threshold_pct=args.drift_threshold, cluster=args.cluster, nodes=tuple(args.nodes),
     )
     return spec.validate()
@@ -244,6 +248,8 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
             bar.set_description(f"pass {event.pass_no + 1} of {event.passes}")
         elif isinstance(event, FidelityStarted):
             bar.set_description(f"fidelity of {event.engine} {event.precision} vs fp32 stock")
+        elif isinstance(event, QualityStarted):
+            bar.set_description(f"quality: {event.what}")
         elif isinstance(event, FidelityFinished) and event.record.get("status") != "ok":
             rec = event.record
             bar.write(f"fidelity {rec['engine']} {rec['precision']}: {rec['status']}: {rec.get('reason')}")

@@ -48,6 +48,9 @@ class SweepSpec:
     timeout_s: float = 1800.0
     fidelity: bool = True
     fidelity_tokens: int = 32
+    # Audio quality beside the reference, stock fp32 on the same device, per (device, engine, precision): fixed texts
+    # and voices spoken and scored once per sweep (chattts_lab.quality.sweep). Off by default: it costs minutes.
+    quality: bool = False
     text: str = BENCH_TEXT
     memory_budget_mb: float | None = None  # per cell, see RunConfig.memory_budget_mb
     # Interleaved passes (chattts_lab.sweep): each pass makes one timed call of every cell, in a fresh random order,

@@ -20,6 +20,13 @@ import numpy as np
 
 RATE = 16_000
 NOT_MEANINGFUL = "not meaningful on synthetic weights"
+# A sweep cell's quality columns (chattts_lab.quality.sweep): its configuration's mean over the clips, the change
+# from the reference (stock fp32 on the same device) on the same clips, and what made them.
+FIGURE_COLUMNS = {"quality_mos": "dnsmos_ovrl", "quality_p808": "dnsmos_p808", "quality_wer_pct": "wer",
+                  "quality_speaker_sim": "speaker_sim", "quality_mel_db": "mel_distance_db", "quality_stoi": "stoi"}
+DELTA_COLUMNS = {"quality_mos_delta": "quality_mos", "quality_wer_delta_pts": "quality_wer_pct"}
+QUALITY_TEXT_COLUMNS = ("quality_note", "quality_models")
+QUALITY_COLUMNS = (*FIGURE_COLUMNS, *DELTA_COLUMNS, "quality_clips", *QUALITY_TEXT_COLUMNS)
 
 
 def to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
