@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from chattts_lab.quality import NOT_MEANINGFUL
+
 
 def pareto_mask(df: pd.DataFrame, x: str = "latency_p50_s", y: str = "audio_s_per_s") -> pd.Series:
     """True for ok cells no other ok cell beats on both lower `x` (latency) and higher `y` (throughput)."""
@@ -75,3 +77,59 @@ def _floor_sentence(row: pd.Series) -> list[str]:
 
 def _name(row: pd.Series) -> str:
     return f"{row['device']} · {row['engine']} · {row['precision']} · {int(row['threads'])} threads"
+
+
+# ------------------------------------------------------------------------------------------------
+# Speed within a quality floor (chattts_lab.quality: columns scored beside stock fp32 on the same device)
+
+MOS_DROP = 0.2  # predicted-MOS points a configuration may lose against stock fp32
+WER_RISE_PTS = 2.0  # word-error-rate points (percent) it may add
+
+
+def quality_pool(df: pd.DataFrame) -> pd.DataFrame:
+    """Ok cells with an RTF and quality figures, one person waiting (batch 1) where such cells exist."""
+    if df.empty or "quality_mos_delta" not in df:
+        return df.iloc[0:0]
+    ok = df[(df["status"] == "ok") & df["rtf"].notna() & df["quality_mos_delta"].notna()
+            & df["quality_wer_delta_pts"].notna()]
+    single = ok[ok["batch_size"] == 1]
+    return single if not single.empty else ok
+
+
+def why_no_quality(df: pd.DataFrame) -> str:
+    """Why rows carry no quality figure: their note (synthetic weights, a failure), or that none was measured."""
+    notes = [n for n in df["quality_note"].dropna().unique() if n] if "quality_note" in df else []
+    if NOT_MEANINGFUL in notes:
+        return f"quality is {NOT_MEANINGFUL}"
+    return notes[0] if notes else "no quality was measured (run the sweep with --quality)"
+
+
+def recommend_within_quality(df: pd.DataFrame, mos_drop: float = MOS_DROP,
+                             wer_rise_pts: float = WER_RISE_PTS) -> Recommendation:
+    """The fastest configuration (lowest RTF) within `mos_drop` of predicted MOS and `wer_rise_pts` points of WER of
+    stock fp32 on its device, with what was left out for quality."""
+    pool = quality_pool(df)
+    if pool.empty:
+        return Recommendation(None, f"No recommendation under a quality floor: {why_no_quality(df)}.")
+    fits = (pool["quality_mos_delta"] >= -mos_drop) & (pool["quality_wer_delta_pts"] <= wer_rise_pts)
+    ranked = pool[fits].sort_values(["rtf", "peak_rss_mb"])
+    floor = f"within {mos_drop:g} MOS and {wer_rise_pts:g} points of WER of stock fp32"
+    if ranked.empty:
+        return Recommendation(None, f"No configuration is {floor}.")
+    best = ranked.iloc[0]
+    lines = [f"**{_name(best)}** is the fastest {floor}: RTF {best['rtf']:.2f}, {_quality_phrase(best)}."]
+    faster = pool[~fits & (pool["rtf"] < best["rtf"])].sort_values("rtf")
+    if not faster.empty:
+        lines.append("Faster but below the floor: " + "; ".join(
+            f"{_name(r)} (RTF {r['rtf']:.2f}, {_quality_phrase(r)})" for _, r in faster.iterrows()) + ".")
+    lines.append(f"Quality models: {best['quality_models']}." if isinstance(best.get("quality_models"), str) else "")
+    settings = {"device": str(best["device"]), "precision": str(best["precision"]), "threads": int(best["threads"]),
+                "engine": str(best["engine"])}
+    return Recommendation(settings, " ".join(line for line in lines if line))
+
+
+def _quality_phrase(row: pd.Series) -> str:
+    return (f"MOS {row['quality_mos']:.2f} ({row['quality_mos_delta']:+.2f}), WER {row['quality_wer_pct']:.1f} % "
+            f"({row['quality_wer_delta_pts']:+.1f} points)"
+            + (f", speaker similarity {row['quality_speaker_sim']:.2f}" if pd.notna(row.get("quality_speaker_sim"))
+               else ""))

@@ -170,10 +170,11 @@ def _json_value(v):
 def html_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None,
                 comparisons: dict | None = None) -> str:
     """One self-contained page (plotly.js inlined once): environment, table, fidelity, figures."""
-    from chattts_lab.plots import REPORT_FIGURES  # imports plotly (seconds): only when a page is written
+    from chattts_lab.plots import REPORT_FIGURES, rtf_vs_quality  # imports plotly (seconds): only when a page is written
 
+    quality = quality_frame(df)
     figures = []
-    for i, make in enumerate(REPORT_FIGURES):
+    for i, make in enumerate(REPORT_FIGURES + ((rtf_vs_quality,) if not quality.empty else ())):
         fig = make(df)
         figures.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), default_width="100%",
                                    default_height="480px"))
@@ -182,7 +183,6 @@ def html_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict |
                                                                 border=0)
     fid = pd.DataFrame(fidelity)
     fid_html = fid[[c for c in FIDELITY_COLUMNS if c in fid]].to_html(index=False, na_rep="", border=0) if fidelity else ""
-    quality = quality_frame(df)
     quality_html = "" if quality.empty else (
         "<h2>Quality (beside stock fp32)</h2>" + "".join(f"<p>{html.escape(line)}</p>" for line in quality_lines(df))
         + quality.to_html(index=False, na_rep="", float_format=lambda x: f"{x:.4g}", border=0))

@@ -37,6 +37,7 @@ from chattts_lab.sweep import (CellFinished, CellStarted, FidelityStarted, PassS
 from webui import figures
 from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
 from webui.runtime import devices
+from webui.quality_panel import build_quality_panel
 from webui.serving_tab import build_serving_tab
 
 COMPARE_METRICS = ["latency_p50_s", "rtf", "audio_s_per_s", "step_ms", "peak_rss_mb", "ttfa_s"]
@@ -601,6 +602,7 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
                     recommend_btn = gr.Button("Recommend", elem_id="recommend")
                 recommendation = gr.Markdown(elem_id="recommendation")
                 apply_best = gr.Button("Apply to the Synthesis tab", variant="primary", elem_id="apply-best")
+            quality = build_quality_panel()
         with gr.Tab("Serving", id="serving"):
             build_serving_tab(ctx)
         with gr.Tab("History", id="history"):
@@ -632,6 +634,7 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
                       "roofline": fig_roofline})
     history = HistoryView(history_table, pick, cmp_a, cmp_b)
     rec = RecommendView(budget, recommendation, gr.State(None))
+    quality.follow(view.results)
 
     def estimate_changed(values: dict):
         return estimate(ctx, controls.form(values))
