@@ -72,6 +72,7 @@ class SweepForm:
     memory_budget_mb: float | None = None
     fidelity: bool = True
     fidelity_tokens: int = 32
+    quality: bool = False  # audio quality beside stock fp32 (chattts_lab.quality.sweep): minutes more
     passes: int = SweepSpec.passes  # interleaved passes; 1 runs each cell in its own process, back to back
     drift_threshold_pct: float = SweepSpec.drift_threshold_pct
     cluster: str = ""  # blank: this machine; ray or ray:HOST:PORT: a fleet sweep on that Ray cluster
@@ -108,7 +109,7 @@ def spec_from_form(model: str, form: SweepForm, history_db=None) -> SweepSpec:
             repeats=_number(form.repeats, "repeats", int), min_time_s=_number(form.min_time_s, "min seconds per cell"),
             max_repeats=max(_number(form.max_repeats, "max repeats", int), _number(form.repeats, "repeats", int)),
             timeout_s=_number(form.timeout_s, "timeout per cell"), fidelity=bool(form.fidelity),
-            fidelity_tokens=_number(form.fidelity_tokens, "fidelity tokens", int),
+            fidelity_tokens=_number(form.fidelity_tokens, "fidelity tokens", int), quality=bool(form.quality),
             memory_budget_mb=None if form.memory_budget_mb in (None, "") else float(form.memory_budget_mb),
             passes=_number(form.passes, "passes", int),
             drift_threshold_pct=_number(form.drift_threshold_pct, "drift threshold"),
@@ -138,6 +139,7 @@ def cli_command(model: str, db: str, form: SweepForm) -> str:
              "--drift-threshold", f"{float(form.drift_threshold_pct):g}"]
     if form.memory_budget_mb not in (None, ""):
         args += ["--memory-budget-mb", f"{float(form.memory_budget_mb):g}"]
+    args += ["--quality"] if form.quality else []
     args += ["--cluster", str(form.cluster).strip()] if _given(form.cluster) else []
     args += ["--nodes", str(form.nodes).strip()] if _given(form.nodes) else []
     return "python -m bench " + shlex.join(args)
@@ -538,6 +540,8 @@ def build_sweep_controls(form: SweepForm) -> SweepControls:
         c["warmup"] = gr.Number(form.warmup, precision=0, minimum=0, label="Warm-up calls", elem_id="sw-warmup")
         c["min_time_s"] = gr.Number(form.min_time_s, minimum=0, label="Min seconds per cell", elem_id="sw-min-time")
         c["fidelity"] = gr.Checkbox(form.fidelity, label="Fidelity check (drift from fp32)", elem_id="sw-fidelity")
+        c["quality"] = gr.Checkbox(form.quality, label="Quality beside stock fp32 (MOS, WER, voice; minutes more)",
+                                   elem_id="sw-quality")
     with gr.Accordion("More measurement settings (as in python -m bench)", open=False):
         with gr.Row():
             c["max_repeats"] = gr.Number(form.max_repeats, precision=0, minimum=1, label="Max repeats per cell",
