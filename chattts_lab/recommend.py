@@ -133,3 +133,30 @@ def _quality_phrase(row: pd.Series) -> str:
             f"({row['quality_wer_delta_pts']:+.1f} points)"
             + (f", speaker similarity {row['quality_speaker_sim']:.2f}" if pd.notna(row.get("quality_speaker_sim"))
                else ""))
+
+
+def precision_by_length(df: pd.DataFrame, by_length: list[dict], mos_drop: float = MOS_DROP,
+                        wer_rise_pts: float = WER_RISE_PTS) -> list[dict]:
+    """The "precision by text length" policy as measured: for each length of the fixed texts, the fastest
+    configuration whose clips of that length stay within the floor of the reference's clips of that length.
+    `by_length`: the sweep's quality note rows (config "device|engine|precision", length, the figure columns)."""
+    pool = quality_pool(df)
+    if pool.empty or not by_length:
+        return []
+    rtf = pool.assign(config=pool["device"] + "|" + pool["engine"] + "|" + pool["precision"]).groupby("config")["rtf"].min()
+    rows = pd.DataFrame(by_length)
+    rows = rows[rows["config"].isin(rtf.index)].assign(rtf=lambda r: r["config"].map(rtf))
+    policy = []
+    for length in dict.fromkeys(rows["length"]):
+        at = rows[rows["length"] == length].copy()
+        reference = at.set_index("config")
+        ref_key = at["config"].str.split("|").str[0] + "|stock|fp32"
+        at["mos_delta"] = at["quality_mos"].values - reference["quality_mos"].reindex(ref_key).values
+        at["wer_delta"] = at["quality_wer_pct"].values - reference["quality_wer_pct"].reindex(ref_key).values
+        fits = at[(at["mos_delta"] >= -mos_drop) & (at["wer_delta"] <= wer_rise_pts)].sort_values("rtf")
+        best = fits.iloc[0] if not fits.empty else None
+        policy.append({"length": length, "config": None if best is None else best["config"],
+                       "rtf": None if best is None else float(best["rtf"]),
+                       "quality_mos_delta": None if best is None else float(best["mos_delta"]),
+                       "quality_wer_delta_pts": None if best is None else float(best["wer_delta"])})
+    return policy

@@ -50,3 +50,20 @@ def test_the_pareto_front_holds_the_configurations_nothing_beats_on_both():
     assert list(front.x) == [0.3, 0.4, 3.4] and list(front.y) == [2.6, 2.9, 3.0]
     (wer_front,) = [t for t in rtf_vs_quality(df, "quality_wer_pct").data if t.name == "Pareto front"]
     assert list(wer_front.x) == [0.3, 3.4]  # lab int8 ties lab int4 on WER but is slower
+
+
+def test_precision_by_length_takes_each_length_from_its_own_clips():
+    from chattts_lab.recommend import precision_by_length
+
+    df = rows(STOCK, ("lab", "int8", 0.4, 2.9, -0.1, 11.0, 1.0), ("lab", "int4", 0.3, 2.6, -0.4, 11.0, 1.0))
+    by_length = [{"config": "cpu|stock|fp32", "length": "short", "quality_mos": 3.0, "quality_wer_pct": 10.0},
+                 {"config": "cpu|lab|int8", "length": "short", "quality_mos": 2.95, "quality_wer_pct": 10.0},
+                 {"config": "cpu|lab|int4", "length": "short", "quality_mos": 2.9, "quality_wer_pct": 11.0},
+                 {"config": "cpu|stock|fp32", "length": "long", "quality_mos": 3.0, "quality_wer_pct": 10.0},
+                 {"config": "cpu|lab|int8", "length": "long", "quality_mos": 2.9, "quality_wer_pct": 11.0},
+                 {"config": "cpu|lab|int4", "length": "long", "quality_mos": 2.3, "quality_wer_pct": 20.0}]
+    policy = {p["length"]: p for p in precision_by_length(df, by_length)}
+    assert policy["short"]["config"] == "cpu|lab|int4"  # int4 holds up on short texts ...
+    assert policy["long"]["config"] == "cpu|lab|int8"  # ... but not on long ones
+    assert abs(policy["long"]["quality_mos_delta"] + 0.1) < 1e-9 and policy["long"]["rtf"] == 0.4
+    assert precision_by_length(df, []) == []
