@@ -32,8 +32,8 @@ from chattts_lab.report import environment_lines, results_frame, shown_columns, 
 from chattts_lab.results import STATUSES, CellResult
 from chattts_lab.spec import SpecError, SweepSpec
 from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
-from chattts_lab.sweep import (CellFinished, CellStarted, FidelityStarted, PassStarted, SweepFinished, SweepPlanned,
-                               SweepStarted, run_sweep)
+from chattts_lab.sweep import (CellFinished, CellStarted, FidelityStarted, PassStarted, QualityStarted, SweepFinished,
+                               SweepPlanned, SweepStarted, run_sweep)
 from webui import figures
 from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
 from webui.runtime import devices
@@ -283,6 +283,8 @@ def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str) -> Iterator[Sw
                     yield SweepUpdate(progress.html(label), results_frame(results), cells=list(results))
                 elif isinstance(event, FidelityStarted):
                     yield SweepUpdate(progress.html(f"fidelity check: {event.precision} on {event.device} vs fp32"))
+                elif isinstance(event, QualityStarted):
+                    yield SweepUpdate(progress.html(f"quality beside stock fp32: {event.what}"))
                 elif isinstance(event, SweepFinished):
                     note = FINISH_NOTES.get(event.status, event.status)
                     progress = replace(progress, done=len(event.results))
