@@ -78,6 +78,7 @@ def test_every_figure_names_its_model_and_version(scored):
     assert "speechmos 0.0.1.1" in names["mos"] and "pocketsphinx 5.1.1" in names["wer"]
     assert "resemblyzer 0.1.4" in names["speaker"] and "not installed" not in " ".join(names.values())
     assert set(scored["noisy"]["cpu_s"]) == {"dnsmos", "wer", "speaker", "mel", "stoi"}
+    assert all(s["errors"] == {} for s in scored.values())  # every measure judged every clip
 
 
 BLOCKED_NETWORK = """
