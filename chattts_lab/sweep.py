@@ -43,7 +43,6 @@ from chattts_lab.worker import repeat_until
 
 log = logging.getLogger(__name__)
 STDERR_KEPT_CHARS = 4000  # what a crashed cell keeps of its worker's stderr (the end, where the error is)
-SYNTHETIC_QUALITY_TOKENS = 48  # at least this long (1 s) a quality clip of random weights, which never stop by themselves
 
 
 # ----------------------------------------------------------------------------------------------
@@ -400,7 +399,9 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
             if spec.fidelity:
                 yield from _run_fidelity(spec, sweep_id, store, stop, python)
             if spec.quality and not stop():
-                yield from _run_quality(spec, sweep_id, store, stop, python, Path(db_path).parent / "quality")
+                from chattts_lab.quality.sweep import run_quality
+
+                yield from run_quality(spec, sweep_id, store, stop, python, Path(db_path).parent / "quality")
             status = "cancelled" if stop() else "finished"
     finally:
         store.set_status(sweep_id, status)
@@ -788,51 +789,6 @@ def _run_fidelity(spec: SweepSpec, sweep_id: int, store, stop, python) -> Iterat
                       "reason": outcome.reason}
         store.add_fidelity(sweep_id, record)
         yield FidelityFinished(sweep_id, record)
-
-
-def _run_quality(spec: SweepSpec, sweep_id: int, store, stop, python, folder: Path) -> Iterator[SweepEvent]:
-    """Each configuration's clips in a fresh process (the references, stock fp32 per device, first), then one
-    process scores them all; the cells get their configuration's columns, the sweep keeps every clip's figures."""
-    from chattts_lab.quality import sweep as quality
-
-    if "quality" in store.notes(sweep_id):  # a resumed sweep scored before
-        return
-    if spec.cluster:  # the clips would be spoken here, not on the nodes that timed the cells
-        store.set_note(sweep_id, "quality", {"records": {}, "failed": {}, "by_length": [],
-                                             "skipped": "quality is not measured on fleet sweeps yet"})
-        return
-    threads, tokens = spec.fidelity_threads(), max(min(spec.tokens), SYNTHETIC_QUALITY_TOKENS)
-    triples = dict.fromkeys([(d, "stock", "fp32") for d in dict.fromkeys(spec.devices)] + spec.fidelity_pairs())
-    made, failed, reference_of = {}, {}, {}
-    for device, engine, precision in triples:
-        key, reference = quality.config_key(device, engine, precision), quality.config_key(device, "stock", "fp32")
-        cfg = RunConfig(spec.model, device, precision, 1, threads, tokens, engine)
-        ruled = cell_rule(cfg)
-        if ruled or (key != reference and reference not in made):
-            failed[key] = ruled[1] if ruled else f"its reference ({reference}) was not made: {failed.get(reference)}"
-            continue
-        yield QualityStarted(sweep_id, f"speaking {cfg.device} {cfg.engine} {cfg.precision}")
-        task = {"kind": "quality-clips", "config": cfg.to_dict(), "synthetic_tokens": tokens,
-                "folder": str(folder / f"sweep-{sweep_id}" / key.replace("|", "-"))}
-        outcome = run_child(task, spec.timeout_s, threads, stop, python)
-        if outcome.status != "ok":
-            failed[key] = f"{outcome.status}: {outcome.reason}"
-            continue
-        made[key], reference_of[key] = outcome.payload["quality"], reference
-    records = {}
-    if made and not stop():
-        yield QualityStarted(sweep_id, f"scoring {len(made)} configuration(s)")
-        task = {"kind": "quality-score", "config": RunConfig(spec.model, "cpu", "fp32", 1, threads, tokens).to_dict(),
-                "made": made, "reference_of": reference_of}
-        outcome = run_child(task, spec.timeout_s, threads, stop, python)
-        records = outcome.payload.get("quality") or {}
-        failed.update({k: f"scoring failed: {outcome.status}: {outcome.reason}" for k in made if k not in records})
-    columns = {**quality.summarise(records),
-               **{k: {"quality_note": f"quality not measured: {why}"[:500]} for k, why in failed.items()}}
-    store.set_note(sweep_id, "quality", {"records": records, "failed": failed, "by_length": quality.by_length(records),
-                                         "texts": dict(quality.QUALITY_TEXTS), "voices": list(quality.QUALITY_VOICES)})
-    store.set_cell_quality(sweep_id, columns)
-    yield QualityFinished(sweep_id, columns)
 
 
 def resumable_sweep(db_path: str | Path) -> int | None:

@@ -29,6 +29,7 @@ QUALITY_TEXTS = (
              "books and watched the green fields and quiet villages slide past the window for almost an hour."),
 )
 QUALITY_VOICES = (VOICE_SEED, 11)  # the benchmark's own speaker and one more
+SYNTHETIC_QUALITY_TOKENS = 48  # at least this long (1 s) a quality clip of random weights, which never stop by themselves
 
 
 def clip_plan() -> list[dict]:
@@ -136,3 +137,78 @@ def by_length(records: dict[str, dict]) -> list[dict]:
             clips = [c for c in rec["clips"] if c["length"] == length]
             rows.append({"config": key, "length": length, **_means(clips)})
     return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# In the sweep: run after the cells (chattts_lab.sweep.run_sweep), each step in a fresh worker process
+
+
+def run_quality(spec, sweep_id: int, store, stop, python, folder: Path):
+    """Each configuration's clips in a fresh process (the references, stock fp32 per device, first), then one
+    process scores them all; the cells get their configuration's columns, the sweep keeps every clip's figures."""
+    from chattts_lab.sweep import QualityFinished, QualityStarted
+
+    if "quality" in store.notes(sweep_id):  # a resumed sweep scored before
+        return
+    if spec.cluster:  # the clips would be spoken here, not on the nodes that timed the cells
+        store.set_note(sweep_id, "quality", {"records": {}, "failed": {}, "by_length": [],
+                                             "skipped": "quality is not measured on fleet sweeps yet"})
+        return
+    made, failed, reference_of = {}, {}, {}
+    for what in _speak_all(spec, sweep_id, stop, python, folder, made, failed, reference_of):
+        yield QualityStarted(sweep_id, what)
+    records = {}
+    if made and not stop():
+        yield QualityStarted(sweep_id, f"scoring {len(made)} configuration(s)")
+        records = _score_all(spec, stop, python, made, reference_of, failed)
+    if stop():  # stopped: nothing kept, so a resumed sweep speaks and scores again
+        return
+    columns = {**summarise(records),
+               **{k: {"quality_note": f"quality not measured: {why}"[:500]} for k, why in failed.items()}}
+    store.set_note(sweep_id, "quality", {"records": records, "failed": failed, "by_length": by_length(records),
+                                         "texts": dict(QUALITY_TEXTS), "voices": list(QUALITY_VOICES)})
+    store.set_cell_quality(sweep_id, columns)
+    yield QualityFinished(sweep_id, columns)
+
+
+def _quality_config(spec, device: str, engine: str, precision: str):
+    from chattts_lab.results import RunConfig
+
+    tokens = max(min(spec.tokens), SYNTHETIC_QUALITY_TOKENS)
+    return RunConfig(spec.model, device, precision, 1, spec.fidelity_threads(), tokens, engine)
+
+
+def _speak_all(spec, sweep_id: int, stop, python, folder: Path, made: dict, failed: dict, reference_of: dict):
+    """Speak every configuration's clips (filling `made`, `failed`, `reference_of`); yields what it starts."""
+    from chattts_lab.spec import cell_rule
+    from chattts_lab.sweep import run_child
+
+    triples = dict.fromkeys([(d, "stock", "fp32") for d in dict.fromkeys(spec.devices)] + spec.fidelity_pairs())
+    for device, engine, precision in triples:
+        key, reference = config_key(device, engine, precision), config_key(device, "stock", "fp32")
+        cfg = _quality_config(spec, device, engine, precision)
+        ruled = cell_rule(cfg)
+        if ruled or (key != reference and reference not in made):
+            failed[key] = ruled[1] if ruled else f"its reference ({reference}) was not made: {failed.get(reference)}"
+            continue
+        if stop():
+            return
+        yield f"speaking {cfg.device} {cfg.engine} {cfg.precision}"
+        task = {"kind": "quality-clips", "config": cfg.to_dict(), "synthetic_tokens": cfg.tokens,
+                "folder": str(folder / f"sweep-{sweep_id}" / key.replace("|", "-"))}
+        outcome = run_child(task, spec.timeout_s, cfg.threads, stop, python)
+        if outcome.status != "ok":
+            failed[key] = f"{outcome.status}: {outcome.reason}"
+            continue
+        made[key], reference_of[key] = outcome.payload["quality"], reference
+
+
+def _score_all(spec, stop, python, made: dict, reference_of: dict, failed: dict) -> dict:
+    from chattts_lab.sweep import run_child
+
+    cfg = _quality_config(spec, "cpu", "stock", "fp32")
+    task = {"kind": "quality-score", "config": cfg.to_dict(), "made": made, "reference_of": reference_of}
+    outcome = run_child(task, spec.timeout_s, cfg.threads, stop, python)
+    records = outcome.payload.get("quality") or {}
+    failed.update({k: f"scoring failed: {outcome.status}: {outcome.reason}" for k in made if k not in records})
+    return records
