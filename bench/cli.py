@@ -25,6 +25,7 @@ from chattts_lab.env import load_average, usable_cores
 from chattts_lab.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lines, comparison_lines, markdown_table,
                                 results_frame, write_reports)
 from chattts_lab.options import as_text, defaults
+from chattts_lab.recommend import MOS_DROP, WER_RISE_PTS, precision_by_length
 from chattts_lab.spec import SpecError, SweepSpec, cell_rule
 from chattts_lab.store import BundleError, Store, compare_frame, export_bundle, import_bundle, sweeps_frame
 from chattts_lab.sweep import (
@@ -34,6 +35,7 @@ from chattts_lab.sweep import (
     FidelityFinished,
     FidelityStarted,
     PassStarted,
+    QualityStarted,
     SweepFinished,
     SweepPlanned,
     SweepStarted,
@@ -258,6 +260,8 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
             bar.set_postfix_str(f"{event.timed} of {event.cells} cells timed, passes left ~{left}")
         elif isinstance(event, FidelityStarted):
             bar.set_description(f"fidelity of {event.engine} {event.precision} vs fp32 stock")
+        elif isinstance(event, QualityStarted):
+            bar.set_description(f"quality: {event.what}")
         elif isinstance(event, FidelityFinished) and event.record.get("status") != "ok":
             rec = event.record
             bar.write(f"fidelity {rec['engine']} {rec['precision']}: {rec['status']}: {rec.get('reason')}")
@@ -293,9 +297,25 @@ def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool =
         print("\n" + "\n".join(f"- {line}" for line in comparison_lines(comparisons)))
         if fidelity:
             print("\nFidelity (drift from fp32 stock):\n" + markdown_table(pd.DataFrame(fidelity), FIDELITY_COLUMNS))
+        for line in by_length_lines(df, (notes.get("quality") or {}).get("by_length") or []):
+            print(line)
     for fmt, path in paths.items():
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def by_length_lines(df: pd.DataFrame, by_length: list[dict]) -> list[str]:
+    """The measured precision-by-length policy, one line per text length (nothing without real quality rows)."""
+    policy = precision_by_length(df, by_length)
+    if not policy:
+        return []
+    lines = [f"\nPrecision by text length (fastest within {MOS_DROP:g} MOS and {WER_RISE_PTS:g} WER points of stock "
+             "fp32 on that length's clips):"]
+    for p in policy:
+        lines.append(f"- {p['length']}: " + (f"{p['config'].replace('|', ' ')} (RTF {p['rtf']:.2f}, MOS "
+                                           f"{p['quality_mos_delta']:+.2f}, WER {p['quality_wer_delta_pts']:+.1f} points)"
+                                           if p["config"] else "none within the floor"))
+    return lines
 
 
 def _list(db: str) -> int:

@@ -198,3 +198,36 @@ def serving_throughput(levels: pd.DataFrame) -> go.Figure:
                   title=title)
     fig.update_xaxes(type="category")
     return fig
+
+
+# ------------------------------------------------------------------------------------------------
+# Speed and quality in one picture (quality columns: chattts_lab.quality)
+
+QUALITY_LABELS = {"quality_mos": "predicted MOS (DNSMOS overall; higher is better)",
+                  "quality_wer_pct": "WER % (lower is better)", "quality_speaker_sim": "speaker similarity to stock fp32"}
+
+
+def rtf_vs_quality(df: pd.DataFrame, quality: str = "quality_mos") -> go.Figure:
+    """RTF against a quality figure, one point per configuration (batch 1 where measured), the Pareto front drawn:
+    the configurations no other beats on both speed and quality. Across machines, each machine is its own series."""
+    from chattts_lab.recommend import pareto_mask, quality_pool, why_no_quality
+
+    title = f"RTF vs {QUALITY_LABELS.get(quality, quality)}"
+    _, not_ok = _ok(df)
+    pool = quality_pool(df)
+    pool = pool[pool[quality].notna()] if quality in pool else pool
+    if pool.empty:
+        return _empty(title, not_ok, why_no_quality(df))
+    pool = pool.drop_duplicates([k for k in ("machine", "engine", "device", "precision") if k in pool]).copy()
+    pool["series"] = pool.apply(lambda r: series_label(r, ["engine", "device", "precision"]), axis=1)
+    higher_better = quality != "quality_wer_pct"
+    score = pool[quality] if higher_better else -pool[quality]
+    pool["front"] = pareto_mask(pool.assign(_score=score), x="rtf", y="_score")
+    fig = px.scatter(pool, x="rtf", y=quality, color="machine" if pool.get("machine", pd.Series()).nunique() > 1
+                     else "series", symbol="series", hover_data=["quality_mos_delta", "quality_wer_delta_pts"],
+                     labels={**LABELS, **QUALITY_LABELS}, title=_title(title, not_ok))
+    front = pool[pool["front"]].sort_values("rtf")
+    fig.add_trace(go.Scatter(x=front["rtf"], y=front[quality], mode="lines", name="Pareto front",
+                             line={"dash": "dot", "color": "#444"}))
+    fig.update_xaxes(autorange="reversed", title="RTF (lower is faster; faster to the right)")
+    return fig

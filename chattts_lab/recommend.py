@@ -10,6 +10,8 @@ from typing import Callable
 
 import pandas as pd
 
+from chattts_lab.quality import NOT_MEANINGFUL
+
 
 def pareto_mask(df: pd.DataFrame, x: str = "latency_p50_s", y: str = "audio_s_per_s") -> pd.Series:
     """True for ok cells no other ok cell beats on both lower `x` (latency) and higher `y` (throughput)."""
@@ -202,3 +204,86 @@ def _unless_same(fastest: dict | None, served: dict) -> dict | None:
 
 def _label(s: dict) -> str:
     return f"{s['engine']} · {s['precision']} · {s['device']} · {s['threads']} thread{'s' if s['threads'] != 1 else ''}"
+
+
+# ------------------------------------------------------------------------------------------------
+# Speed within a quality floor (chattts_lab.quality: columns scored beside stock fp32 on the same device)
+
+MOS_DROP = 0.2  # predicted-MOS points a configuration may lose against stock fp32
+WER_RISE_PTS = 2.0  # word-error-rate points (percent) it may add
+
+
+def quality_pool(df: pd.DataFrame) -> pd.DataFrame:
+    """Ok cells with an RTF and quality figures, one person waiting (batch 1) where such cells exist."""
+    if df.empty or "quality_mos_delta" not in df:
+        return df.iloc[0:0]
+    ok = df[(df["status"] == "ok") & df["rtf"].notna() & df["quality_mos_delta"].notna()
+            & df["quality_wer_delta_pts"].notna()]
+    single = ok[ok["batch_size"] == 1]
+    return single if not single.empty else ok
+
+
+def why_no_quality(df: pd.DataFrame) -> str:
+    """Why rows carry no quality figure: their note (synthetic weights, a failure), or that none was measured."""
+    notes = [n for n in df["quality_note"].dropna().unique() if n] if "quality_note" in df else []
+    if NOT_MEANINGFUL in notes:
+        return f"quality is {NOT_MEANINGFUL}"
+    return notes[0] if notes else "no quality was measured (run the sweep with --quality)"
+
+
+def recommend_within_quality(df: pd.DataFrame, mos_drop: float = MOS_DROP,
+                             wer_rise_pts: float = WER_RISE_PTS) -> Recommendation:
+    """The fastest configuration (lowest RTF) within `mos_drop` of predicted MOS and `wer_rise_pts` points of WER of
+    stock fp32 on its device, with what was left out for quality."""
+    pool = quality_pool(df)
+    if pool.empty:
+        return Recommendation(None, f"No recommendation under a quality floor: {why_no_quality(df)}.")
+    fits = (pool["quality_mos_delta"] >= -mos_drop) & (pool["quality_wer_delta_pts"] <= wer_rise_pts)
+    ranked = pool[fits].sort_values(["rtf", "peak_rss_mb"])
+    floor = f"within {mos_drop:g} MOS and {wer_rise_pts:g} points of WER of stock fp32"
+    if ranked.empty:
+        return Recommendation(None, f"No configuration is {floor}.")
+    best = ranked.iloc[0]
+    lines = [f"**{_name(best)}** is the fastest {floor}: RTF {best['rtf']:.2f}, {_quality_phrase(best)}."]
+    faster = pool[~fits & (pool["rtf"] < best["rtf"])].sort_values("rtf")
+    if not faster.empty:
+        lines.append("Faster but below the floor: " + "; ".join(
+            f"{_name(r)} (RTF {r['rtf']:.2f}, {_quality_phrase(r)})" for _, r in faster.iterrows()) + ".")
+    lines.append(f"Quality models: {best['quality_models']}." if isinstance(best.get("quality_models"), str) else "")
+    settings = {"device": str(best["device"]), "precision": str(best["precision"]), "threads": int(best["threads"]),
+                "engine": str(best["engine"])}
+    return Recommendation(settings, " ".join(line for line in lines if line))
+
+
+def _quality_phrase(row: pd.Series) -> str:
+    return (f"MOS {row['quality_mos']:.2f} ({row['quality_mos_delta']:+.2f}), WER {row['quality_wer_pct']:.1f} % "
+            f"({row['quality_wer_delta_pts']:+.1f} points)"
+            + (f", speaker similarity {row['quality_speaker_sim']:.2f}" if pd.notna(row.get("quality_speaker_sim"))
+               else ""))
+
+
+def precision_by_length(df: pd.DataFrame, by_length: list[dict], mos_drop: float = MOS_DROP,
+                        wer_rise_pts: float = WER_RISE_PTS) -> list[dict]:
+    """The "precision by text length" policy as measured: for each length of the fixed texts, the fastest
+    configuration whose clips of that length stay within the floor of the reference's clips of that length.
+    `by_length`: the sweep's quality note rows (config "device|engine|precision", length, the figure columns)."""
+    pool = quality_pool(df)
+    if pool.empty or not by_length:
+        return []
+    rtf = pool.assign(config=pool["device"] + "|" + pool["engine"] + "|" + pool["precision"]).groupby("config")["rtf"].min()
+    rows = pd.DataFrame(by_length)
+    rows = rows[rows["config"].isin(rtf.index)].assign(rtf=lambda r: r["config"].map(rtf))
+    policy = []
+    for length in dict.fromkeys(rows["length"]):
+        at = rows[rows["length"] == length].copy()
+        reference = at.set_index("config")
+        ref_key = at["config"].str.split("|").str[0] + "|stock|fp32"
+        at["mos_delta"] = at["quality_mos"].values - reference["quality_mos"].reindex(ref_key).values
+        at["wer_delta"] = at["quality_wer_pct"].values - reference["quality_wer_pct"].reindex(ref_key).values
+        fits = at[(at["mos_delta"] >= -mos_drop) & (at["wer_delta"] <= wer_rise_pts)].sort_values("rtf")
+        best = fits.iloc[0] if not fits.empty else None
+        policy.append({"length": length, "config": None if best is None else best["config"],
+                       "rtf": None if best is None else float(best["rtf"]),
+                       "quality_mos_delta": None if best is None else float(best["mos_delta"]),
+                       "quality_wer_delta_pts": None if best is None else float(best["wer_delta"])})
+    return policy

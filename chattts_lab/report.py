@@ -23,6 +23,10 @@ TABLE_COLUMNS = ("engine", "device", "precision", "batch_size", "threads", "toke
                  "latency_p50_s", "latency_std_s", "rtf", "audio_s_per_s", "step_ms", "floor_step_ms", "roofline",
                  "ttfa_s", "peak_rss_mb", "load_s", "cold_s", "passes", "cpu_share", "reason")
 INT_COLUMNS = ("batch_size", "threads", "tokens", "repeats", "threads_effective", "passes")
+# The quality section: one row per configuration (every cell of one carries the same figures).
+QUALITY_TABLE_COLUMNS = ("engine", "device", "precision", "quality_mos", "quality_mos_delta", "quality_p808",
+                         "quality_wer_pct", "quality_wer_delta_pts", "quality_speaker_sim", "quality_mel_db",
+                         "quality_stoi", "quality_clips", "quality_note")
 FIDELITY_COLUMNS = ("device", "engine", "precision", "status", "token_match", "first_divergence", "hidden_rel_err",
                     "hidden_rel_err_first_step", "dtype_gpt", "reason", "note")
 
@@ -33,6 +37,22 @@ def results_frame(results: Iterable[CellResult]) -> pd.DataFrame:
     for col in INT_COLUMNS:  # whole numbers stay whole even where some cells have none
         df[col] = df[col].astype("Int64")
     return df
+
+
+def quality_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration that was scored (empty when the sweep measured no quality)."""
+    scored = df[df["quality_models"].notna() | df["quality_note"].notna()] if "quality_note" in df else df.iloc[:0]
+    return scored.drop_duplicates(["engine", "device", "precision"])[list(QUALITY_TABLE_COLUMNS)]
+
+
+def quality_lines(df: pd.DataFrame) -> list[str]:
+    """What made the figures and what they are compared with (the models differ in what they can judge)."""
+    scored = df[df["quality_models"].notna()] if "quality_models" in df else df.iloc[:0]
+    if scored.empty:
+        return []
+    return ["Each configuration spoke the same fixed texts (short, medium, long) with the same voices and seeds as "
+            "stock fp32 on its device; deltas are against that reference. WER is in percent.",
+            f"Models: {scored['quality_models'].iloc[0]}"]
 
 
 def _fmt(v) -> str:
@@ -123,6 +143,10 @@ def markdown_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: di
         raw = passes_frame(comparisons)
         if not raw.empty:
             parts += ["Raw passes (wall seconds of each timed call):", "", markdown_table(raw, raw.columns), ""]
+    quality = quality_frame(df)
+    if not quality.empty:
+        parts += ["## Quality (beside stock fp32)", ""] + [f"- {line}" for line in quality_lines(df)] + [""]
+        parts += [markdown_table(quality, QUALITY_TABLE_COLUMNS), ""]
     if fidelity:
         parts += ["## Fidelity (drift from fp32 stock)", "", markdown_table(pd.DataFrame(fidelity), FIDELITY_COLUMNS), ""]
     return "\n".join(parts)
@@ -146,10 +170,11 @@ def _json_value(v):
 def html_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None,
                 comparisons: dict | None = None) -> str:
     """One self-contained page (plotly.js inlined once): environment, table, fidelity, figures."""
-    from chattts_lab.plots import REPORT_FIGURES  # imports plotly (seconds): only when a page is written
+    from chattts_lab.plots import REPORT_FIGURES, rtf_vs_quality  # imports plotly (seconds): only when a page is written
 
+    quality = quality_frame(df)
     figures = []
-    for i, make in enumerate(REPORT_FIGURES):
+    for i, make in enumerate(REPORT_FIGURES + ((rtf_vs_quality,) if not quality.empty else ())):
         fig = make(df)
         figures.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), default_width="100%",
                                    default_height="480px"))
@@ -158,6 +183,9 @@ def html_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict |
                                                                 border=0)
     fid = pd.DataFrame(fidelity)
     fid_html = fid[[c for c in FIDELITY_COLUMNS if c in fid]].to_html(index=False, na_rep="", border=0) if fidelity else ""
+    quality_html = "" if quality.empty else (
+        "<h2>Quality (beside stock fp32)</h2>" + "".join(f"<p>{html.escape(line)}</p>" for line in quality_lines(df))
+        + quality.to_html(index=False, na_rep="", float_format=lambda x: f"{x:.4g}", border=0))
     raw = passes_frame(comparisons)
     compared = "".join(f"<li>{html.escape(line)}</li>" for line in comparison_lines(comparisons))
     if compared:
@@ -175,6 +203,7 @@ td,th{{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}} th{{backg
 <h2>Environment</h2><ul>{env_items}</ul>
 <h2>Results</h2>{table}
 {compared}
+{quality_html}
 {'<h2>Fidelity (drift from fp32 stock)</h2>' + fid_html if fid_html else ''}
 <h2>Figures</h2>
 {''.join(f'<div>{f}</div>' for f in figures)}

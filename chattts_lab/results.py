@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from chattts_lab import metrics
 from chattts_lab.env import fingerprint, summary
+from chattts_lab.quality import QUALITY_COLUMNS
 from chattts_lab.stats import Latency, median
 
 # `timeout` (killed past the per-cell limit) is apart from `crashed` (the worker died by itself): one
@@ -112,6 +113,8 @@ class CellResult:
     traceback: str = ""  # where an `error` or `crashed` cell failed: the worker's traceback or last stderr lines
     # Where a cluster sweep ran the cell: {"label", "hostname", "node_id", "environment"} (empty: the sweep's machine)
     node: dict = field(default_factory=dict)
+    # Its configuration's audio quality beside the reference (chattts_lab.quality.sweep): QUALITY_COLUMNS by name
+    quality: dict = field(default_factory=dict)
 
     def row(self) -> dict:
         """The canonical flat record (snake_case keys) used by the store, reports and plots."""
@@ -130,7 +133,7 @@ class CellResult:
             "device_effective": eff.get("device"), "dtype_gpt": eff.get("dtype_gpt"), "kernels": eff.get("kernels"),
             "threads_effective": eff.get("threads"), "compile_effective": eff.get("compile"),
             "elapsed_s": self.elapsed_s, "memory_budget_mb": c.memory_budget_mb, "traceback": self.traceback,
-            **self._roofline(), **self._node(),
+            **self._roofline(), **self._node(), **{c: self.quality.get(c) for c in QUALITY_COLUMNS},
         }
 
     def _node(self) -> dict:
@@ -152,7 +155,8 @@ class CellResult:
         return {
             "config": self.config.to_dict(), "status": self.status, "reason": self.reason,
             "latency": self.latency.as_dict() if self.latency else None,
-            **{k: getattr(self, k) for k in (*_METRIC_FIELDS, "effective", "extra", "elapsed_s", "traceback", "node")},
+            **{k: getattr(self, k) for k in (*_METRIC_FIELDS, "effective", "extra", "elapsed_s", "traceback", "node",
+                                            "quality")},
             "samples": list(self.samples),
         }
 
@@ -165,7 +169,7 @@ class CellResult:
             passes=data.get("passes") or 0,
             effective=data.get("effective") or {}, extra=data.get("extra") or {},
             samples=tuple(data.get("samples") or ()), elapsed_s=data.get("elapsed_s") or 0.0,
-            traceback=data.get("traceback") or "", node=data.get("node") or {},
+            traceback=data.get("traceback") or "", node=data.get("node") or {}, quality=data.get("quality") or {},
         )
 
 

@@ -115,6 +115,11 @@ class SweepSpec:
     fidelity_tokens: Annotated[int, Limit(ge=2, le=MAX_NEW_TOKEN)] = option(
         32, "audio tokens of the fidelity check's decode", "--fidelity-tokens", int,
         f"fidelity_tokens must be in 2..{MAX_NEW_TOKEN}, got {{input}}")
+    # Audio quality beside the reference, stock fp32 on the same device, per (device, engine, precision): fixed texts
+    # and voices spoken and scored once per sweep (chattts_lab.quality.sweep). Off by default: it costs minutes.
+    quality: bool = option(False, "score each engine and precision's audio beside stock fp32 on the same texts, voices "
+                                  "and seeds (predicted MOS, WER, speaker similarity; 6 clips per configuration, "
+                                  "minutes on a CPU; bare --quality means on)", "--quality", _on, nargs="?", const=True)
     text: Annotated[str, AfterValidator(_nonblank)] = option(BENCH_TEXT)
     # per cell, see RunConfig.memory_budget_mb
     memory_budget_mb: Annotated[float | None, AfterValidator(_budget)] = option(

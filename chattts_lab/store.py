@@ -26,6 +26,7 @@ import psutil
 
 from chattts_lab.bundle_schema import bundle_problem
 from chattts_lab.env import summary
+from chattts_lab.quality import DELTA_COLUMNS, FIGURE_COLUMNS, QUALITY_COLUMNS, QUALITY_TEXT_COLUMNS
 from chattts_lab.results import CANONICAL_COLUMNS, STATUSES, CellResult
 
 log = logging.getLogger(__name__)
@@ -37,16 +38,17 @@ log = logging.getLogger(__name__)
 # by number: a development build wrote 4 for the version-5 additions alone, and that file upgrades too. A newer
 # file than this build knows is refused rather than misread. 6 = cells.node, node_id, node_machine and
 # node_fingerprint (where a cluster sweep ran each cell, chattts_lab.cluster), and cells.kernels (which kernels
-# the GPT step ran, from the effective settings).
-SCHEMA_VERSION = 6
+# the GPT step ran, from the effective settings). 7 = the quality columns (chattts_lab.quality.QUALITY_COLUMNS: each
+# cell's configuration scored beside stock fp32; NULL in older rows, which read as "quality not measured").
+SCHEMA_VERSION = 7
 SWEEP_STATUSES = ("running", "finished", "interrupted", "cancelled")
 BUNDLE_FORMAT = "chattts-lab-bundle"
 BUNDLE_VERSION = 1
 DEFAULT_DB = Path("results") / "lab.sqlite"
 _TEXT_COLUMNS = {"device", "precision", "engine", "status", "reason", "model", "device_effective", "dtype_gpt",
-                 "kernels", "traceback", "node", "node_id", "node_machine", "node_fingerprint"}
+                 "kernels", "traceback", "node", "node_id", "node_machine", "node_fingerprint", *QUALITY_TEXT_COLUMNS}
 _INT_COLUMNS = {"batch_size", "threads", "tokens", "compile", "stream", "repeats", "threads_effective",
-                "compile_effective", "passes"}
+                "compile_effective", "passes", "quality_clips"}
 
 
 class StoreError(RuntimeError):
@@ -276,6 +278,23 @@ class Store:
             self.conn.execute("UPDATE sweeps SET updated_at = ? WHERE id = ?", (_now(), sweep_id))
         return cell_id
 
+    def set_cell_quality(self, sweep_id: int, columns_by_config: dict[str, dict]) -> int:
+        """Give every cell of a configuration ("device|engine|precision") its quality columns; returns how many."""
+        sets = ", ".join(f'"{c}" = ?' for c in QUALITY_COLUMNS)
+        changed = 0
+        with self._lock, self.conn:
+            rows = self.conn.execute("SELECT id, device, engine, precision, result_json FROM cells WHERE sweep_id = ?",
+                                     (sweep_id,)).fetchall()
+            for r in rows:
+                columns = columns_by_config.get(f"{r['device']}|{r['engine']}|{r['precision']}")
+                if columns is None:
+                    continue
+                body = {**json.loads(r["result_json"]), "quality": columns}
+                self.conn.execute(f"UPDATE cells SET {sets}, result_json = ? WHERE id = ?",
+                                  (*[columns.get(c) for c in QUALITY_COLUMNS], json.dumps(body), r["id"]))
+                changed += 1
+        return changed
+
     def add_fidelity(self, sweep_id: int, record: dict) -> None:
         with self._lock, self.conn:
             self.conn.execute(
@@ -484,7 +503,17 @@ def read_bundle(path: str | Path) -> dict:
                 raise BundleError(f"{path}: sweep {n}, cell {m} is malformed: {exc}") from exc
             if result.status not in STATUSES:
                 raise BundleError(f"{path}: sweep {n}, cell {m} has unknown status {result.status!r}")
+            _check_quality(result.quality, f"{path}: sweep {n}, cell {m}")
     return data
+
+
+def _check_quality(quality: dict, where: str) -> None:
+    """Refuse quality columns that plots and the recommendation could not read: figures are numbers, notes text."""
+    numbers = (*FIGURE_COLUMNS, *DELTA_COLUMNS, "quality_clips")
+    if not isinstance(quality, dict) or not all(
+            quality.get(k) is None or isinstance(quality[k], (int, float)) and not isinstance(quality[k], bool)
+            for k in numbers) or not all(isinstance(quality.get(k) or "", str) for k in QUALITY_TEXT_COLUMNS):
+        raise BundleError(f"{where} has malformed quality columns (figures must be numbers, notes text)")
 
 
 def import_bundle(db_path: str | Path, bundle_path: str | Path) -> tuple[list[int], list[str]]:

@@ -29,11 +29,12 @@ from chattts_lab.spec import SpecError, SweepSpec, absent_device_reason, cell_ru
 from chattts_lab.store import Store
 from chattts_lab.supervisor import run_cell, run_child
 from chattts_lab.sweep_events import (CallTimed, CellFinished, CellStarted, FidelityFinished, FidelityStarted,
-                                      PassStarted, SweepEvent, SweepFinished, SweepPlanned, SweepStarted)
+                                      PassStarted, QualityFinished, QualityStarted, SweepEvent, SweepFinished,
+                                      SweepPlanned, SweepStarted)
 
 __all__ = ["run_sweep", "resumable_sweep", "resume_refusal", "unused_settings", "run_cell", "SweepEvent",
            "SweepStarted", "SweepPlanned", "PassStarted", "CallTimed", "CellStarted", "CellFinished", "FidelityStarted",
-           "FidelityFinished", "SweepFinished"]
+           "FidelityFinished", "QualityStarted", "QualityFinished", "SweepFinished"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,14 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
         if status == "finished":
             if spec.fidelity:
                 yield from _run_fidelity(spec, sweep_id, store, stop, python)
+            if spec.quality and not stop():
+                from chattts_lab.quality.sweep import run_quality
+
+                yield from run_quality(spec, sweep_id, store, stop, python, Path(db_path).parent / "quality")
+            if spec.quality and not stop():
+                from chattts_lab.quality.sweep import run_quality
+
+                yield from run_quality(spec, sweep_id, store, stop, python, Path(db_path).parent / "quality")
             status = "cancelled" if stop() else "finished"
     finally:
         store.set_status(sweep_id, status)

@@ -73,6 +73,16 @@ class FidelityFinished(SweepEvent):
 
 
 @dataclass(frozen=True)
+class QualityStarted(SweepEvent):
+    what: str  # "speaking <device engine precision>" or "scoring <n> configurations"
+
+
+@dataclass(frozen=True)
+class QualityFinished(SweepEvent):
+    columns: dict  # config key ("device|engine|precision") -> the quality columns its cells now carry
+
+
+@dataclass(frozen=True)
 class SweepFinished(SweepEvent):
     status: str  # finished / cancelled (an exception or closing the generator leaves it `interrupted`)
     results: tuple[CellResult, ...]

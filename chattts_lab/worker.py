@@ -196,6 +196,8 @@ def run_task(task: dict, commands=(), say: Callable[[dict], None] = lambda messa
 
                 return {"status": "ok", "reason": "", "fidelity": measure_fidelity(
                     cfg.model, cfg.device, cfg.engine, cfg.precision, cfg.tokens, cfg.threads)}
+            if task.get("kind") in ("quality-clips", "quality-score"):
+                return {"status": "ok", "reason": "", "quality": _quality_task(task, cfg)}
             if task.get("kind") == "serve":
                 outcome = serve_cell(cfg, samples, info, commands, say)
             else:
@@ -206,6 +208,15 @@ def run_task(task: dict, commands=(), say: Callable[[dict], None] = lambda messa
             reason = f"{reason} (per-cell memory budget {cfg.memory_budget_mb:g} MB)"[:900]
         outcome = {"status": status, "reason": reason, "traceback": traceback.format_exc()}
     return {**outcome, "samples": samples, **info}
+
+
+def _quality_task(task: dict, cfg: RunConfig) -> dict:
+    """Speak the quality clips of one configuration, or score a sweep's clips (chattts_lab.quality.sweep)."""
+    from chattts_lab.quality import sweep as quality  # torch, ChatTTS and the quality models: only in the worker
+
+    if task["kind"] == "quality-clips":
+        return quality.make_clips(cfg, task["folder"], task["synthetic_tokens"])
+    return quality.score_sweep(task["made"], task["reference_of"])
 
 
 def die_with_parent() -> None:

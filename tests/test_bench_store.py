@@ -104,11 +104,14 @@ _SCHEMA_ADDITIONS = {
     "4-passes": ['ALTER TABLE cells ADD COLUMN "cpu_share" REAL', 'ALTER TABLE cells ADD COLUMN "passes" INTEGER',
                  "CREATE TABLE sweep_notes (sweep_id INTEGER NOT NULL, key TEXT NOT NULL, value_json TEXT NOT NULL,"
                  " PRIMARY KEY (sweep_id, key))"],
+    "6": [f'ALTER TABLE cells ADD COLUMN "{c}" TEXT'
+          for c in ("node", "node_id", "node_machine", "node_fingerprint", "kernels")],
 }
 
 
 _UPGRADE_STEPS = {"2": ["2"], "3": ["2", "3"], "4-roofline": ["2", "3", "4-roofline"],
-                  "4-passes": ["2", "3", "4-passes"], "5": ["2", "3", "4-roofline", "4-passes"]}
+                  "4-passes": ["2", "3", "4-passes"], "5": ["2", "3", "4-roofline", "4-passes"],
+                  "6": ["2", "3", "4-roofline", "4-passes", "6"]}
 
 
 @pytest.mark.parametrize("version", list(_UPGRADE_STEPS))
@@ -130,9 +133,11 @@ def test_a_database_of_every_older_schema_upgrades_keeping_its_rows(tmp_path, ve
         new = next(r for r in store.results(sweep["id"]) if r.config.precision == "int8")
         assert (new.cpu_share, new.passes, new.mem_read_gbps) == (1.5, 3, 20.0)
         assert (new.row()["node"], new.row()["node_id"]) == ("gpu-box", "ab12")
+        old = next(r for r in store.results(sweep["id"]) if r.config.precision != "int8")
+        assert old.quality == {} and old.row()["quality_mos"] is None  # older rows: quality not measured
     conn = sqlite3.connect(db)
     meta = dict(conn.execute("SELECT key, value FROM meta"))
-    assert meta["schema_version"] == str(SCHEMA_VERSION) == "6" and meta["upgraded_from"] == version[0]
+    assert meta["schema_version"] == str(SCHEMA_VERSION) == "7" and meta["upgraded_from"] == version[0]
     assert set(CANONICAL_COLUMNS) - {"status"} <= {r[1] for r in conn.execute("PRAGMA table_info(cells)")}
     assert conn.execute("SELECT cell_key, status, latency_p50_s FROM cells WHERE idx != 1").fetchall() == before
 

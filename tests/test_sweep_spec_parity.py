@@ -37,6 +37,7 @@ CASES = {
         ["--engine", "lab", "--precision", "int8,int4", "--compile", "off,on", "--batch", "1,4", "--tokens", "16",
          "--max-repeats", "7", "--timeout", "60", "--memory-budget-mb", "3000", "--fidelity-tokens", "16"]),
     "empty threads = every usable core": (dict(threads=""), []),
+    "quality beside stock fp32": (dict(quality=True), ["--quality"]),
     "interleaved passes and the drift threshold": (
         dict(batches="1,2", passes=5, drift_threshold_pct=7.5), ["--batch", "1,2", "--passes", "5",
                                                                   "--drift-threshold", "7.5"]),

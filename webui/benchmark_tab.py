@@ -22,6 +22,7 @@ from chattts_lab.results import STATUSES
 from webui import figures, present
 from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import devices
+from webui.quality_panel import build_quality_panel
 from webui.serving_tab import build_serving_tab
 from webui.sweep_form import (SweepControls, SweepForm, build_sweep_controls, cli_command, estimate, offered_precisions,
                               quick_form, spec_from_form)
@@ -54,6 +55,7 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
             _sweep_panel(c)
             _results_panel(c)
             _recommend_panel(c)
+            quality = build_quality_panel()
         with gr.Tab("Serving", id="serving"):
             build_serving_tab(ctx)
         with gr.Tab("History", id="history"):
@@ -67,6 +69,7 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
                      c["filter_note"])
     history = HistoryView(c["history_table"], c["pick"], c["cmp_a"], c["cmp_b"])
     rec = RecommendView(c["budget"], c["recommendation"], gr.State(None))
+    quality.follow(view.results)
     sweep_done = _wire_sweep(ctx, c, view, history, rec)
     _wire_history(ctx, c, view, history, rec)
     _build_api(ctx)

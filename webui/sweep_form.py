@@ -60,6 +60,7 @@ class SweepForm:
     memory_budget_mb: float | None = _shown("memory_budget_mb")
     fidelity: bool = _shown("fidelity")
     fidelity_tokens: int = _shown("fidelity_tokens")
+    quality: bool = _shown("quality")  # audio quality beside stock fp32 (chattts_lab.quality.sweep): minutes more
     passes: int = _shown("passes")  # interleaved passes; 1 runs each cell in its own process, back to back
     drift_threshold_pct: float = _shown("drift_threshold_pct")
     cluster: str = ""  # blank: this machine; ray or ray:HOST:PORT: a fleet sweep on that Ray cluster
@@ -218,6 +219,8 @@ def _axes_rows(c: dict, form: SweepForm) -> None:
         c["warmup"] = gr.Number(form.warmup, precision=0, minimum=0, label="Warm-up calls", elem_id="sw-warmup")
         c["min_time_s"] = gr.Number(form.min_time_s, minimum=0, label="Min seconds per cell", elem_id="sw-min-time")
         c["fidelity"] = gr.Checkbox(form.fidelity, label="Fidelity check (drift from fp32)", elem_id="sw-fidelity")
+        c["quality"] = gr.Checkbox(form.quality, label="Quality beside stock fp32 (MOS, WER, voice; minutes more)",
+                                   elem_id="sw-quality")
 
 
 def _more_settings(c: dict, form: SweepForm) -> None:

@@ -15,8 +15,8 @@ from chattts_lab.grid import describe
 from chattts_lab.report import results_frame, shown_columns
 from chattts_lab.results import CellResult
 from chattts_lab.spec import SweepSpec
-from chattts_lab.sweep import (CallTimed, CellFinished, CellStarted, FidelityStarted, PassStarted, SweepFinished,
-                               SweepPlanned, SweepStarted, run_sweep)
+from chattts_lab.sweep import (CallTimed, CellFinished, CellStarted, FidelityStarted, PassStarted, QualityStarted,
+                               SweepFinished, SweepPlanned, SweepStarted, run_sweep)
 from webui import figures
 from webui.context import AppContext, StopFlags
 from webui.sweep_form import ON_OFF, SweepForm, spec_from_form
@@ -108,6 +108,8 @@ def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str) -> Iterator[Sw
                     yield SweepUpdate(progress.html(label), results_frame(results), cells=list(results))
                 elif isinstance(event, FidelityStarted):
                     yield SweepUpdate(progress.html(f"fidelity check: {event.precision} on {event.device} vs fp32"))
+                elif isinstance(event, QualityStarted):
+                    yield SweepUpdate(progress.html(f"quality beside stock fp32: {event.what}"))
                 elif isinstance(event, SweepFinished):
                     note = FINISH_NOTES.get(event.status, event.status)
                     # a stopped sweep's bar shows what was measured, not its cancelled rows
