@@ -4,8 +4,10 @@ For each batching setting (`max_batches`: 8 batches requests together, 1 serves 
 benchmark starts the app (`app.py`, or targets a running one with `url`), warms it up, then runs each load
 level: N users at once (closed loop: each user sends its next request when the last one is answered), or an
 open-loop arrival rate. Every request goes to the OpenAI-compatible `/v1/audio/speech` route and records,
-as the client saw it: time to first byte and first audio, latency, audio seconds, and from the server's
-headers its queue wait and how many requests shared its batch.
+as the client saw it: time to first byte and first audio, latency, audio seconds, for a streamed one the
+stalls a real-time player starting at its first audio would have heard (`listening.py`: total, worst, and
+whether it was continuous, no stall over 100 ms), and from the server's headers its queue wait, how many
+requests shared its batch and which scheduling ran.
 
 A run is kept in the same SQLite history as sweeps: a sweep row whose spec has `kind: serve`, with the levels
 and every request in its `serving` note, so bundles export and import it like any other sweep.
@@ -29,6 +31,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from chattts_lab.listening import player_stalls
 from chattts_lab.metrics import SAMPLE_RATE
 from chattts_lab.requests import MAX_NEW_TOKEN
 from chattts_lab.spec import SpecError
@@ -46,7 +49,7 @@ TEXTS = (
     "周末我们一起去看电影好不好？",
 )
 REQUEST_DEADLINE_S = 900.0  # a request with no answer by then is lost
-LEVEL_METRICS = ("queue_s", "ttfb_s", "ttfa_s", "latency_s")
+LEVEL_METRICS = ("queue_s", "ttfb_s", "ttfa_s", "latency_s", "stall_total_s", "stall_worst_s")
 
 
 @dataclass(frozen=True)
@@ -328,7 +331,8 @@ async def _request(url: str, spec: ServeSpec, text: str, user: int, t0: float, v
     record = {"user": user, "submitted_s": start - t0, "stream": stream, "tokens": tokens, "voice": body["voice"],
               "status": "ok", "error": None, "ttfb_s": None,
               "ttfa_s": None, "latency_s": None, "queue_s": None, "server_first_audio_s": None, "audio_s": 0.0,
-              "batch_requests": None, "config": None}
+              "batch_requests": None, "config": None, "scheduling": None,
+              "stall_total_s": None, "stall_worst_s": None, "stalls": None, "continuous": None}
     try:
         async with httpx.AsyncClient(timeout=REQUEST_DEADLINE_S) as client:
             async with client.stream("POST", url + "v1/audio/speech", json=body) as response:
@@ -336,11 +340,12 @@ async def _request(url: str, spec: ServeSpec, text: str, user: int, t0: float, v
                 if response.status_code != 200:
                     error = (await response.aread()).decode(errors="replace")[:300]
                     return record | {"status": "error", "error": f"HTTP {response.status_code}: {error}"}
-                size = 0
+                size, arrivals = 0, []  # (seconds since the request, samples received by then)
                 async for chunk in response.aiter_bytes():
                     if chunk and record["ttfa_s"] is None:
                         record["ttfa_s"] = time.perf_counter() - start
                     size += len(chunk)
+                    arrivals.append((time.perf_counter() - start, size // 2))
                 headers = response.headers
         record["latency_s"] = time.perf_counter() - start
         record["audio_s"] = size / 2 / SAMPLE_RATE  # 16-bit mono pcm
@@ -348,6 +353,11 @@ async def _request(url: str, spec: ServeSpec, text: str, user: int, t0: float, v
         record["server_first_audio_s"] = _float(headers.get("x-chattts-first-audio-s"))
         record["batch_requests"] = int(headers.get("x-chattts-batch-requests") or 0) or None
         record["config"] = headers.get("x-chattts-config")  # what the app ran: engine, precision, device, threads
+        record["scheduling"] = headers.get("x-chattts-scheduling")  # continuous or request-level batching
+        if stream:  # as a real-time player starting at the first audio would have heard it
+            stalls = player_stalls(arrivals)
+            record |= {"stall_total_s": stalls.total_s, "stall_worst_s": stalls.worst_s, "stalls": stalls.count,
+                       "continuous": stalls.continuous()}
         return record
     except httpx.TimeoutException:
         return record | {"status": "lost", "error": f"no answer within {REQUEST_DEADLINE_S:.0f} s"}
@@ -375,6 +385,8 @@ def summarize(level: dict, records: list[dict]) -> dict:
            "audio_s": sum(r["audio_s"] for r in ok),
            "batch_sizes": dict(sorted(Counter(r["batch_requests"] for r in ok if r["batch_requests"]).items())),
            "config": ", ".join(sorted({r["config"] for r in ok if r["config"]})) or None,
+           "scheduling": ", ".join(sorted({r.get("scheduling") for r in ok if r.get("scheduling")})) or None,
+           "continuity_pct": continuity_pct(records),
            "errors_seen": sorted({r["error"] for r in records if r["error"]})[:5]}
     row["audio_s_per_s"] = row["audio_s"] / wall if wall else None
     for metric in LEVEL_METRICS:
@@ -382,6 +394,15 @@ def summarize(level: dict, records: list[dict]) -> dict:
         for q in (50, 90, 99):
             row[f"{metric.removesuffix('_s')}_p{q}_s"] = float(np.percentile(values, q)) if values else None
     return row
+
+
+def continuity_pct(records: list[dict]) -> float | None:
+    """Of the streamed requests, the percentage a listener heard without a stall over 100 ms; a stream that
+    failed or was lost counts as broken (None when the level streamed nothing)."""
+    streamed = [r for r in records if r["stream"]]
+    if not streamed:
+        return None
+    return 100 * sum(r["status"] == "ok" and bool(r.get("continuous")) for r in streamed) / len(streamed)
 
 
 def serving_frame(db_path, sweep_ids: list[int] | None = None):

@@ -500,7 +500,7 @@ _ENVIRONMENT_SHAPE = {"cpu": dict, "versions": dict, "blas": dict, "git": dict, 
 
 # What plots and tables read from a serving run's levels (the `serving` note): numbers where present.
 _SERVING_NUMBERS = ("max_batch", "users", "rate", "requests", "ok", "errors", "lost", "audio_s_per_s", "latency_p90_s",
-                    "ttfa_p90_s", "queue_p90_s")
+                    "ttfa_p90_s", "queue_p90_s", "continuity_pct", "stall_worst_p90_s", "stall_total_p90_s")
 
 
 def _check_serving(serving, where: str) -> None:

@@ -47,6 +47,11 @@ def test_a_serving_run_is_history_and_travels_in_a_bundle(serving_run, tmp_path)
     with Store(db) as store:
         requests = store.notes(int(runs["id"][0]))["serving"]["requests"]
     assert len(requests) == 8 and all(r["queue_s"] is not None and r["ttfb_s"] is not None for r in requests)
+    # every streamed request as a listener heard it (no assertion on speed: a loaded machine may stall)
+    assert all(r["stall_worst_s"] >= 0 and r["stall_total_s"] >= r["stall_worst_s"] and isinstance(r["continuous"], bool)
+               for r in requests)
+    levels = serving_frame(db)
+    assert levels["continuity_pct"].between(0, 100).all() and levels["stall_worst_p99_s"].ge(0).all()
     bundle = export_bundle(db, tmp_path / "bundle.json")
     other = tmp_path / "other.sqlite"
     import_bundle(other, bundle)
