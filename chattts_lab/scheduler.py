@@ -225,9 +225,7 @@ class ContinuousScheduler:
                 continue
             if not job.texts:
                 self._waiting.pop(0)
-        self._live_rows = list(decoder.active)
-        with self._lock:
-            self._busy_rows = len(decoder.active)
+        self._rows_changed(decoder)
         for row in decoder.active:
             row.owner.shared_with = max(row.owner.shared_with, len(decoder.active))
 
@@ -244,31 +242,43 @@ class ContinuousScheduler:
         job.rows[index] = row
         self._stream(model, job, index, row)
         if row.ended:
-            decoder.release(row)
-            self._maybe_finish(model, job)
+            self._leave(model, decoder, [row])
 
     def _dequeued(self, job: _Job) -> None:
         with self._lock:
             self._queued -= 1
 
     def _stop_asked(self, model: LoadedModel, decoder: RowDecoder) -> None:
-        """Rows of requests whose caller asked to stop (Interrupt, a hang-up) end now and free their rows."""
-        for row in list(decoder.active):
-            if row.owner.part.stop.is_set():
-                row.ended = row.ended or "stopped"
-                decoder.release(row)
-                self._maybe_finish(model, row.owner)
+        """Rows of requests whose caller asked to stop (Interrupt, a hang-up) end now and free their rows; waiting
+        requests whose caller went away leave the queue."""
+        for job in [j for j in self._waiting if j.part.stop.is_set() and j.admitted is None]:
+            self._waiting.remove(job)
+            self._dequeued(job)
+            self._finish(model, job)
+        stopped = [row for row in decoder.active if row.owner.part.stop.is_set()]
+        for row in stopped:
+            row.ended = row.ended or "stopped"
+        self._leave(model, decoder, stopped)
+
+    def _leave(self, model: LoadedModel, decoder: RowDecoder, rows: list[Row]) -> None:
+        """Free the rows, say so, then answer the requests they finish (a caller that hears its answer can count
+        on its row being free)."""
+        for row in rows:
+            decoder.release(row)
+        self._rows_changed(decoder)
+        for job in dict.fromkeys(row.owner for row in rows):
+            self._maybe_finish(model, job)
+
+    def _rows_changed(self, decoder: RowDecoder) -> None:
+        """Publish which rows generate (submit reads the count from other threads to refuse or accept)."""
         self._live_rows = list(decoder.active)
+        with self._lock:
+            self._busy_rows = len(decoder.active)
 
     def _after_step(self, model: LoadedModel, decoder: RowDecoder, ended: list[Row]) -> None:
         for row in list(decoder.active):
             self._stream(model, row.owner, row.meta["index"], row)
-        for row in ended:
-            decoder.release(row)
-            self._maybe_finish(model, row.owner)
-        self._live_rows = list(decoder.active)
-        with self._lock:
-            self._busy_rows = len(decoder.active)
+        self._leave(model, decoder, ended)
 
     # ---- audio
 

@@ -142,3 +142,12 @@ def test_beyond_the_rows_and_the_queue_a_request_is_refused_at_once(model):
     two = scheduler.submit(Part(SynthesisRequest.of(["One.", "Two."], max_new_token=6, min_new_token=6),
                                 threading.Event())).result(timeout=600)
     assert two.measurements.tokens == [6, 6] and [len(a) for a in two.audio] == [samples_for_tokens(6)] * 2
+
+
+def test_a_caller_that_hangs_up_frees_its_row_for_the_next_request(model):
+    scheduler = ContinuousScheduler(lambda: model, SchedulerPolicy(max_rows=1, max_queue=0))
+    stop = threading.Event()
+    gone = scheduler.submit(Part(request(0, 2048), stop, Listener(at_first=stop.set))).result(timeout=600)
+    assert gone.measurements.interrupted and gone.measurements.tokens[0] < 2048
+    # with no queue at all, the next request is accepted only because the row is free again
+    assert scheduler.submit(Part(request(1, 8), threading.Event())).result(timeout=600).measurements.tokens == [8]
