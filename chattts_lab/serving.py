@@ -1,7 +1,8 @@
 """The serving benchmark: many users against the real app over HTTP, measured per request and per load level.
 
-For each batching setting (`max_batches`: 8 batches requests together, 1 serves them one at a time) the
-benchmark starts the app (`app.py`, or targets a running one with `url`), warms it up, then runs each load
+For each scheduling (`batching`: continuous, where each request joins the running generation at the next GPT
+step, with `max_rows` rows; request-level, for every `max_batches`: 8 batches requests together, 1 serves them
+one at a time) the benchmark starts the app (`app.py`, or targets a running one with `url`), warms it up, then runs each load
 level: N users at once (closed loop: each user sends its next request when the last one is answered), or an
 open-loop arrival rate. Every request goes to the OpenAI-compatible `/v1/audio/speech` route and records,
 as the client saw it: time to first byte and first audio, latency, audio seconds, for a streamed one the
@@ -63,6 +64,8 @@ class ServeSpec:
     rates: tuple[float, ...] = ()  # open loop: requests per second (Poisson arrivals) ...
     duration_s: float = 30.0  # ... for this long
     max_batches: tuple[int, ...] = (8, 1)  # with `url`: (0,), the running app's own setting
+    batching: tuple[str, ...] = ("continuous", "request")  # one app for continuous, one per max batch for request
+    max_rows: int = 12  # continuous batching: texts generated at once (the app's --max-rows)
     max_wait_ms: float = 25.0
     engine: str | None = None  # None: the app's own choice (its recommendation, else lab fp32)
     precision: str | None = None
@@ -72,17 +75,39 @@ class ServeSpec:
     stream: bool = True
     mixed: bool = False  # vary the requests: every other one the other way (streamed or whole), voices, lengths
     texts: tuple[str, ...] = TEXTS
+    ramp_s: float = 0.0  # closed loop: users start spread over this long (0: all at once)
+    capacity: bool = False  # raise the users until the service level below breaks (capacity.py); users ignored
+    slo_ttfa_p99_s: float = 1.0  # the service level: p99 time to first audio at most this...
+    slo_continuity_pct: float = 99.0  # ...and at least this % of streams with no stall over 100 ms
+    max_users: int = 32  # capacity: the most users tried
     kind: str = "serve"
 
     def validate(self) -> "ServeSpec":
         errors = []
-        if not self.users and not self.rates:
+        if not self.users and not self.rates and not self.capacity:
             errors.append("give at least one load level: --users or --rate")
+        if self.capacity:
+            if not 0 < self.slo_ttfa_p99_s <= 600:
+                errors.append(f"the first-audio limit must be in (0, 600] s, got {self.slo_ttfa_p99_s:g}")
+            if not 0 <= self.slo_continuity_pct <= 100:
+                errors.append(f"the continuity limit must be in 0..100 %, got {self.slo_continuity_pct:g}")
+            if not 1 <= self.max_users <= 256:
+                errors.append(f"max users must be 1..256, got {self.max_users}")
+            if not self.stream:
+                errors.append("capacity counts real-time streams: it needs streamed requests (--stream on)")
+        if not 0 <= self.ramp_s <= 3600:
+            errors.append(f"the ramp must be 0..3600 s, got {self.ramp_s:g}")
         errors += [f"users must be 1..256, got {u}" for u in self.users if not 1 <= u <= 256]
         errors += [f"a rate must be in (0, 100] requests/s, got {r:g}" for r in self.rates if not 0 < r <= 100]
         if self.url and self.max_batches != (0,):
             errors.append("with --url the running app's own batching is measured: give no --max-batch")
         if not self.url:
+            errors += [f"batching must be continuous or request, got {b!r}" for b in self.batching
+                       if b not in ("continuous", "request")]
+            if not self.batching:
+                errors.append("give at least one --batching")
+            if not 1 <= self.max_rows <= 64:
+                errors.append(f"max rows must be in 1..64, got {self.max_rows}")
             errors += [f"max batch must be in 1..64, got {b}" for b in self.max_batches if not 1 <= b <= 64]
             if not self.max_batches:
                 errors.append("give at least one --max-batch")
@@ -98,9 +123,16 @@ class ServeSpec:
             raise SpecError("; ".join(errors))
         return self
 
+    def apps(self) -> list[tuple[str | None, int]]:
+        """(batching, max batch) of each app to start: continuous's max batch is its row count."""
+        if self.url:
+            return [(None, 0)]
+        return ([("continuous", self.max_rows)] if "continuous" in self.batching else []) + (
+            [("request", b) for b in self.max_batches] if "request" in self.batching else [])
+
     def levels(self) -> list[dict]:
-        return ([{"max_batch": b, "users": u} for b in self.max_batches for u in self.users]
-                + [{"max_batch": b, "rate": r} for b in self.max_batches for r in self.rates])
+        return ([{"batching": a, "max_batch": b, "users": u} for a, b in self.apps() for u in self.users]
+                + [{"batching": a, "max_batch": b, "rate": r} for a, b in self.apps() for r in self.rates])
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -108,7 +140,7 @@ class ServeSpec:
     @staticmethod
     def from_dict(data: dict) -> "ServeSpec":
         known = {k: v for k, v in data.items() if k in ServeSpec.__dataclass_fields__}
-        for name in ("users", "rates", "max_batches", "texts"):
+        for name in ("users", "rates", "max_batches", "batching", "texts"):
             known[name] = tuple(known.get(name) or ())
         return ServeSpec(**known)
 
@@ -152,18 +184,23 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
     from chattts_lab.store import Store
 
     spec = spec.validate()
+    if spec.capacity:
+        from chattts_lab.capacity import run_capacity
+
+        yield from run_capacity(spec, db_path, should_stop)
+        return
     with Store(db_path) as store:
         sweep_id = store.create_sweep(spec.as_dict(), capture_environment())
     levels = spec.levels()
     yield ServeStarted(sweep_id, len(levels))
     summaries, requests, status = [], [], "interrupted"  # until every level has run (or a stop was asked)
     try:
-        for max_batch in spec.max_batches:
+        for batching, max_batch in spec.apps():
             if should_stop():
                 break
-            with _app(spec, max_batch, db_path) as app:
+            with _app(spec, batching, max_batch, db_path) as app:
                 for index, level in enumerate(levels):
-                    if level["max_batch"] != max_batch or should_stop():
+                    if (level["batching"], level["max_batch"]) != (batching, max_batch) or should_stop():
                         continue
                     yield LevelStarted(index, level)
                     records, rss = asyncio.run(_measured_level(app, spec, level))
@@ -178,11 +215,12 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
     yield ServeFinished(sweep_id, status, summaries)
 
 
-def _save(db_path, sweep_id: int, summaries: list[dict], requests: list[dict], status: str | None = None) -> None:
+def _save(db_path, sweep_id: int, summaries: list[dict], requests: list[dict], status: str | None = None,
+          **more) -> None:
     from chattts_lab.store import Store
 
     with Store(db_path) as store:
-        store.set_note(sweep_id, NOTE, {"levels": summaries, "requests": requests})
+        store.set_note(sweep_id, NOTE, {"levels": summaries, "requests": requests, **more})
         if status:
             store.set_status(sweep_id, status)
 
@@ -190,8 +228,9 @@ def _save(db_path, sweep_id: int, summaries: list[dict], requests: list[dict], s
 class _app:
     """The app to measure: the given URL as it is, or a fresh `app.py` with this batching, warmed up first."""
 
-    def __init__(self, spec: ServeSpec, max_batch: int, db_path):
-        self.spec, self.max_batch, self.db_path, self.proc, self.log = spec, max_batch, db_path, None, None
+    def __init__(self, spec: ServeSpec, batching: str | None, max_batch: int, db_path):
+        self.spec, self.batching, self.max_batch, self.db_path = spec, batching, max_batch, db_path
+        self.proc, self.log = None, None
 
     url: str = ""
 
@@ -203,7 +242,10 @@ class _app:
         port = free_port()
         self.log = tempfile.NamedTemporaryFile("w+", prefix="serve-app-", suffix=".log", delete=False)
         cmd = [sys.executable, str(ROOT / "app.py"), "--model", self.spec.model, "--port", str(port),
-               "--max-batch", str(self.max_batch), "--max-wait-ms", str(self.spec.max_wait_ms)]
+               "--batching", self.batching, "--max-wait-ms", str(self.spec.max_wait_ms)]
+        # continuous: its rows, and a queue as long as any level's users (refusals are for real overload)
+        cmd += ["--max-rows" if self.batching == "continuous" else "--max-batch", str(self.max_batch),
+                "--max-queue", "256"]
         for flag in ("engine", "precision", "device", "threads"):
             if getattr(self.spec, flag) is not None:
                 cmd += [f"--{flag}", str(getattr(self.spec, flag))]
@@ -223,8 +265,10 @@ class _app:
         async def batch() -> list[dict]:
             t0 = time.perf_counter()
             texts = self.spec.texts
+            # request-level: one full batch; continuous: two rows (a full batch has no meaning there)
+            count = 2 if self.batching == "continuous" else max(1, self.max_batch)
             return await asyncio.gather(*(_request(self.url, self.spec, texts[i % len(texts)], -1, t0)
-                                          for i in range(max(1, self.max_batch))))
+                                          for i in range(count)))
 
         failed = [r["error"] for r in asyncio.run(batch()) if r["status"] != "ok"]
         if failed:
@@ -298,6 +342,7 @@ async def _run_level(url: str, spec: ServeSpec, level: dict) -> list[dict]:
     t0 = time.perf_counter()
     if "users" in level:
         async def user(u: int) -> list[dict]:
+            await asyncio.sleep(u * spec.ramp_s / level["users"])  # users start spread over the ramp (0: at once)
             return [await _request(url, spec, spec.texts[(u + k * level["users"]) % len(spec.texts)], u, t0,
                                    variant=u + k if spec.mixed else 0)
                     for k in range(spec.requests_per_user)]
@@ -423,6 +468,7 @@ def serving_frame(db_path, sweep_ids: list[int] | None = None):
 
 def batching_gain(summaries: list[dict], users: int) -> str | None:
     """The sentence the serving benchmark answers: batched against one at a time, at this many users."""
+    summaries = [s for s in summaries if s.get("batching", "request") == "request"]
     at = {s["max_batch"]: s for s in summaries if s.get("users") == users and s["ok"]}
     if len(at) < 2 or 1 not in at:
         return None

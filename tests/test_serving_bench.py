@@ -23,7 +23,7 @@ from tests.conftest import ROOT, TINY
 def serving_run(tmp_path_factory):
     db = tmp_path_factory.mktemp("serve") / "history.sqlite"
     cmd = [sys.executable, "-m", "bench", "serve", "--model", TINY, "--users", "2", "--max-batch", "2,1",
-           "--requests", "2", "--tokens", "8", "--max-wait-ms", "600000", "--db", str(db)]
+           "--requests", "2", "--tokens", "8", "--max-wait-ms", "600000", "--batching", "request", "--db", str(db)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return db, done
