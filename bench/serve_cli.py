@@ -17,7 +17,7 @@ import pandas as pd
 
 from bench.cli import _argument, int_list, parse_with_logging, str_list
 from chattts_lab import grid
-from chattts_lab.capacity import CapacityFound, capacity_gain, capacity_sentence
+from chattts_lab.capacity import CapacityFound, capacity_gain, capacity_sentence, run_capacity
 from chattts_lab.report import markdown_table
 from chattts_lab.serving import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
                                  run_serving)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     found: list[dict] = []
     try:
-        for event in run_serving(spec, args.db):
+        for event in (run_capacity if spec.capacity else run_serving)(spec, args.db):
             if isinstance(event, CapacityFound):
                 found.append(event.result)
                 print(f"- {capacity_sentence(event.result)}")

@@ -54,6 +54,7 @@ def next_users(tried: dict[int, bool], max_users: int) -> int | None:
 def run_capacity(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lambda: False) -> Iterator:
     """The capacity search for every scheduling of the spec, stored as it goes; yields the serving events plus
     one CapacityFound per scheduling."""
+    spec = spec.validate()
     from chattts_lab.env import capture_environment
     from chattts_lab.store import Store
 

@@ -185,10 +185,7 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
 
     spec = spec.validate()
     if spec.capacity:
-        from chattts_lab.capacity import run_capacity
-
-        yield from run_capacity(spec, db_path, should_stop)
-        return
+        raise ValueError("a capacity search runs through chattts_lab.capacity.run_capacity")
     with Store(db_path) as store:
         sweep_id = store.create_sweep(spec.as_dict(), capture_environment())
     levels = spec.levels()
