@@ -15,6 +15,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 
 from chattts_lab.batcher import BatchPolicy  # noqa: E402
+from chattts_lab.scheduler import SchedulerPolicy  # noqa: E402
 from chattts_lab.devices import DeviceUnavailable, parse_device  # noqa: E402
 from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
 from chattts_lab.engines import unsupported_reason  # noqa: E402
@@ -69,6 +70,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                         f"{BatchPolicy.max_batch}; 1 serves one at a time)")
     p.add_argument("--max-wait-ms", type=float, default=BatchPolicy.max_wait_ms, metavar="MS",
                    help=f"how long a lone request waits for others to share its batch (default {BatchPolicy.max_wait_ms:g})")
+    p.add_argument("--batching", choices=("continuous", "request"), default="continuous",
+                   help="continuous: on the lab engine each request joins the running generation at the next step "
+                        "and leaves when done; request: requests that arrive together run as one batch from start "
+                        "to end (always so on stock and onnx)")
+    p.add_argument("--max-rows", type=int, default=SchedulerPolicy.max_rows, metavar="N",
+                   help=f"continuous batching: texts generated at once (default {SchedulerPolicy.max_rows})")
+    p.add_argument("--max-queue", type=int, default=SchedulerPolicy.max_queue, metavar="N",
+                   help=f"requests waiting beyond those; more get HTTP 503 with Retry-After (default "
+                        f"{SchedulerPolicy.max_queue})")
     p.add_argument("--engine", help="serve on this engine (default: this machine's benchmark recommendation, else lab)")
     p.add_argument("--precision", help="serve in this precision (default: as --engine's note says)")
     p.add_argument("--device", help="serve on this device (default: the recommendation's, else cpu)")
@@ -109,9 +119,10 @@ def main(argv=None) -> None:
         raise SystemExit("--auth takes user:pass")
     try:
         batching = BatchPolicy(args.max_batch, args.max_wait_ms)
+        rows = SchedulerPolicy(args.max_rows, args.max_queue)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
-    ctx = AppContext.from_env(args.model, api_key=args.auth, batching=batching)
+    ctx = AppContext.from_env(args.model, api_key=args.auth, batching=batching, scheduling=args.batching, rows=rows)
     if any(v is not None for v in (args.engine, args.precision, args.device, args.threads)):
         ctx = replace(ctx, serving=chosen_on_command_line(ctx.serving, args))
     speech.preload(ctx, speech.serving_settings(ctx))

@@ -3,6 +3,7 @@
     python -m bench serve --model synthetic --engine lab --precision int8 --users 1,2,4,8 --max-batch 8,1
     python -m bench serve --url http://lan-box:7860/ --users 1,4,16         # a running app, as it is
     python -m bench serve --model synthetic --rate 0.5 --duration 1800 --mixed  # a 30-minute soak, mixed requests
+    python -m bench serve --model synthetic --engine lab --precision int8 --capacity --tokens 256  # streams held
 
 Each run is stored in the same history as sweeps (`python -m bench --list`, --export, --import).
 """
@@ -15,14 +16,16 @@ import sys
 import pandas as pd
 
 from bench.cli import add_spec_options
+from chattts_lab.capacity import CapacityFound, capacity_gain, capacity_sentence, run_capacity
 from chattts_lab.report import markdown_table
 from chattts_lab.serving import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
                                  run_serving)
 from chattts_lab.spec import SpecError
 
-COLUMNS = ("max_batch", "users", "rate", "requests", "ok", "errors", "lost", "audio_s_per_s", "queue_p50_s",
+COLUMNS = ("batching", "scheduling", "max_batch", "users", "rate", "requests", "ok", "errors", "lost", "audio_s_per_s", "queue_p50_s",
            "queue_p90_s", "ttfb_p90_s", "ttfa_p50_s", "ttfa_p90_s", "ttfa_p99_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
-           "batch_sizes", "rss_growth_pct")
+           "stall_worst_p50_s", "stall_worst_p90_s", "stall_worst_p99_s", "stall_total_p90_s", "continuity_pct",
+           "batch_sizes", "rss_growth_pct", "slo_broken")
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -45,9 +48,15 @@ def run(args: argparse.Namespace) -> int:
         spec = spec_from_args(args)
     except SpecError as exc:
         args.serve_parser.error(str(exc))
+    found: list[dict] = []
     try:
-        for event in run_serving(spec, args.db):
+        for event in (run_capacity if spec.capacity else run_serving)(spec, args.db):
+            if isinstance(event, CapacityFound):
+                found.append(event.result)
+                print(f"- {capacity_sentence(event.result)}")
             _show(event, spec)
+            if isinstance(event, ServeFinished) and (gain := capacity_gain(found)):
+                print(f"- {gain}")
             if isinstance(event, ServeFinished):
                 return 0 if event.status == "finished" else 1
     except KeyboardInterrupt:
@@ -61,16 +70,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _show(event, spec: ServeSpec) -> None:
     if isinstance(event, ServeStarted):
-        print(f"serving run {event.sweep_id}: {event.levels} load levels", file=sys.stderr)
+        print(f"serving run {event.sweep_id}: " + (f"{event.levels} load levels" if event.levels else
+                                                    "capacity search"), file=sys.stderr)
     elif isinstance(event, LevelStarted):
         users = event.level.get("users")
         load = f"{users} user{'s' * (users != 1)}" if users else f"{event.level['rate']:g} req/s"
         limit = event.level["max_batch"] or "unknown (the app did not say)"
-        print(f"level {event.index + 1}: {load}, max batch {limit}…", file=sys.stderr)
+        how = (f"continuous, {limit} rows" if event.level.get("batching") == "continuous" else f"max batch {limit}")
+        print(f"level {event.index + 1}: {load}, {how}…", file=sys.stderr)
     elif isinstance(event, LevelFinished):
         s = event.summary
         print(f"  served {s['ok']} of {s['requests']} ({s['errors']} errors, {s['lost']} lost), "
               f"{_num(s['audio_s_per_s'])} audio s/s, p90 latency {_num(s['latency_p90_s'])} s, "
+              f"p99 first audio {_num(s['ttfa_p99_s'])} s, continuity {_num(s['continuity_pct'])} %, "
               f"batches {s['batch_sizes']}", file=sys.stderr)
     elif isinstance(event, ServeFinished):
         frame = pd.DataFrame(event.summaries)

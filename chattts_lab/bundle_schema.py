@@ -50,6 +50,9 @@ class _ServingLevel(_Open):  # what plots and tables read from a serving run's l
     latency_p90_s: Number | None = None
     ttfa_p90_s: Number | None = None
     queue_p90_s: Number | None = None
+    continuity_pct: Number | None = None
+    stall_worst_p90_s: Number | None = None
+    stall_total_p90_s: Number | None = None
 
 
 class _Serving(_Open):

@@ -74,6 +74,12 @@ class ServeSpec:
         (8, 1), "the app's batch limit, one app per value (1: one request at a time, as without batching)",
         "--max-batch", axes.int_list, "max batch must be in 1..64, got {input}")
     max_wait_ms: Annotated[float, Limit(ge=0)] = option(25.0, "the app's wait for company", "--max-wait-ms", float)
+    batching: tuple[str, ...] = option(  # one app for continuous, one per max batch for request
+        ("continuous", "request"), "continuous (requests join the running generation at the next step; one app, "
+        "--max-rows rows) and/or request (request-level batches; one app per --max-batch)", "--batching",
+        axes.str_list)
+    max_rows: Annotated[int, Limit(ge=1, le=64)] = option(
+        12, "continuous batching: rows at once", "--max-rows", int, "max rows must be in 1..64, got {input}")
     # None: the app's own choice (its recommendation, else lab fp32)
     engine: str | None = option(None, _APP_CHOICE.format("engine"), "--engine")
     precision: str | None = option(None, _APP_CHOICE.format("precision"), "--precision")
@@ -89,12 +95,32 @@ class ServeSpec:
     mixed: bool = option(False, "vary the requests (voices, streamed or whole, full or half length), as in a soak "
                                 "test", "--mixed", action="store_true")
     texts: Annotated[tuple[str, ...], AfterValidator(_nonblank_texts)] = TEXTS
+    ramp_s: Annotated[float, Limit(ge=0, le=3600)] = option(  # closed loop: users start spread over this long
+        0.0, rule="the ramp must be 0..3600 s, got {input:g}")
+    # capacity (chattts_lab.capacity): raise the users until the service level below breaks; users ignored
+    capacity: bool = option(False, "raise the users until the service level breaks and report how many real-time "
+                                   "streams hold", "--capacity", action="store_true")
+    slo_ttfa_p99_s: Annotated[float, Limit(gt=0, le=600)] = option(
+        1.0, "capacity's service level: p99 time to first audio at most this many seconds...", "--slo-ttfa-p99",
+        float, "the first-audio limit must be in (0, 600] s, got {input:g}")
+    slo_continuity_pct: Annotated[float, Limit(ge=0, le=100)] = option(
+        99.0, "...and at least this % of streams with no stall over 100 ms", "--slo-continuity", float,
+        "the continuity limit must be in 0..100 %, got {input:g}")
+    max_users: Annotated[int, Limit(ge=1, le=256)] = option(
+        32, "capacity: the most users tried", "--max-users", int, "max users must be 1..256, got {input}")
     kind: str = "serve"
 
     def validate(self) -> "ServeSpec":
         errors = field_problems(self)
-        if not self.users and not self.rates:
+        if not self.users and not self.rates and not self.capacity:
             errors.append("give at least one load level: --users or --rate")
+        if self.capacity and not self.stream:
+            errors.append("capacity counts real-time streams: it needs streamed requests (--stream on)")
+        if not self.url:
+            errors += [f"batching must be continuous or request, got {b!r}" for b in self.batching
+                       if b not in ("continuous", "request")]
+            if not self.batching:
+                errors.append("give at least one --batching")
         if self.url and self.max_batches != (0,):
             errors.append("with --url the running app's own batching is measured: give no --max-batch")
         if not self.url:
@@ -110,15 +136,22 @@ class ServeSpec:
         """The one builder of a serving run from the command line's or the panel's choices (see build_spec):
         only --rate levels when --rate is given without --users; with --url, that app's own batching."""
         choices = dict(choices)
-        if choices.get("rates") and choices.get("users") is None:
+        if (choices.get("rates") or choices.get("capacity")) and choices.get("users") is None:
             choices["users"] = ()
         if choices.get("url") and choices.get("max_batches") is None:
             choices["max_batches"] = (0,)
         return build_spec(ServeSpec, choices).validate()
 
+    def apps(self) -> list[tuple[str | None, int]]:
+        """(batching, max batch) of each app to start: continuous's max batch is its row count."""
+        if self.url:
+            return [(None, 0)]
+        return ([("continuous", self.max_rows)] if "continuous" in self.batching else []) + (
+            [("request", b) for b in self.max_batches] if "request" in self.batching else [])
+
     def levels(self) -> list[dict]:
-        return ([{"max_batch": b, "users": u} for b in self.max_batches for u in self.users]
-                + [{"max_batch": b, "rate": r} for b in self.max_batches for r in self.rates])
+        return ([{"batching": a, "max_batch": b, "users": u} for a, b in self.apps() for u in self.users]
+                + [{"batching": a, "max_batch": b, "rate": r} for a, b in self.apps() for r in self.rates])
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -126,6 +159,6 @@ class ServeSpec:
     @staticmethod
     def from_dict(data: dict) -> "ServeSpec":
         known = {k: v for k, v in data.items() if k in ServeSpec.__dataclass_fields__}
-        for name in ("users", "rates", "max_batches", "texts"):
+        for name in ("users", "rates", "max_batches", "batching", "texts"):
             known[name] = tuple(known.get(name) or ())
         return ServeSpec(**known)

@@ -1,11 +1,14 @@
 """The serving benchmark: many users against the real app over HTTP, measured per request and per load level.
 
-For each batching setting (`max_batches`: 8 batches requests together, 1 serves them one at a time) the
-benchmark starts the app (`app.py`, or targets a running one with `url`), warms it up, then runs each load
+For each scheduling (`batching`: continuous, where each request joins the running generation at the next GPT
+step, with `max_rows` rows; request-level, for every `max_batches`: 8 batches requests together, 1 serves them
+one at a time) the benchmark starts the app (`app.py`, or targets a running one with `url`), warms it up, then runs each load
 level: N users at once (closed loop: each user sends its next request when the last one is answered), or an
 open-loop arrival rate. Every request goes to the OpenAI-compatible `/v1/audio/speech` route and records,
-as the client saw it: time to first byte and first audio, latency, audio seconds, and from the server's
-headers its queue wait and how many requests shared its batch.
+as the client saw it: time to first byte and first audio, latency, audio seconds, for a streamed one the
+stalls a real-time player starting at its first audio would have heard (`listening.py`: total, worst, and
+whether it was continuous, no stall over 100 ms), and from the server's headers its queue wait, how many
+requests shared its batch and which scheduling ran.
 
 A run is kept in the same SQLite history as sweeps: a sweep row whose spec has `kind: serve`, with the levels
 and every request in its `serving` note, so bundles export and import it like any other sweep.
@@ -30,13 +33,14 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from chattts_lab.listening import player_stalls
 from chattts_lab.metrics import SAMPLE_RATE
 from chattts_lab.serve_spec import ServeSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTE = "serving"
 REQUEST_DEADLINE_S = 900.0  # a request with no answer by then is lost
-LEVEL_METRICS = ("queue_s", "ttfb_s", "ttfa_s", "latency_s")
+LEVEL_METRICS = ("queue_s", "ttfb_s", "ttfa_s", "latency_s", "stall_total_s", "stall_worst_s")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -78,6 +82,8 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
     from chattts_lab.store import Store
 
     spec = spec.validate()
+    if spec.capacity:
+        raise ValueError("a capacity search runs through chattts_lab.capacity.run_capacity")
     served = served_by(spec.url) if spec.url else {}
     with Store(db_path) as store:
         sweep_id = store.create_sweep(_recorded(spec, served), capture_environment())
@@ -85,12 +91,12 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
     yield ServeStarted(sweep_id, len(levels))
     summaries, requests, status = [], [], "interrupted"  # until every level has run (or a stop was asked)
     try:
-        for max_batch in spec.max_batches:
+        for batching, max_batch in spec.apps():
             if should_stop():
                 break
-            with _app(spec, max_batch, db_path) as app:
+            with _app(spec, batching, max_batch, db_path) as app:
                 for index, level in enumerate(levels):
-                    if level["max_batch"] != max_batch or should_stop():
+                    if (level["batching"], level["max_batch"]) != (batching, max_batch) or should_stop():
                         continue
                     yield LevelStarted(index, _as_served(level, served))
                     records, rss = asyncio.run(_measured_level(app, spec, level))
@@ -127,11 +133,12 @@ def _as_served(level: dict, served: dict) -> dict:
     return {**level, "max_batch": served.get("max_batch")} if level.get("max_batch") == 0 else level
 
 
-def _save(db_path, sweep_id: int, summaries: list[dict], requests: list[dict], status: str | None = None) -> None:
+def _save(db_path, sweep_id: int, summaries: list[dict], requests: list[dict], status: str | None = None,
+          **more) -> None:
     from chattts_lab.store import Store
 
     with Store(db_path) as store:
-        store.set_note(sweep_id, NOTE, {"levels": summaries, "requests": requests})
+        store.set_note(sweep_id, NOTE, {"levels": summaries, "requests": requests, **more})
         if status:
             store.set_status(sweep_id, status)
 
@@ -139,8 +146,9 @@ def _save(db_path, sweep_id: int, summaries: list[dict], requests: list[dict], s
 class _app:
     """The app to measure: the given URL as it is, or a fresh `app.py` with this batching, warmed up first."""
 
-    def __init__(self, spec: ServeSpec, max_batch: int, db_path):
-        self.spec, self.max_batch, self.db_path, self.proc, self.log = spec, max_batch, db_path, None, None
+    def __init__(self, spec: ServeSpec, batching: str | None, max_batch: int, db_path):
+        self.spec, self.batching, self.max_batch, self.db_path = spec, batching, max_batch, db_path
+        self.proc, self.log = None, None
 
     url: str = ""
 
@@ -152,7 +160,10 @@ class _app:
         port = free_port()
         self.log = tempfile.NamedTemporaryFile("w+", prefix="serve-app-", suffix=".log", delete=False)
         cmd = [sys.executable, str(ROOT / "app.py"), "--model", self.spec.model, "--port", str(port),
-               "--max-batch", str(self.max_batch), "--max-wait-ms", str(self.spec.max_wait_ms)]
+               "--batching", self.batching, "--max-wait-ms", str(self.spec.max_wait_ms)]
+        # continuous: its rows, and a queue as long as any level's users (refusals are for real overload)
+        cmd += ["--max-rows" if self.batching == "continuous" else "--max-batch", str(self.max_batch),
+                "--max-queue", "256"]
         for flag in ("engine", "precision", "device", "threads"):
             if getattr(self.spec, flag) is not None:
                 cmd += [f"--{flag}", str(getattr(self.spec, flag))]
@@ -172,8 +183,10 @@ class _app:
         async def batch() -> list[dict]:
             t0 = time.perf_counter()
             texts = self.spec.texts
+            # request-level: one full batch; continuous: two rows (a full batch has no meaning there)
+            count = 2 if self.batching == "continuous" else max(1, self.max_batch)
             return await asyncio.gather(*(_request(self.url, self.spec, texts[i % len(texts)], -1, t0)
-                                          for i in range(max(1, self.max_batch))))
+                                          for i in range(count)))
 
         failed = [r["error"] for r in asyncio.run(batch()) if r["status"] != "ok"]
         if failed:
@@ -247,6 +260,7 @@ async def _run_level(url: str, spec: ServeSpec, level: dict) -> list[dict]:
     t0 = time.perf_counter()
     if "users" in level:
         async def user(u: int) -> list[dict]:
+            await asyncio.sleep(u * spec.ramp_s / level["users"])  # users start spread over the ramp (0: at once)
             return [await _request(url, spec, spec.texts[(u + k * level["users"]) % len(spec.texts)], u, t0,
                                    variant=u + k if spec.mixed else 0)
                     for k in range(spec.requests_per_user)]
@@ -280,7 +294,8 @@ async def _request(url: str, spec: ServeSpec, text: str, user: int, t0: float, v
     record = {"user": user, "submitted_s": start - t0, "stream": stream, "tokens": tokens, "voice": body["voice"],
               "status": "ok", "error": None, "ttfb_s": None,
               "ttfa_s": None, "latency_s": None, "queue_s": None, "server_first_audio_s": None, "audio_s": 0.0,
-              "batch_requests": None, "config": None}
+              "batch_requests": None, "config": None, "scheduling": None,
+              "stall_total_s": None, "stall_worst_s": None, "stalls": None, "continuous": None}
     try:
         async with httpx.AsyncClient(timeout=REQUEST_DEADLINE_S) as client:
             async with client.stream("POST", url + "v1/audio/speech", json=body) as response:
@@ -288,11 +303,12 @@ async def _request(url: str, spec: ServeSpec, text: str, user: int, t0: float, v
                 if response.status_code != 200:
                     error = (await response.aread()).decode(errors="replace")[:300]
                     return record | {"status": "error", "error": f"HTTP {response.status_code}: {error}"}
-                size = 0
+                size, arrivals = 0, []  # (seconds since the request, samples received by then)
                 async for chunk in response.aiter_bytes():
                     if chunk and record["ttfa_s"] is None:
                         record["ttfa_s"] = time.perf_counter() - start
                     size += len(chunk)
+                    arrivals.append((time.perf_counter() - start, size // 2))
                 headers = response.headers
         record["latency_s"] = time.perf_counter() - start
         record["audio_s"] = size / 2 / SAMPLE_RATE  # 16-bit mono pcm
@@ -300,6 +316,11 @@ async def _request(url: str, spec: ServeSpec, text: str, user: int, t0: float, v
         record["server_first_audio_s"] = _float(headers.get("x-chattts-first-audio-s"))
         record["batch_requests"] = int(headers.get("x-chattts-batch-requests") or 0) or None
         record["config"] = headers.get("x-chattts-config")  # what the app ran: engine, precision, device, threads
+        record["scheduling"] = headers.get("x-chattts-scheduling")  # continuous or request-level batching
+        if stream:  # as a real-time player starting at the first audio would have heard it
+            stalls = player_stalls(arrivals)
+            record |= {"stall_total_s": stalls.total_s, "stall_worst_s": stalls.worst_s, "stalls": stalls.count,
+                       "continuous": stalls.continuous()}
         return record
     except httpx.TimeoutException:
         return record | {"status": "lost", "error": f"no answer within {REQUEST_DEADLINE_S:.0f} s"}
@@ -327,6 +348,8 @@ def summarize_level(level: dict, records: list[dict]) -> dict:
            "audio_s": sum(r["audio_s"] for r in ok),
            "batch_sizes": dict(sorted(Counter(r["batch_requests"] for r in ok if r["batch_requests"]).items())),
            "config": ", ".join(sorted({r["config"] for r in ok if r["config"]})) or None,
+           "scheduling": ", ".join(sorted({r.get("scheduling") for r in ok if r.get("scheduling")})) or None,
+           "continuity_pct": continuity_pct(records),
            "errors_seen": sorted({r["error"] for r in records if r["error"]})[:5]}
     row["audio_s_per_s"] = row["audio_s"] / wall if wall else None
     for metric in LEVEL_METRICS:
@@ -334,6 +357,15 @@ def summarize_level(level: dict, records: list[dict]) -> dict:
         for q in (50, 90, 99):
             row[f"{metric.removesuffix('_s')}_p{q}_s"] = float(np.percentile(values, q)) if values else None
     return row
+
+
+def continuity_pct(records: list[dict]) -> float | None:
+    """Of the streamed requests, the percentage a listener heard without a stall over 100 ms; a stream that
+    failed or was lost counts as broken (None when the level streamed nothing)."""
+    streamed = [r for r in records if r["stream"]]
+    if not streamed:
+        return None
+    return 100 * sum(r["status"] == "ok" and bool(r.get("continuous")) for r in streamed) / len(streamed)
 
 
 def serving_frame(db_path, sweep_ids: list[int] | None = None):
@@ -354,6 +386,7 @@ def serving_frame(db_path, sweep_ids: list[int] | None = None):
 
 def batching_gain(summaries: list[dict], users: int) -> str | None:
     """The sentence the serving benchmark answers: batched against one at a time, at this many users."""
+    summaries = [s for s in summaries if s.get("batching", "request") == "request"]
     at = {s["max_batch"]: s for s in summaries if s.get("users") == users and s["ok"]}
     if len(at) < 2 or 1 not in at:
         return None

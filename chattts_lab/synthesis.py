@@ -42,6 +42,7 @@ class Measurements:
     interrupted: bool = False
     queue_wait_s: float = 0.0  # waiting for the model before this call began (served requests)
     batch_requests: int = 1  # requests served together in this one batched generation
+    scheduling: str = "request"  # served requests: "continuous" (rows join and leave per step) or "request"
 
     @property
     def rtf(self) -> float | None:
@@ -92,6 +93,7 @@ class StreamChunk:
     synthetic: bool = False  # made by random weights: the timing is real, the audio is noise
     queue_wait_s: float = 0.0  # served requests: waiting for the model before this batch began
     batch_requests: int = 1  # served requests: requests sharing this batched generation
+    scheduling: str = "request"  # served requests: "continuous" or "request" (see Measurements)
 
 
 @dataclass

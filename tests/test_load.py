@@ -27,7 +27,7 @@ def batching_app(tmp_path_factory):
     """An app whose batches hold 4 requests and wait for company as long as it takes: each batch runs the moment
     its fourth request arrives, so which requests share a batch is certain on any machine."""
     tmp = tmp_path_factory.mktemp("batching")
-    url, proc = start_app(tmp, "--max-batch", "4", "--max-wait-ms", "600000")
+    url, proc = start_app(tmp, "--batching", "request", "--max-batch", "4", "--max-wait-ms", "600000")
     yield url, tmp
     stop_app(proc)
 

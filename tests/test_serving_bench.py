@@ -24,7 +24,7 @@ from tests.conftest import ROOT, TINY
 def serving_run(tmp_path_factory):
     db = tmp_path_factory.mktemp("serve") / "history.sqlite"
     cmd = [sys.executable, "-m", "bench", "serve", "--model", TINY, "--users", "2", "--max-batch", "2,1",
-           "--requests", "2", "--tokens", "8", "--max-wait-ms", "600000", "--db", str(db)]
+           "--requests", "2", "--tokens", "8", "--max-wait-ms", "600000", "--batching", "request", "--db", str(db)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return db, done
@@ -48,6 +48,11 @@ def test_a_serving_run_is_history_and_travels_in_a_bundle(serving_run, tmp_path)
     with Store(db) as store:
         requests = store.notes(int(runs["id"][0]))["serving"]["requests"]
     assert len(requests) == 8 and all(r["queue_s"] is not None and r["ttfb_s"] is not None for r in requests)
+    # every streamed request as a listener heard it (no assertion on speed: a loaded machine may stall)
+    assert all(r["stall_worst_s"] >= 0 and r["stall_total_s"] >= r["stall_worst_s"] and isinstance(r["continuous"], bool)
+               for r in requests)
+    levels = serving_frame(db)
+    assert levels["continuity_pct"].between(0, 100).all() and levels["stall_worst_p99_s"].ge(0).all()
     bundle = export_bundle(db, tmp_path / "bundle.json")
     other = tmp_path / "other.sqlite"
     import_bundle(other, bundle)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chattts_lab.batcher import BatchPolicy
+from chattts_lab.scheduler import SchedulerPolicy
 from chattts_lab.store import DEFAULT_DB
 from webui.runtime import ServingChoice, serving_choice
 
@@ -26,7 +27,9 @@ class AppContext:
     outputs_dir: Path = Path("outputs")
     history_db: Path = DEFAULT_DB  # the same SQLite history `python -m bench` writes
     api_key: str | None = None  # "user:pass" when the app runs with --auth
-    batching: BatchPolicy = BatchPolicy()  # how concurrent requests share batched generations
+    batching: BatchPolicy = BatchPolicy()  # how concurrent requests share batched generations (request-level)
+    scheduling: str = "continuous"  # lab engine: rows join and leave per GPT step; "request": the batcher above
+    rows: SchedulerPolicy = SchedulerPolicy()  # continuous batching's rows, and the queue bound for both
     serving: ServingChoice | None = None  # the configuration requests run on by default (None: stock fp32)
     model_work: threading.Lock = field(default_factory=threading.Lock, compare=False)
 
@@ -43,11 +46,12 @@ class AppContext:
         return self.outputs_dir / "files"
 
     @staticmethod
-    def from_env(model: str, api_key: str | None = None, batching: BatchPolicy = BatchPolicy()) -> "AppContext":
+    def from_env(model: str, api_key: str | None = None, batching: BatchPolicy = BatchPolicy(),
+                 scheduling: str = "continuous", rows: SchedulerPolicy = SchedulerPolicy()) -> "AppContext":
         outputs = Path(os.environ.get("CHATTTS_LAB_OUTPUTS", "outputs")).resolve()
         db = Path(os.environ.get("CHATTTS_LAB_HISTORY", DEFAULT_DB)).resolve()
         ctx = AppContext(model=model, outputs_dir=outputs, history_db=db, api_key=api_key, batching=batching,
-                         serving=serving_choice(db, model))
+                         scheduling=scheduling, rows=rows, serving=serving_choice(db, model))
         for folder in (ctx.audio_dir, ctx.voices_dir, ctx.files_dir):
             folder.mkdir(parents=True, exist_ok=True)
         return ctx

@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field
 from chattts_lab import InvalidRequest, ModelUnavailable, OutOfMemory, SynthesisRequest
 from chattts_lab import audio as audio_io
 from chattts_lab.requests import MAX_BATCH, MAX_NEW_TOKEN, validate_request
+from chattts_lab.scheduler import Overloaded
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput
 from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, split_sentences
 from webui import speech
@@ -65,13 +66,13 @@ class OpenAIError(Exception):
     """A refusal answered in OpenAI's error shape, so OpenAI's clients show its message."""
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error"):
+                 kind: str = "invalid_request_error", headers: dict | None = None):
         super().__init__(message)
-        self.status, self.param, self.code, self.kind = status, param, code, kind
+        self.status, self.param, self.code, self.kind, self.headers = status, param, code, kind, headers
 
     def response(self) -> JSONResponse:
         error = {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}
-        return JSONResponse({"error": error}, status_code=self.status)
+        return JSONResponse({"error": error}, status_code=self.status, headers=self.headers)
 
 
 def invalid_body(exc: RequestValidationError) -> OpenAIError:
@@ -260,7 +261,8 @@ async def _whole(backend: SpeechBackend, req: SynthesisRequest, fmt: str, starte
         out = await backend.whole(req)
     data = await run_in_threadpool(audio_io.encode, audio_io.join(out.audio), fmt)
     m = out.measurements
-    headers = _made_headers(backend, out.synthetic, time.perf_counter() - started, m.queue_wait_s, m.batch_requests)
+    headers = _made_headers(backend, out.synthetic, time.perf_counter() - started, m.queue_wait_s, m.batch_requests,
+                            m.scheduling)
     headers["X-ChatTTS-Wall-S"] = f"{m.wall_s:.3f}"
     if m.rtf is not None:
         headers["X-ChatTTS-RTF"] = f"{m.rtf:.3f}"
@@ -268,11 +270,13 @@ async def _whole(backend: SpeechBackend, req: SynthesisRequest, fmt: str, starte
 
 
 def _made_headers(backend: SpeechBackend, synthetic: bool, first_audio_s: float, queue_wait_s: float,
-                  batch_requests: int) -> dict:
+                  batch_requests: int, scheduling: str) -> dict:
     """How this response was made: time to its first audio and in the queue (both seconds since the request
-    arrived), how many requests shared its batched generation, and on which configuration."""
+    arrived), how many requests shared its batched generation (continuous: the most rows generating at once
+    while it did), which scheduling ran (continuous or request-level batching), and on which configuration."""
     return {"X-ChatTTS-First-Audio-S": f"{first_audio_s:.3f}", "X-ChatTTS-Queue-S": f"{queue_wait_s:.3f}",
-            "X-ChatTTS-Batch-Requests": str(batch_requests), "X-ChatTTS-Synthetic": str(synthetic).lower(),
+            "X-ChatTTS-Batch-Requests": str(batch_requests), "X-ChatTTS-Scheduling": scheduling,
+            "X-ChatTTS-Synthetic": str(synthetic).lower(),
             "X-ChatTTS-Config": backend.config().replace(" · ", ", ")}  # headers are ASCII
 
 
@@ -281,6 +285,9 @@ def _refusals():
     """The library's errors for a request it cannot serve, as OpenAI-shaped errors."""
     try:
         yield
+    except Overloaded as exc:  # answered at once, so overload never becomes unbounded waiting
+        raise OpenAIError(503, str(exc), kind="server_error", code="overloaded",
+                          headers={"Retry-After": str(exc.retry_after_s)}) from None
     except OutOfMemory as exc:  # the server and its model are fine; this request was too big for memory
         raise OpenAIError(503, str(exc), kind="server_error", code="out_of_memory") from None
     except ModelUnavailable as exc:
@@ -306,7 +313,7 @@ async def _streamed(backend: SpeechBackend, req: SynthesisRequest, fmt: str, sta
     if first is None:
         raise OpenAIError(500, "the synthesis produced no audio", kind="server_error")
     headers = _made_headers(backend, first.synthetic, time.perf_counter() - started, first.queue_wait_s,
-                            first.batch_requests)
+                            first.batch_requests, first.scheduling)
     return LiveResponse(live, _encoded(live, first.audio[0], fmt), media_type=audio_io.media_type(fmt),
                         headers=headers)
 

@@ -19,6 +19,7 @@ from typing import AsyncIterator
 from chattts_lab import LoadedModel, SynthesisRequest, load_model
 from chattts_lab.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.batcher import Batcher
+from chattts_lab.scheduler import ContinuousScheduler, Overloaded
 from chattts_lab.models import loaded
 from chattts_lab.requests import validate_request
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput, encode_sample_audio, speaker_from_seed, warm_up
@@ -107,6 +108,11 @@ def waiting_note(ctx: AppContext, settings: RuntimeSettings) -> str:
         return f"Loading and warming up {describe(settings)} (once)…"
     if ctx.model_work.locked() and not batcher(ctx).running:
         return "Waiting for the model: a benchmark run (or a voice-card job) has it; your request runs after it…"
+    if scheduling(ctx, settings) == "continuous":
+        waiting, busy, rows = scheduler(ctx, settings).status()
+        if busy + 1 > rows or waiting:
+            return f"Queued: all {rows} rows are generating, {waiting} request(s) ahead; yours joins when a row frees…"
+        return f"Synthesizing (joins the running generation: {busy} of {rows} rows busy)…"
     ahead = batcher(ctx).waiting()
     return f"Queued behind {ahead} request(s)…" if ahead else "Synthesizing…"
 
@@ -148,16 +154,41 @@ def batcher(ctx: AppContext) -> Batcher:
     return Batcher(run_batch, ctx.batching)
 
 
+def scheduling(ctx: AppContext, settings: RuntimeSettings) -> str:
+    """Which scheduling a request on these settings gets: only the lab engine's own loop admits rows mid-run."""
+    return "continuous" if ctx.scheduling == "continuous" and settings.engine == "lab" else "request"
+
+
+@functools.cache
+def scheduler(ctx: AppContext, settings: RuntimeSettings) -> ContinuousScheduler:
+    """The continuous-batching loop of one serving configuration (its thread holds `model_work` while busy)."""
+    return ContinuousScheduler(lambda: get_model(ctx, settings), ctx.rows, hold=lambda: ctx.model_work)
+
+
 async def serve(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None,
                 on_chunk=None) -> tuple[SynthesisOutput, LoadedModel]:
-    """One request's result, made in a batch with the requests that arrive with it and can share one.
+    """One request's result: joining the running generation (continuous batching, lab engine) or made in a batch
+    with the requests that arrive with it and can share one (request-level batching).
 
-    A bad request fails here, alone, before it joins a batch. `on_chunk(StreamChunk)` (called from the
-    worker thread) makes it a streamed request. Interrupt (by session) stops only this request."""
+    A bad request fails here, alone, before it joins a batch; a full queue refuses it at once (Overloaded).
+    `on_chunk(StreamChunk)` (called from the worker thread) makes it a streamed request. Interrupt (by session)
+    stops only this request."""
     request = validate_request(request)
     with RUNNING.mark(session) as stop:
+        part = Part(request, stop, on_chunk)
+        if scheduling(ctx, settings) == "continuous":
+            future = scheduler(ctx, settings).submit(part)
+            try:
+                out = await asyncio.wrap_future(future)
+            except asyncio.CancelledError:
+                stop.set()  # the caller went away: its rows end at the next step
+                raise
+            return out, loaded(settings.load_config(ctx.model))
+        if batcher(ctx).waiting() >= ctx.rows.max_queue:
+            raise Overloaded(f"the server is at capacity: {batcher(ctx).waiting()} requests waiting",
+                             retry_after_s=5)
         key = (settings, on_chunk is not None, shared_settings(request))
-        return await batcher(ctx).submit(key, Part(request, stop, on_chunk))
+        return await batcher(ctx).submit(key, part)
 
 
 async def serve_stream(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest,

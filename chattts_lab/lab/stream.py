@@ -29,11 +29,7 @@ def stream_infer(chat, engine, texts: list[str], params_refine, params_code, ski
                  do_text_normalization: bool = True, first_chunk: int = FIRST_CHUNK, left: int = LEFT_CONTEXT,
                  hold: int = HOLD) -> Iterator[np.ndarray]:
     """Yield float32 arrays [B, samples] of new audio per chunk; `engine` is the LabRuntime installed on `chat`."""
-    text = [chat.normalizer(t, do_text_normalization, True, None) for t in texts]
-    if not skip_refine_text:
-        refined = chat._refine_text(text, chat.device, params_refine)
-        text = chat.tokenizer.decode([i[i.less(chat.tokenizer.break_0_ids)] for i in refined.ids])
-        refined.destroy()
+    text = prepare_texts(chat, texts, params_refine, skip_refine_text, do_text_normalization)
     emitted = 0  # samples already sent, the same for every text
     hiddens, lengths, sent = None, None, []
     with engine.first_chunk(first_chunk):
@@ -53,6 +49,20 @@ def stream_infer(chat, engine, texts: list[str], params_refine, params_code, ski
     recorder = engine.recorder
     if recorder is not None and sent:  # the call's whole audio is what was sent
         recorder.audio_done(lengths, np.concatenate(sent, axis=1))
+
+
+def prepare_texts(chat, texts: list[str], params_refine, skip_refine_text: bool, normalize: bool) -> list[str]:
+    """The texts as ChatTTS's `infer` hands them to code generation: normalized, then refined when asked."""
+    text = [chat.normalizer(t, normalize, True, None) for t in texts]
+    if not skip_refine_text:
+        refined = chat._refine_text(text, chat.device, params_refine)
+        text = chat.tokenizer.decode([i[i.less(chat.tokenizer.break_0_ids)] for i in refined.ids])
+        refined.destroy()
+    return text
+
+
+def prepare_text(chat, text: str, params_refine, skip_refine_text: bool, normalize: bool) -> str:
+    return prepare_texts(chat, [text], params_refine, skip_refine_text, normalize)[0]
 
 
 def _decode_span(chat, hiddens, lengths, a: int, b: int, left: int) -> np.ndarray:

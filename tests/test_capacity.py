@@ -1,0 +1,65 @@
+"""`python -m bench serve --capacity`: the search for the most real-time streams a service level holds, on the
+real app with tiny weights (no assertion on speed: the service level is set so loose that any machine holds it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from chattts_lab.capacity import broken_because, capacity_frame, capacity_gain, next_users
+from chattts_lab.serving import ServeSpec, serving_frame
+from chattts_lab.spec import SpecError
+from chattts_lab.store import export_bundle, import_bundle
+from tests.conftest import ROOT, TINY
+
+
+def search(holds_up_to: int, max_users: int = 64) -> list[int]:
+    """The users next_users tries against a machine that holds exactly `holds_up_to` streams."""
+    tried: dict[int, bool] = {}
+    while (n := next_users(tried, max_users)) is not None:
+        tried[n] = n <= holds_up_to
+    return list(tried)
+
+
+@pytest.mark.parametrize("holds, tried", [
+    (0, [1]), (1, [1, 2]), (5, [1, 2, 4, 8, 6, 5]), (8, [1, 2, 4, 8, 16, 12, 10, 9]), (64, [1, 2, 4, 8, 16, 32, 64]),
+])
+def test_the_search_doubles_until_the_level_breaks_then_halves_the_gap(holds, tried):
+    assert search(holds) == tried
+
+
+def test_a_level_breaks_on_failures_slow_first_audio_or_stalls():
+    spec = ServeSpec(slo_ttfa_p99_s=1.0, slo_continuity_pct=99.0)
+    level = dict(requests=10, ok=10, ttfa_p99_s=0.8, continuity_pct=100.0)
+    assert broken_because(level, spec) is None
+    assert "1 of 10 requests failed" in broken_because({**level, "ok": 9}, spec)
+    assert "first audio 1.50 s > 1 s" in broken_because({**level, "ttfa_p99_s": 1.5}, spec)
+    assert "continuity 90.00 % < 99 %" in broken_because({**level, "continuity_pct": 90.0}, spec)
+    assert capacity_gain([{"batching": "continuous", "streams": 9}, {"batching": "request", "streams": 2}]) \
+        == "continuous batching holds 4.5x the real-time streams of request-level batching (9 vs 2)."
+
+
+def test_impossible_service_levels_are_refused():
+    with pytest.raises(SpecError, match="continuity limit"):
+        ServeSpec(capacity=True, slo_continuity_pct=120).validate()
+    with pytest.raises(SpecError, match="needs streamed requests"):
+        ServeSpec(capacity=True, stream=False).validate()
+
+
+def test_capacity_end_to_end_is_kept_in_the_history_and_travels_in_a_bundle(tmp_path):
+    db = tmp_path / "history.sqlite"
+    cmd = [sys.executable, "-m", "bench", "serve", "--model", TINY, "--capacity", "--batching", "continuous",
+           "--max-rows", "2", "--max-users", "2", "--requests", "1", "--tokens", "12",
+           "--slo-ttfa-p99", "600", "--slo-continuity", "0", "--db", str(db)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "this machine holds 2 real-time stream(s) of this configuration" in done.stdout
+    levels = serving_frame(db)
+    assert list(levels["users"]) == [1, 2] and list(levels["scheduling"]) == ["continuous"] * 2
+    found = capacity_frame(db)
+    assert list(found["streams"]) == [2] and list(found["batching"]) == ["continuous"]
+    other = tmp_path / "other.sqlite"
+    import_bundle(other, export_bundle(db, tmp_path / "bundle.json"))
+    assert list(capacity_frame(other)["streams"]) == [2]

@@ -1,0 +1,153 @@
+"""Continuous batching on the lab engine (fp32, tiny synthetic weights): rows that join a running generation
+compute what they compute alone, and faults inside a running batch end only their own row.
+
+No clocks: every "during" is an event (a row's first chunk, a step count), never a sleep.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from chattts_lab.batch import Part
+from chattts_lab.lab.continuous import RowDecoder, capture_prompt
+from chattts_lab.metrics import samples_for_tokens
+from chattts_lab.models import LoadConfig, load_model
+from chattts_lab.requests import Sampling, SynthesisRequest, Voice
+from chattts_lab.scheduler import ContinuousScheduler, Overloaded, SchedulerPolicy, engine_of
+from chattts_lab.synthesis import _params
+
+from tests.conftest import TINY
+
+TEXTS = ("Hello there, this is a test.", "A second text, longer than the first one by a little bit more.", "第三个句子。")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_model(LoadConfig(model=TINY, precision="fp32", engine="lab", threads=1))
+
+
+def request(i: int, tokens: int, **changes) -> SynthesisRequest:
+    """Request i: its own seed, temperature, top-K and voice, exactly `tokens` audio tokens."""
+    base = SynthesisRequest.of(TEXTS[i % 3], sampling=Sampling(audio_seed=10 + i, temperature=0.3 + 0.2 * (i % 3),
+                                                                top_k=20 - 5 * (i % 3)),
+                               voice=Voice(seed=i), max_new_token=tokens, min_new_token=tokens)
+    return replace(base, **changes)
+
+
+def alone(model, req: SynthesisRequest) -> torch.Tensor:
+    """The request's audio tokens from ChatTTS's own `_infer_code` through the lab engine's `lab_generate`."""
+    chat = model.chat
+    text = chat.normalizer(req.texts[0], True, True, None)
+    return next(chat._infer_code([text], False, chat.device, True, _params(model, req)[0])).ids[0].clone()
+
+
+def prompt(model, req: SynthesisRequest):
+    return capture_prompt(model.chat, model.chat.normalizer(req.texts[0], True, True, None), _params(model, req)[0])
+
+
+def test_rows_that_join_and_leave_a_running_generation_get_the_tokens_they_get_alone(model):
+    requests = [request(0, 30), request(1, 40), request(2, 50)]
+    expected = [alone(model, r) for r in requests]
+    decoder = RowDecoder(engine_of(model), model.chat, rows=2)  # the third waits for the first to leave
+    rows, waiting, step = [decoder.admit(prompt(model, requests[0]))], [prompt(model, r) for r in requests[1:]], 0
+    while decoder.active or waiting:
+        if waiting and (step == 5 or (decoder.free and step > 5)):  # joins after 5 steps, then into a freed row
+            rows.append(decoder.admit(waiting.pop(0)))
+        for row in decoder.step():
+            decoder.release(row)
+        step += 1
+    assert [r.generated for r in rows] == [30, 40, 50] and [r.ended for r in rows] == ["max_new_token"] * 3
+    for row, tokens in zip(rows, expected):
+        assert torch.equal(row.tokens[: row.generated], tokens)
+
+
+def test_a_row_that_ends_at_its_own_eos_leaves_and_its_row_is_reused(model):
+    # seeds with no minimum length: the first seed whose row ends at its own EOS before 40 tokens
+    decoder = RowDecoder(engine_of(model), model.chat, rows=1)
+    for seed in range(30):
+        req = request(0, 40, min_new_token=0, sampling=Sampling(audio_seed=seed))
+        row = decoder.admit(prompt(model, req))
+        while not row.ended:
+            decoder.step()
+        decoder.release(row)
+        if row.ended == "eos":
+            break
+    assert row.ended == "eos" and row.generated < 40
+    assert torch.equal(row.tokens[: row.generated], alone(model, req))
+    assert not decoder.active and decoder.free == 1
+
+
+class Listener:
+    """A streamed request's chunks, and a hook run in the loop thread at its first chunk."""
+
+    def __init__(self, at_first=None):
+        self.chunks, self.at_first = [], at_first
+
+    def __call__(self, chunk) -> None:
+        self.chunks.append(chunk)
+        if len(self.chunks) == 1 and self.at_first:
+            self.at_first()
+
+
+def test_faults_inside_a_running_batch_end_alone_and_the_others_finish_intact(model):
+    scheduler = ContinuousScheduler(lambda: model, SchedulerPolicy(max_rows=4, max_queue=4))
+    hang_up = threading.Event()
+    futures = {}
+
+    def during_a():  # in the loop thread, between two steps of A: these arrive while A generates
+        futures["malformed"] = scheduler.submit(Part(request(1, 20, sampling=Sampling(top_k=0)), threading.Event()))
+        futures["hangs_up"] = scheduler.submit(Part(request(1, 40), hang_up, Listener(at_first=hang_up.set)))
+        # runs out of its token budget after the hang-up above has freed the row before it (so it moves)
+        futures["budget"] = scheduler.submit(Part(request(2, 20), threading.Event()))
+
+    a = Listener(at_first=during_a)
+    futures["a"] = scheduler.submit(Part(request(0, 40), threading.Event(), a))
+    out = futures["a"].result(timeout=600)
+    assert out.measurements.tokens == [40] and not out.measurements.interrupted
+    assert out.measurements.scheduling == "continuous" and out.measurements.batch_requests >= 3
+    assert len(out.audio[0]) == samples_for_tokens(40) == sum(len(c.audio[0]) for c in a.chunks)
+    with pytest.raises(ValueError, match="top_k"):
+        futures["malformed"].result(timeout=600)
+    gone = futures["hangs_up"].result(timeout=600).measurements
+    assert gone.interrupted and 0 < gone.tokens[0] < 40
+    budget = futures["budget"].result(timeout=600).measurements
+    assert budget.tokens == [20] and not budget.interrupted
+    # A's audio is what A makes alone in the same scheduler (the rows' sums differ only by rounding)
+    again = scheduler.submit(Part(request(0, 40), threading.Event(), Listener())).result(timeout=600)
+    assert again.measurements.batch_requests == 1
+    np.testing.assert_allclose(again.audio[0], out.audio[0], atol=1e-4)
+
+
+def test_beyond_the_rows_and_the_queue_a_request_is_refused_at_once(model):
+    scheduler = ContinuousScheduler(lambda: model, SchedulerPolicy(max_rows=1, max_queue=1))
+    refused = {}
+
+    def while_busy():  # the only row generates; one request may wait, the next is refused
+        refused["queued"] = scheduler.submit(Part(request(1, 8), threading.Event()))
+        try:
+            scheduler.submit(Part(request(2, 8), threading.Event()))
+        except Overloaded as exc:
+            refused["exc"] = exc
+
+    first = scheduler.submit(Part(request(0, 16), threading.Event(), Listener(at_first=while_busy)))
+    assert first.result(timeout=600).measurements.tokens == [16]
+    assert refused["queued"].result(timeout=600).measurements.tokens == [8]
+    assert "at capacity" in str(refused["exc"]) and refused["exc"].retry_after_s >= 1
+    # a request of more texts than rows takes them one after another
+    two = scheduler.submit(Part(SynthesisRequest.of(["One.", "Two."], max_new_token=6, min_new_token=6),
+                                threading.Event())).result(timeout=600)
+    assert two.measurements.tokens == [6, 6] and [len(a) for a in two.audio] == [samples_for_tokens(6)] * 2
+
+
+def test_a_caller_that_hangs_up_frees_its_row_for_the_next_request(model):
+    scheduler = ContinuousScheduler(lambda: model, SchedulerPolicy(max_rows=1, max_queue=0))
+    stop = threading.Event()
+    gone = scheduler.submit(Part(request(0, 2048), stop, Listener(at_first=stop.set))).result(timeout=600)
+    assert gone.measurements.interrupted and gone.measurements.tokens[0] < 2048
+    # with no queue at all, the next request is accepted only because the row is free again
+    assert scheduler.submit(Part(request(1, 8), threading.Event())).result(timeout=600).measurements.tokens == [8]
