@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens
 from chattts_lab.serving import (NOTE, LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
-                                 _measured_level, _save, summarize)
+                                 _measured_level, _save, summarize_level)
 
 
 @dataclass
@@ -75,7 +75,7 @@ def run_capacity(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lam
                     level = {"batching": batching, "max_batch": max_batch, "users": users}
                     yield LevelStarted(len(summaries), level)
                     records, rss = asyncio.run(_measured_level(app, spec, level))
-                    summary = summarize(level, records) | rss
+                    summary = summarize_level(level, records) | rss
                     summary["slo_broken"] = broken_because(summary, spec)
                     tried[users] = summary["slo_broken"] is None
                     requests += [{"level": len(summaries), **r} for r in records]
