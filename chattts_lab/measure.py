@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import psutil
 import torch
@@ -106,3 +107,13 @@ class Stopwatch:
 
             synchronize(self.device)
         return time.perf_counter()
+
+
+def repeat_until(fn: Callable[[], object], min_count: int, min_time_s: float, max_count: int,
+                 clock: Callable[[], float] = time.perf_counter) -> list:
+    """Call fn until it ran at least min_count times AND for at least min_time_s seconds (max_count caps it)."""
+    results: list = []
+    t0 = clock()
+    while len(results) < max_count and (len(results) < min_count or clock() - t0 < min_time_s):
+        results.append(fn())
+    return results

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Callable
 
 from chattts_lab.limits import crash_under_budget
+from chattts_lab.measure import repeat_until
 from chattts_lab.results import PASS_MARKER, RESULT_MARKER, CellResult, RunConfig, summarize
 from chattts_lab.spec import cell_rule
-from chattts_lab.worker import repeat_until
 
 log = logging.getLogger(__name__)
 STDERR_KEPT_CHARS = 4000  # what a crashed cell keeps of its worker's stderr (the end, where the error is)

@@ -29,19 +29,10 @@ import psutil
 
 from chattts_lab.env import load_average
 from chattts_lab.limits import OutOfMemory, apply_memory_budget, out_of_memory_boundary
+from chattts_lab.measure import repeat_until
 from chattts_lab.results import AUDIO_SEED, PASS_MARKER, RESULT_MARKER, VOICE_SEED, RunConfig
 
 log = logging.getLogger("chattts_lab.worker")
-
-
-def repeat_until(fn: Callable[[], object], min_count: int, min_time_s: float, max_count: int,
-                 clock: Callable[[], float] = time.perf_counter) -> list:
-    """Call fn until it ran at least min_count times AND for at least min_time_s seconds (max_count caps it)."""
-    results: list = []
-    t0 = clock()
-    while len(results) < max_count and (len(results) < min_count or clock() - t0 < min_time_s):
-        results.append(fn())
-    return results
 
 
 def classify(exc: BaseException) -> tuple[str, str]:
