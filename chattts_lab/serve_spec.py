@@ -159,6 +159,7 @@ class ServeSpec:
     @staticmethod
     def from_dict(data: dict) -> "ServeSpec":
         known = {k: v for k, v in data.items() if k in ServeSpec.__dataclass_fields__}
+        known.setdefault("batching", ("request",))  # runs from before continuous batching were request-level
         for name in ("users", "rates", "max_batches", "batching", "texts"):
             known[name] = tuple(known.get(name) or ())
         return ServeSpec(**known)

@@ -105,7 +105,7 @@ def test_every_flagged_field_is_an_option_whose_help_says_its_default_and_its_ar
     spec = SweepSpec(model=TINY, devices=("cpu", "cuda:1"), precisions=("int8", "int4"), batches=(1, 4),
                      threads=(1, 3), tokens=(16,), engines=("lab", "onnx"), compiles=(False, True),
                      streams=(True,), warmup=0, repeats=5, min_time_s=0.5, max_repeats=9, timeout_s=60.0,
-                     fidelity=False, fidelity_tokens=8, memory_budget_mb=512.0, passes=1, drift_threshold_pct=2.5,
+                     fidelity=False, fidelity_tokens=8, quality=True, memory_budget_mb=512.0, passes=1, drift_threshold_pct=2.5,
                      cluster="ray:10.0.0.5:6379", nodes=("gpu-box", "laptop"))
     base = SweepSpec()
     for f in fields(SweepSpec):
@@ -161,12 +161,3 @@ def test_the_run_sweep_api_stores_the_spec_the_cli_builds(app_url, app_dir):
             "--fidelity", "off"]
     assert SweepSpec.from_dict(stored) == cli_spec(argv)
 
-
-def test_the_defaults_the_readme_names_are_the_specs():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    spec, args = SweepSpec(), build_parser().parse_args([])
-    assert f"(default `{spec.model}`)" in readme
-    assert f'"Interleaved passes", default {spec.passes}' in readme and f"(default {spec.passes})" in readme
-    assert f"drift threshold, default {spec.drift_threshold_pct:g} %" in readme
-    assert f"`--drift-threshold` (default {spec.drift_threshold_pct:g} %)" in readme
-    assert f"(default {args.db})" in readme
