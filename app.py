@@ -14,8 +14,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 import gradio as gr  # noqa: E402
 
-from chattts_lab.batcher import BatchPolicy  # noqa: E402
-from chattts_lab.scheduler import SchedulerPolicy  # noqa: E402
+from chattts_lab.serving.batcher import BatchPolicy  # noqa: E402
+from chattts_lab.serving.scheduler import SchedulerPolicy  # noqa: E402
 from chattts_lab.devices import DeviceUnavailable, parse_device  # noqa: E402
 from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
 from chattts_lab.engines import unsupported_reason  # noqa: E402

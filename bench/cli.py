@@ -1,4 +1,4 @@
-"""The `bench` command line over chattts_lab.sweep (the app's benchmark tab calls the same code).
+"""The `bench` command line over chattts_lab.sweep.runner (the app's benchmark tab calls the same code).
 
     python -m bench --model synthetic --precision fp32,bf16,int8 --batch 1,4,8 --threads 1,2 --tokens 128 --repeats 3
     python -m bench --resume                 # finish the latest interrupted sweep
@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from chattts_lab import grid
-from chattts_lab.compare import compare_sweeps, comparison_record
-from chattts_lab.env import load_average, usable_cores
-from chattts_lab.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lines, comparison_lines, markdown_table,
+from chattts_lab.sweep import grid
+from chattts_lab.history.compare import compare_sweeps, comparison_record
+from chattts_lab.trackers.env import load_average, usable_cores
+from chattts_lab.history.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lines, comparison_lines, markdown_table,
                                 results_frame, write_reports)
-from chattts_lab.options import as_text, defaults
-from chattts_lab.recommend import MOS_DROP, WER_RISE_PTS, precision_by_length
-from chattts_lab.spec import SpecError, SweepSpec, cell_rule
-from chattts_lab.store import BundleError, Store, compare_frame, export_bundle, import_bundle, sweeps_frame
-from chattts_lab.sweep import (
+from chattts_lab.sweep.options import as_text, defaults
+from chattts_lab.history.recommend import MOS_DROP, WER_RISE_PTS, precision_by_length
+from chattts_lab.sweep.spec import SpecError, SweepSpec, cell_rule
+from chattts_lab.history.store import BundleError, Store, compare_frame, export_bundle, import_bundle, sweeps_frame
+from chattts_lab.sweep.runner import (
     CallTimed,
     CellFinished,
     CellStarted,

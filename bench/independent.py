@@ -69,9 +69,9 @@ def measure(model: str, threads: int, tokens: int, repeats: int, precision: str 
 def interleaved(model: str, threads: int, tokens: int, passes: int, precision: str = "fp32", warmup: int = 1) -> dict:
     """This stopwatch and a sweep worker of the same stock cell, loaded side by side, one call each per pass
     in a fresh random order; the ratio between them with a paired bootstrap interval."""
-    from chattts_lab.compare import speed_ratio
-    from chattts_lab.results import RunConfig
-    from chattts_lab.supervisor import CellWorker
+    from chattts_lab.history.compare import speed_ratio
+    from chattts_lab.sweep.results import RunConfig
+    from chattts_lab.sweep.supervisor import CellWorker
 
     never = lambda: False  # noqa: E731  (nothing here stops a run but Ctrl-C)
     cfg = RunConfig(model, "cpu", precision, 1, threads, tokens, warmup=warmup)

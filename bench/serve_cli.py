@@ -16,11 +16,11 @@ import sys
 import pandas as pd
 
 from bench.cli import add_spec_options
-from chattts_lab.capacity import CapacityFound, capacity_gain, capacity_sentence, run_capacity
-from chattts_lab.report import markdown_table
-from chattts_lab.serving import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
+from chattts_lab.serving.capacity import CapacityFound, capacity_gain, capacity_sentence, run_capacity
+from chattts_lab.history.report import markdown_table
+from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
                                  run_serving)
-from chattts_lab.spec import SpecError
+from chattts_lab.sweep.spec import SpecError
 
 COLUMNS = ("batching", "scheduling", "max_batch", "users", "rate", "requests", "ok", "errors", "lost", "audio_s_per_s", "queue_p50_s",
            "queue_p90_s", "ttfb_p90_s", "ttfa_p50_s", "ttfa_p90_s", "ttfa_p99_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",

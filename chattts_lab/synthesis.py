@@ -18,10 +18,10 @@ import torch.nn.functional as F
 
 from chattts_lab import metrics
 from chattts_lab.limits import out_of_memory_boundary
-from chattts_lab.measure import PeakMemory, Stopwatch
+from chattts_lab.trackers.measure import PeakMemory, Stopwatch
 from chattts_lab.models import LoadedModel, set_threads
 from chattts_lab.requests import InvalidRequest, SynthesisRequest, decode_speaker, validate_request
-from chattts_lab.stages import StageRecorder, StageTimes
+from chattts_lab.trackers.stages import StageRecorder, StageTimes
 
 log = logging.getLogger(__name__)
 SAMPLE_RATE = metrics.SAMPLE_RATE

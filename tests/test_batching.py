@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from chattts_lab import InvalidRequest, Sampling, SynthesisRequest
-from chattts_lab.batch import Part, shared_settings, synthesize_parts
-from chattts_lab.batcher import Batcher, BatchPolicy
+from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
+from chattts_lab.serving.batcher import Batcher, BatchPolicy
 from chattts_lab.metrics import samples_for_tokens
 
 N = 24

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from chattts_lab.store import Store, fidelity_frame
-from chattts_lab.results import CANONICAL_COLUMNS
+from chattts_lab.history.store import Store, fidelity_frame
+from chattts_lab.sweep.results import CANONICAL_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--model", "synthetic-tiny", "--tokens", "8", "--threads", "1", "--repeats", "2", "--min-time", "0",

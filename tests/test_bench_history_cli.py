@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from chattts_lab.report import results_frame, write_reports
-from chattts_lab.results import RunConfig
-from chattts_lab.store import Store, export_bundle
-from chattts_lab.sweep import run_cell
+from chattts_lab.history.report import results_frame, write_reports
+from chattts_lab.sweep.results import RunConfig
+from chattts_lab.history.store import Store, export_bundle
+from chattts_lab.sweep.runner import run_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--model", "synthetic-tiny", "--tokens", "8", "--threads", "1", "--repeats", "2", "--min-time", "0",
@@ -89,7 +89,7 @@ def test_lab_engine_export_import_and_compare_across_two_machines(tmp_path, caps
 def test_a_failed_cell_keeps_its_traceback_in_the_store_the_bundle_and_the_json_report(tmp_path, caplog):
     missing = tmp_path / "no-such-model"
     cfg = RunConfig(str(missing), "cpu", "fp32", 1, 1, 8, warmup=0, repeats=1, min_time_s=0.0)
-    with caplog.at_level(logging.WARNING, logger="chattts_lab.sweep"):
+    with caplog.at_level(logging.WARNING, logger="chattts_lab.sweep.runner"):
         result = run_cell(cfg)
     assert result.status == "error" and f"model folder {missing} does not exist" in result.reason
     assert result.traceback.startswith("Traceback (most recent call last):")

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from chattts_lab.limits import OutOfMemory, out_of_memory_boundary
-from chattts_lab.measure import PeakMemory, Stopwatch
-from chattts_lab.measure import repeat_until
-from chattts_lab.worker import classify
+from chattts_lab.trackers.measure import PeakMemory, Stopwatch
+from chattts_lab.trackers.measure import repeat_until
+from chattts_lab.sweep.worker import classify
 
 
 def test_stopwatch_times_a_known_sleep_in_seconds_between_two_readings_of_the_system_clock():

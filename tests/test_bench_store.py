@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from chattts_lab import metrics
-from chattts_lab.report import FORMATS, results_frame, write_reports
-from chattts_lab.store import (
+from chattts_lab.history.report import FORMATS, results_frame, write_reports
+from chattts_lab.history.store import (
     BUNDLE_VERSION,
     BundleError,
     SCHEMA_VERSION,
@@ -22,8 +22,8 @@ from chattts_lab.store import (
     import_bundle,
     sweeps_frame,
 )
-from chattts_lab.results import CANONICAL_COLUMNS, CellResult, RunConfig, summarize
-from chattts_lab.spec import SweepSpec
+from chattts_lab.sweep.results import CANONICAL_COLUMNS, CellResult, RunConfig, summarize
+from chattts_lab.sweep.spec import SweepSpec
 
 ENV = {"hostname": "machine-a", "cpu": {"model": "Test CPU", "usable_cores": 2, "flags": ["avx2"]}, "ram_gb": 8,
        "gpus": [], "versions": {"torch": "2.14.1"}, "blas": {}, "git": {"commit": "abc"}}
@@ -171,7 +171,7 @@ def test_bundle_round_trip_between_two_machines(tmp_path):
     assert import_bundle(db_b, bundle) == ([], [json.loads(bundle.read_text())["sweeps"][0]["uuid"]])
     side_by_side = compare_frame(db_b, [1, new[0]])
     assert len(side_by_side) == 2 and side_by_side.shape[1] == 8 + 2  # config keys + one column per sweep
-    from chattts_lab.plots import compare_machines
+    from chattts_lab.history.plots import compare_machines
 
     assert len(compare_machines(cells_frame(db_b)).data) == 2  # one bar series per sweep
 
@@ -208,7 +208,7 @@ def test_reports_in_every_format(tmp_path):
 
 
 def test_plots_are_pure_functions_of_rows_and_show_failures():
-    from chattts_lab import plots
+    from chattts_lab.history import plots
 
     df = results_frame([_result(threads=1), _result(threads=2), _result(batch=4),
                         _result("int8", status="oom", reason="too big")])

@@ -6,10 +6,10 @@ import stat
 import pytest
 
 from chattts_lab import metrics
-from chattts_lab.env import usable_cores
-from chattts_lab.results import CANONICAL_COLUMNS, RunConfig, summarize
-from chattts_lab.spec import SpecError, SweepSpec, cell_rule
-from chattts_lab.supervisor import run_child
+from chattts_lab.trackers.env import usable_cores
+from chattts_lab.sweep.results import CANONICAL_COLUMNS, RunConfig, summarize
+from chattts_lab.sweep.spec import SpecError, SweepSpec, cell_rule
+from chattts_lab.sweep.supervisor import run_child
 
 ISSUE_KEYS = ("device precision batch_size threads tokens engine compile stream status reason latency_p50_s "
               "latency_p90_s latency_std_s rtf audio_s_per_s tokens_per_s step_ms ttfa_s peak_rss_mb peak_device_mb "
@@ -123,8 +123,8 @@ def test_stopping_kills_the_running_worker_and_cancels_the_cell(tmp_path):
 
 def test_run_sweep_events_and_stop_keep_finished_rows(tmp_path):
     """The app's path: iterate events, press Stop while a cell runs; finished rows stay, the sweep is resumable."""
-    from chattts_lab.store import Store
-    from chattts_lab.sweep import CellFinished, CellStarted, SweepFinished, SweepStarted, resumable_sweep, run_sweep
+    from chattts_lab.history.store import Store
+    from chattts_lab.sweep.runner import CellFinished, CellStarted, SweepFinished, SweepStarted, resumable_sweep, run_sweep
 
     db = tmp_path / "lab.sqlite"
     spec = SweepSpec(model="synthetic-tiny", precisions=("int4", "fp32"), tokens=(8,), fidelity=False)

@@ -14,10 +14,10 @@ from html.parser import HTMLParser
 
 import pytest
 
-from chattts_lab.compare import timed_by_pass
-from chattts_lab.report import TABLE_COLUMNS
-from chattts_lab.store import Store
-from chattts_lab.spec import SweepSpec
+from chattts_lab.history.compare import timed_by_pass
+from chattts_lab.history.report import TABLE_COLUMNS
+from chattts_lab.history.store import Store
+from chattts_lab.sweep.spec import SweepSpec
 from tests.conftest import ROOT, SCREENSHOTS
 from tests.test_sweep_spec_parity import QUICK_ARGV, cli_spec
 from tests.ui import LONG, open_accordion, open_tab, pick_option, wait_toast

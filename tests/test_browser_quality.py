@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from chattts_lab.recommend import recommend_within_quality
-from chattts_lab.store import cells_frame, import_bundle
+from chattts_lab.history.recommend import recommend_within_quality
+from chattts_lab.history.store import cells_frame, import_bundle
 from tests.conftest import ROOT
 from tests.ui import LONG, open_tab, pick_option, set_number, wait_toast
 

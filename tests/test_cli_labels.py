@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from bench.cli import build_parser, main
-from chattts_lab.results import CellResult, Latency, RunConfig
-from chattts_lab.store import Store
+from chattts_lab.sweep.results import CellResult, Latency, RunConfig
+from chattts_lab.history.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,14 +82,14 @@ def test_list_into_a_reader_that_stops_ends_without_a_traceback(tmp_path):
 
 
 def test_a_back_to_back_cell_reports_one_pass():
-    from chattts_lab.results import summarize
+    from chattts_lab.sweep.results import summarize
 
     samples = [{"phase": "timed", "wall_s": 1.0, "audio_s": 1.0, "decode_s": 0.5, "gpt_steps": 8, "tokens": [8]}] * 3
     assert summarize(RunConfig("synthetic-tiny", "cpu", "fp32", 1, 1, 8), "ok", "", {"samples": samples}).passes == 1
 
 
 def test_the_batching_sentence_keeps_latencies_apart_and_counts_one_user():
-    from chattts_lab.serving import batching_gain
+    from chattts_lab.serving.loadtest import batching_gain
 
     def level(max_batch, latency):
         return {"users": 1, "max_batch": max_batch, "ok": 4, "audio_s_per_s": 1.0 / latency,

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from chattts_lab.batch import Part
-from chattts_lab.lab.continuous import RowDecoder, capture_prompt
+from chattts_lab.serving.batch import Part
+from chattts_lab.engines.lab.continuous import RowDecoder, capture_prompt
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.models import LoadConfig, load_model
 from chattts_lab.requests import Sampling, SynthesisRequest, Voice
-from chattts_lab.scheduler import ContinuousScheduler, Overloaded, SchedulerPolicy, engine_of
+from chattts_lab.serving.scheduler import ContinuousScheduler, Overloaded, SchedulerPolicy, engine_of
 from chattts_lab.synthesis import _params
 
 from tests.conftest import TINY

@@ -12,12 +12,12 @@ import time
 import pytest
 
 from bench.cli import main
-from chattts_lab import grid
-from chattts_lab.env import usable_cores
-from chattts_lab.results import CellResult, Latency, RunConfig
-from chattts_lab.spec import SweepSpec
-from chattts_lab.store import Store
-from chattts_lab.sweep import FidelityFinished, FidelityStarted, run_sweep
+from chattts_lab.sweep import grid
+from chattts_lab.trackers.env import usable_cores
+from chattts_lab.sweep.results import CellResult, Latency, RunConfig
+from chattts_lab.sweep.spec import SweepSpec
+from chattts_lab.history.store import Store
+from chattts_lab.sweep.runner import FidelityFinished, FidelityStarted, run_sweep
 
 # Two cells in two interleaved passes (each worker's lifetime is most of the sweep: counted as its cost, as rows did
 # before, their sum came to about 1.6x the sweep)

@@ -22,13 +22,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from chattts_lab import cluster as lab_cluster
-from chattts_lab.report import markdown_table, results_frame
-from chattts_lab.results import CellResult, RunConfig
-from chattts_lab.spec import SpecError, SweepSpec
-from chattts_lab.store import Store, cells_frame, compare_frame
-from chattts_lab.fleet import fleet_result, measure_on_node
-from chattts_lab.sweep import run_sweep
+from chattts_lab.sweep import cluster as lab_cluster
+from chattts_lab.history.report import markdown_table, results_frame
+from chattts_lab.sweep.results import CellResult, RunConfig
+from chattts_lab.sweep.spec import SpecError, SweepSpec
+from chattts_lab.history.store import Store, cells_frame, compare_frame
+from chattts_lab.sweep.fleet import fleet_result, measure_on_node
+from chattts_lab.sweep.runner import run_sweep
 from tests.conftest import ROOT, TINY
 from tests.ray_cli import WAIT_S, without_auth
 
@@ -43,12 +43,12 @@ def bench(*args: str, env: dict | None = None) -> subprocess.Popen:
 
 
 def cell_worker_on(cluster, label: str, sweep: subprocess.Popen) -> psutil.Process:
-    """The cell's worker process (`python -m chattts_lab.worker`) under the node's Ray task, once it exists."""
+    """The cell's worker process (`python -m chattts_lab.sweep.worker`) under the node's Ray task, once it exists."""
     deadline = time.monotonic() + WAIT_S
     while True:
         for proc in cluster.processes(label):
             try:
-                if "chattts_lab.worker" in proc.cmdline():
+                if "chattts_lab.sweep.worker" in proc.cmdline():
                     return proc
             except psutil.Error:
                 pass  # a process that ended meanwhile

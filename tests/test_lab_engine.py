@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from chattts_lab.engines import unsupported_reason
-from chattts_lab.lab.linear import (FbgemmInt8Linear, Int4Linear, PackedInt4Linear, PackedInt8Linear,
+from chattts_lab.engines.lab.linear import (FbgemmInt8Linear, Int4Linear, PackedInt4Linear, PackedInt8Linear,
                                     WeightOnlyInt8Linear, int4_available, int8_kernels)
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.models import LoadConfig, load_model, unload_all
@@ -102,7 +102,7 @@ def test_lab_fp32_batch_stops_each_item_at_its_own_eos_like_stock(stock_runs, la
 
 def test_fused_cpu_kernels_compute_what_the_torch_ops_compute(stock_runs, lab_fp32):
     """The lab's fused decode kernels (C++, built here on first use) against its torch-op path, padding included."""
-    from chattts_lab.lab import kernels
+    from chattts_lab.engines.lab import kernels
 
     model = lab_fp32.engine.gpt_module
     if kernels.load() is None:
@@ -123,7 +123,7 @@ def test_fused_cpu_kernels_compute_what_the_torch_ops_compute(stock_runs, lab_fp
 
 def test_fused_attention_reads_a_bf16_cache_as_the_widened_fp32_values():
     """The bf16 KV cache (lab int8/int4) against an fp32 cache holding the same bf16-rounded values."""
-    from chattts_lab.lab import kernels
+    from chattts_lab.engines.lab import kernels
 
     fused = kernels.load()
     if fused is None:
@@ -162,7 +162,7 @@ def _attention_reference(qkv, rot, k_cache, v_cache, slot, end, valid):
 def test_fused_attention_of_64_dim_heads_computes_softmax_attention(dtype):
     """ChatTTS's heads are 64 wide: the kernel's path that scores 16 cached positions at a time and keeps the output
     in registers, against torch ops, at lengths that leave partial groups of 16 and with a padded prompt."""
-    from chattts_lab.lab import kernels
+    from chattts_lab.engines.lab import kernels
 
     fused = kernels.load()
     if fused is None:
@@ -181,7 +181,7 @@ def test_fused_attention_of_64_dim_heads_computes_softmax_attention(dtype):
 
 
 def test_fused_kernels_can_be_switched_off(monkeypatch):
-    from chattts_lab.lab import kernels
+    from chattts_lab.engines.lab import kernels
 
     monkeypatch.setenv("CHATTTS_LAB_KERNELS", "off")
     assert "CHATTTS_LAB_KERNELS=off" in kernels.disabled_reason()
@@ -192,7 +192,7 @@ def test_lab_engine_reports_what_took_effect(lab_fp32):
     eff = lab_fp32.effective
     assert eff["engine"] == "lab" and eff["dtype_gpt"] == "float32" and eff["compile"] is False
     assert lab_fp32.engine.compiled is False
-    from chattts_lab.lab.linear import fp32_rows_kernels
+    from chattts_lab.engines.lab.linear import fp32_rows_kernels
 
     decode_kernel = "lab-fp32-rows avx512" if fp32_rows_kernels() is not None else "float32-matmul "
     assert eff["kernels"].startswith(decode_kernel) and eff["kernels"].endswith("kv-cache fp32")
@@ -201,7 +201,7 @@ def test_lab_engine_reports_what_took_effect(lab_fp32):
 def test_fp32_decode_rows_compute_what_torch_linear_computes():
     """The lab's fp32 kernel for a decode step's 1-8 rows (AVX-512) against F.linear, on shapes that leave a partial
     block of 16 output rows; a prompt's 9+ rows go to torch's own GEMM."""
-    from chattts_lab.lab.linear import FloatLinear, fp32_rows_kernels
+    from chattts_lab.engines.lab.linear import FloatLinear, fp32_rows_kernels
 
     if fp32_rows_kernels() is None:
         pytest.skip("no AVX-512 build of the kernels here: fp32 runs torch's matmul")
@@ -219,7 +219,7 @@ def test_fp32_decode_rows_compute_what_torch_linear_computes():
 @x86_64_only
 def test_lab_int8_records_the_int8_kernel_this_cpu_runs():
     """AVX-512 VNNI (and a compiler): the lab's own int8 GEMM; other x86 CPUs: fbgemm at its level. Stock: fbgemm."""
-    from chattts_lab.lab import cpu, kernels
+    from chattts_lab.engines.lab import cpu, kernels
 
     isa = cpu.detect().int8_isa
     if isa is None:
@@ -237,7 +237,7 @@ def test_lab_int8_records_the_int8_kernel_this_cpu_runs():
 def test_int8_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
     """The lab's VNNI int8 GEMM (int8_gemm.cpp) against x @ dequantized W, on shapes that leave partial blocks
     and tiles: output rows not a multiple of 16 or 64, 1 to 33 rows of x."""
-    from chattts_lab.lab.linear import per_channel_int8
+    from chattts_lab.engines.lab.linear import per_channel_int8
 
     fused = int8_kernels()
     if fused is None:
@@ -259,7 +259,7 @@ def test_int8_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
 def test_int4_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
     """The lab's VNNI int4 GEMM (int8_gemm.cpp's int4_linear) against x @ dequantized W (groups of 128), on shapes
     that leave partial blocks: output rows not a multiple of 16, 1 to 33 rows of x, weights not centred on 0."""
-    from chattts_lab.lab.linear import PackedInt4Linear, per_group_uint4
+    from chattts_lab.engines.lab.linear import PackedInt4Linear, per_group_uint4
 
     fused = int8_kernels()
     if fused is None:
@@ -309,7 +309,7 @@ def test_packed_step_in_one_call_computes_what_the_layer_loop_computes(precision
 def test_lab_int8_keeps_one_int8_copy_of_the_text_tables_and_still_refines():
     """Under lab int8 ChatTTS's text embedding and text head are int8 (its fp32 ones are gone from the
     Chat: the GPT's bound methods included), and the prompt and refine pass run through them."""
-    from chattts_lab.lab.linear import Int8Embedding
+    from chattts_lab.engines.lab.linear import Int8Embedding
 
     unload_all()
     model = load("lab", "int8")
@@ -327,7 +327,7 @@ def test_lab_int8_keeps_one_int8_copy_of_the_text_tables_and_still_refines():
 
 
 def test_int8_isa_follows_fbgemm_dispatch_order():
-    from chattts_lab.lab.cpu import CpuFeatures
+    from chattts_lab.engines.lab.cpu import CpuFeatures
 
     avx512 = {"avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl"}
     assert CpuFeatures(frozenset(avx512 | {"avx512_vnni"})).int8_isa == "avx512_vnni"
@@ -338,8 +338,8 @@ def test_int8_isa_follows_fbgemm_dispatch_order():
 
 def test_fake_cpu_without_avx2_gets_weight_only_int8(monkeypatch):
     """FAKE CPU flags (this machine has AVX2): where fbgemm has only reference loops, int8 is weight-only."""
-    from chattts_lab.lab import cpu
-    from chattts_lab.lab.linear import make_linear
+    from chattts_lab.engines.lab import cpu
+    from chattts_lab.engines.lab.linear import make_linear
 
     monkeypatch.setattr(cpu, "detect", lambda: cpu.CpuFeatures(frozenset({"asimd"})))
     module = make_linear(torch.randn(16, 8), "int8", CPU, torch.float32)
@@ -410,9 +410,9 @@ def test_interrupt_stops_lab_generation(lab_fp32):
 
 CONVERSION_PROBE = """
 import json, sys, torch
-from chattts_lab.lab import install_lab_engine
-from chattts_lab.lab.model import release_freed_memory
-from chattts_lab.measure import PeakMemory
+from chattts_lab.engines.lab import install_lab_engine
+from chattts_lab.engines.lab.model import release_freed_memory
+from chattts_lab.trackers.measure import PeakMemory
 from chattts_lab.models import LoadConfig, load_model
 import psutil
 rss = lambda: psutil.Process().memory_info().rss / 2**20
@@ -474,7 +474,7 @@ def test_top_p_then_top_k_ranks_only_the_candidates_and_keeps_what_the_warpers_k
     order, on rows where top-P cuts inside the top K, keeps more than K, or keeps only its minimum."""
     from transformers.generation import TopKLogitsWarper, TopPLogitsWarper
 
-    from chattts_lab.lab.sampler import Sampler
+    from chattts_lab.engines.lab.sampler import Sampler
 
     torch.manual_seed(0)
     rows, vocab = 96, 626
@@ -497,7 +497,7 @@ def test_bf16_projections_decode_close_to_fp32(lab_fp32):
     """The decoder's and vocoder's ConvNeXt projections in bf16 against ChatTTS's fp32 ones (lab fp32 keeps those)."""
     import copy
 
-    from chattts_lab.lab.vocoder import Bf16Projection, convert_projections
+    from chattts_lab.engines.lab.vocoder import Bf16Projection, convert_projections
 
     chat = lab_fp32.chat
     decoder, vocos = copy.deepcopy(chat.decoder), copy.deepcopy(chat.vocos)
@@ -514,7 +514,7 @@ def test_bf16_projections_decode_close_to_fp32(lab_fp32):
 
 
 def test_lab_int8_decodes_with_bf16_projections_only_where_the_cpu_computes_bf16():
-    from chattts_lab.lab import cpu
+    from chattts_lab.engines.lab import cpu
 
     unload_all()
     eff = load("lab", "int8").effective
@@ -526,7 +526,7 @@ def test_lab_int8_decodes_with_bf16_projections_only_where_the_cpu_computes_bf16
 def test_lab_builds_the_dvae_only_when_a_voice_clip_is_encoded():
     """Under the lab engine ChatTTS's DVAE (voice-clip encoding only) is not resident after load; encoding a
     clip builds it from the checkpoint and gives stock's sample-audio code."""
-    from chattts_lab.lab.on_demand import OnDemand
+    from chattts_lab.engines.lab.on_demand import OnDemand
     from chattts_lab.synthesis import encode_sample_audio
 
     clip = np.random.default_rng(0).standard_normal(12000).astype(np.float32) * 0.1

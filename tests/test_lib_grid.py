@@ -3,12 +3,12 @@ own history (a real SQLite file) or, without one, from the README's measured tab
 
 import pytest
 
-from chattts_lab import grid
-from chattts_lab.grid import SpecError, describe, estimate_cell_s, estimate_grid, int_list, refuse_huge_grid
-from chattts_lab.results import CellResult, RunConfig
-from chattts_lab.spec import SweepSpec
-from chattts_lab.stats import Latency
-from chattts_lab.store import Store
+from chattts_lab.sweep import grid
+from chattts_lab.sweep.grid import SpecError, describe, estimate_cell_s, estimate_grid, int_list, refuse_huge_grid
+from chattts_lab.sweep.results import CellResult, RunConfig
+from chattts_lab.sweep.spec import SweepSpec
+from chattts_lab.trackers.stats import Latency
+from chattts_lab.history.store import Store
 
 # ------------------------------------------------------------------------------------------------
 # Syntax (README: "integer ranges too: 1-8, 1-8+2, 1-16*2")

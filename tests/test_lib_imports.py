@@ -55,17 +55,17 @@ def test_no_module_of_the_library_imports_one_that_imports_it_back():
 
 
 @pytest.mark.parametrize("module, must_not_reach", [
-    ("chattts_lab.results", ["chattts_lab.store", "chattts_lab.report", "chattts_lab.sweep", "chattts_lab.spec"]),
-    ("chattts_lab.store", ["chattts_lab.sweep", "chattts_lab.report", "chattts_lab.grid"]),
-    ("chattts_lab.report", ["chattts_lab.sweep", "chattts_lab.store", "chattts_lab.grid"]),
-    ("chattts_lab.grid", ["chattts_lab.sweep", "chattts_lab.report"]),
+    ("chattts_lab.sweep.results", ["chattts_lab.history.store", "chattts_lab.history.report", "chattts_lab.sweep.runner", "chattts_lab.sweep.spec"]),
+    ("chattts_lab.history.store", ["chattts_lab.sweep.runner", "chattts_lab.history.report", "chattts_lab.sweep.grid"]),
+    ("chattts_lab.history.report", ["chattts_lab.sweep.runner", "chattts_lab.history.store", "chattts_lab.sweep.grid"]),
+    ("chattts_lab.sweep.grid", ["chattts_lab.sweep.runner", "chattts_lab.history.report"]),
 ])
 def test_the_types_do_not_depend_on_what_uses_them(module, must_not_reach):
     assert [m for m in must_not_reach if _reaches(module, m)] == []
 
 
 def test_the_runner_uses_types_store_and_spec():
-    assert {"chattts_lab.results", "chattts_lab.store", "chattts_lab.spec"} <= GRAPH["chattts_lab.sweep"]
+    assert {"chattts_lab.sweep.results", "chattts_lab.history.store", "chattts_lab.sweep.spec"} <= GRAPH["chattts_lab.sweep.runner"]
 
 
 def test_the_library_never_imports_the_command_line_or_the_app():
@@ -75,11 +75,11 @@ def test_the_library_never_imports_the_command_line_or_the_app():
 
 
 @pytest.mark.parametrize("module, absent", [
-    ("chattts_lab.results", ["chattts_lab.store", "chattts_lab.sweep"]),
-    ("chattts_lab.store", ["chattts_lab.sweep", "chattts_lab.report"]),
-    ("chattts_lab.report", ["chattts_lab.sweep", "chattts_lab.store"]),
-    ("chattts_lab.grid", ["chattts_lab.sweep", "chattts_lab.report"]),
-    ("chattts_lab.sweep", []),
+    ("chattts_lab.sweep.results", ["chattts_lab.history.store", "chattts_lab.sweep.runner"]),
+    ("chattts_lab.history.store", ["chattts_lab.sweep.runner", "chattts_lab.history.report"]),
+    ("chattts_lab.history.report", ["chattts_lab.sweep.runner", "chattts_lab.history.store"]),
+    ("chattts_lab.sweep.grid", ["chattts_lab.sweep.runner", "chattts_lab.history.report"]),
+    ("chattts_lab.sweep.runner", []),
     ("bench.cli", []),
 ])
 def test_each_module_imports_alone_in_a_fresh_interpreter(module, absent):
@@ -88,3 +88,33 @@ def test_each_module_imports_alone_in_a_fresh_interpreter(module, absent):
     run = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------------------
+# The layers between packages (README: the layout): what a package may not reach, imports inside functions included.
+# The core (models, synthesis, requests, voices, audio) and the engines know nothing of sweeps, history or serving;
+# trackers measure and know neither; the history keeps sweeps' types, never runs one; a sweep never serves.
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+CORE = ("chattts_lab.models", "chattts_lab.synthesis", "chattts_lab.requests", "chattts_lab.voices",
+        "chattts_lab.audio", "chattts_lab.devices", "chattts_lab.limits", "chattts_lab.metrics", "chattts_lab.synthetic")
+RUNNERS = ("chattts_lab.sweep.runner", "chattts_lab.sweep.interleave", "chattts_lab.sweep.fleet",
+           "chattts_lab.sweep.supervisor")
+
+
+@pytest.mark.parametrize("layer, above", [
+    (CORE, ("chattts_lab.sweep", "chattts_lab.history", "chattts_lab.serving")),
+    (("chattts_lab.engines",), ("chattts_lab.sweep", "chattts_lab.history", "chattts_lab.serving")),
+    (("chattts_lab.trackers",), ("chattts_lab.history", "chattts_lab.serving") + RUNNERS),
+    (("chattts_lab.history",), ("chattts_lab.serving",) + RUNNERS),
+    (("chattts_lab.sweep",), ("chattts_lab.serving",)),
+])
+def test_no_package_reaches_a_layer_above_it(layer, above):
+    mine = [m for m in GRAPH if m in layer or _package(m) in layer]
+    assert mine, layer  # the layer exists (a rename would otherwise pass this test by emptying it)
+    wrong = sorted({(m, n) for m in mine for n in GRAPH[m] if n in above or _package(n) in above})
+    assert wrong == []

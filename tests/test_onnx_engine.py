@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from chattts_lab.fidelity import compare, trace
+from chattts_lab.trackers.fidelity import compare, trace
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.models import LoadConfig, load_model, unload_all
-from chattts_lab.onnx_engine.build import ensure_graph
+from chattts_lab.engines.onnx.build import ensure_graph
 from chattts_lab.engines import UnsupportedPrecision, unsupported_reason
 from chattts_lab.requests import SynthesisRequest
-from chattts_lab.store import Store
+from chattts_lab.history.store import Store
 from chattts_lab.synthesis import synthesize, synthesize_stream
 
 from tests.conftest import CPU_PRECISION_TABLE, ROOT, TINY, x86_64_only
@@ -124,8 +124,8 @@ def test_onnx_engine_synthesizes_a_batch_with_this_calls_threads():
 
 
 def test_int8_keeps_int8_text_tables_and_torch_runs_one_thread_only_while_the_gpt_generates():
-    from chattts_lab.lab.linear import Int8Embedding
-    from chattts_lab.lab.on_demand import OnDemand
+    from chattts_lab.engines.lab.linear import Int8Embedding
+    from chattts_lab.engines.lab.on_demand import OnDemand
 
     model = load("onnx", "int8", threads=2)
     assert isinstance(model.chat.embed.emb_text, Int8Embedding)  # the fp32 tables are gone, as in the lab engine

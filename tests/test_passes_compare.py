@@ -5,9 +5,9 @@ import random
 import numpy as np
 import pytest
 
-from chattts_lab.compare import Drift, Ratio, cell_ratio, drift_of_passes, speed_ratio, sweep_drift, sweep_ratios
-from chattts_lab.results import RunConfig, cpu_starved_note, summarize
-from chattts_lab.interleave import memory_plan, pass_order
+from chattts_lab.history.compare import Drift, Ratio, cell_ratio, drift_of_passes, speed_ratio, sweep_drift, sweep_ratios
+from chattts_lab.sweep.results import RunConfig, cpu_starved_note, summarize
+from chattts_lab.sweep.interleave import memory_plan, pass_order
 
 
 def _cell(precision: str, walls_by_pass: dict[int, float], cpu_s: float | None = None, threads: int = 2):

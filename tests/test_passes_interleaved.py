@@ -18,10 +18,10 @@ import sys
 import psutil
 import pytest
 
-from chattts_lab.compare import speed_ratio, sweep_comparison
-from chattts_lab.spec import SweepSpec
-from chattts_lab.store import Store, export_bundle
-from chattts_lab.sweep import CellFinished, PassStarted, SweepFinished, SweepPlanned, run_sweep
+from chattts_lab.history.compare import speed_ratio, sweep_comparison
+from chattts_lab.sweep.spec import SweepSpec
+from chattts_lab.history.store import Store, export_bundle
+from chattts_lab.sweep.runner import CellFinished, PassStarted, SweepFinished, SweepPlanned, run_sweep
 
 TINY = dict(model="synthetic-tiny", tokens=(4,), threads=(1,), warmup=0, fidelity=False, passes=3)
 TWO_CELLS = dict(TINY, precisions=("fp32", "bf16"))
@@ -33,8 +33,8 @@ def timed(result) -> list[dict]:
 
 
 def workers() -> list[psutil.Process]:
-    """This test's `python -m chattts_lab.worker` children, oldest first (the sweep loads them in grid order)."""
-    found = [c for c in psutil.Process().children(recursive=True) if "chattts_lab.worker" in " ".join(c.cmdline())]
+    """This test's `python -m chattts_lab.sweep.worker` children, oldest first (the sweep loads them in grid order)."""
+    found = [c for c in psutil.Process().children(recursive=True) if "chattts_lab.sweep.worker" in " ".join(c.cmdline())]
     return sorted(found, key=lambda p: p.create_time())
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from chattts_lab.plots import rtf_vs_quality
+from chattts_lab.history.plots import rtf_vs_quality
 from chattts_lab.quality import NOT_MEANINGFUL
-from chattts_lab.recommend import recommend_within_quality
+from chattts_lab.history.recommend import recommend_within_quality
 
 
 def rows(*configs) -> pd.DataFrame:
@@ -53,7 +53,7 @@ def test_the_pareto_front_holds_the_configurations_nothing_beats_on_both():
 
 
 def test_precision_by_length_takes_each_length_from_its_own_clips():
-    from chattts_lab.recommend import precision_by_length
+    from chattts_lab.history.recommend import precision_by_length
 
     df = rows(STOCK, ("lab", "int8", 0.4, 2.9, -0.1, 11.0, 1.0), ("lab", "int4", 0.3, 2.6, -0.4, 11.0, 1.0))
     by_length = [{"config": "cpu|stock|fp32", "length": "short", "quality_mos": 3.0, "quality_wer_pct": 10.0},

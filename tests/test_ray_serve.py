@@ -27,9 +27,9 @@ import soundfile as sf
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.serve")
 
-from chattts_lab.cluster import connect  # noqa: E402
-from chattts_lab.serving import ServeFinished, ServeSpec, free_port, run_serving  # noqa: E402
-from chattts_lab.spec import SpecError  # noqa: E402
+from chattts_lab.sweep.cluster import connect  # noqa: E402
+from chattts_lab.serving.loadtest import ServeFinished, ServeSpec, free_port, run_serving  # noqa: E402
+from chattts_lab.sweep.spec import SpecError  # noqa: E402
 from tests.conftest import ROOT, TINY  # noqa: E402
 from tests.ray_cli import WAIT_S  # noqa: E402
 from webui.rayserve import parse_args, plan_from_args  # noqa: E402

@@ -261,7 +261,7 @@ def test_the_request_limits_are_the_codes():
 
 
 def test_the_app_batching_defaults_are_the_apps(parsers):
-    from chattts_lab.batcher import BatchPolicy
+    from chattts_lab.serving.batcher import BatchPolicy
 
     app = parsers["app"]
     assert readme_number(r"`--max-wait-ms` \(default (\d+)\)") == default(app, "--max-wait-ms") == BatchPolicy.max_wait_ms
@@ -269,7 +269,7 @@ def test_the_app_batching_defaults_are_the_apps(parsers):
 
 
 def test_the_bench_defaults_are_the_benchs(parsers):
-    from chattts_lab.spec import SweepSpec
+    from chattts_lab.sweep.spec import SweepSpec
 
     bench = parsers["bench"]
     stated = {
@@ -292,9 +292,11 @@ def test_the_bench_defaults_are_the_benchs(parsers):
 
 
 def test_the_grid_limits_and_sweep_thresholds_are_the_codes():
-    from chattts_lab import grid, interleave, results
-    from chattts_lab.compare import DEFAULT_DRIFT_THRESHOLD_PCT
-    from chattts_lab.spec import SweepSpec
+    from chattts_lab.sweep import grid
+    from chattts_lab.sweep import interleave
+    from chattts_lab.sweep import results
+    from chattts_lab.history.compare import DEFAULT_DRIFT_THRESHOLD_PCT
+    from chattts_lab.sweep.spec import SweepSpec
 
     assert readme_number(r"A grid over (\d+) cells") == grid.MAX_CELLS
     assert readme_number(r"cells or (\d+) hours") == grid.MAX_HOURS
@@ -304,7 +306,7 @@ def test_the_grid_limits_and_sweep_thresholds_are_the_codes():
 
 
 def test_the_audio_arithmetic_is_the_codes():
-    from chattts_lab.lab.stream import FIRST_CHUNK
+    from chattts_lab.engines.lab.stream import FIRST_CHUNK
     from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 
     assert readme_number(r"ChatTTS makes ([\d.]+) GPT steps per second") == STEPS_PER_AUDIO_SECOND

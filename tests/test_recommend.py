@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from chattts_lab.recommend import pareto_mask, recommend
+from chattts_lab.history.recommend import pareto_mask, recommend
 from webui.figures import throughput_vs_latency_pareto
 
 

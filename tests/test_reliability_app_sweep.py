@@ -9,8 +9,8 @@ import time
 import psutil
 import pytest
 
-from chattts_lab.store import Store
-from chattts_lab.sweep import resumable_sweep
+from chattts_lab.history.store import Store
+from chattts_lab.sweep.runner import resumable_sweep
 from tests.conftest import start_app, stop_app
 
 SYNTH = dict(temperature=0.3, top_p=0.7, top_k=20, audio_seed=1, speed=5, max_new_token=8, split=False)
@@ -55,7 +55,7 @@ def _app_workers(app: subprocess.Popen) -> list[psutil.Process]:
     found = []
     for child in psutil.Process(app.pid).children():
         try:
-            if "chattts_lab.worker" in " ".join(child.cmdline()):
+            if "chattts_lab.sweep.worker" in " ".join(child.cmdline()):
                 found.append(child)
         except psutil.NoSuchProcess:  # ended between listing and reading its command line
             pass

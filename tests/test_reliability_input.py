@@ -119,8 +119,8 @@ EVIL = "<script>alert('x')</script></script><img src=x onerror=alert(1)>"
 
 
 def _crafted_bundle(path):
-    from chattts_lab.store import BUNDLE_FORMAT, BUNDLE_VERSION
-    from chattts_lab.results import CellResult, RunConfig
+    from chattts_lab.history.store import BUNDLE_FORMAT, BUNDLE_VERSION
+    from chattts_lab.sweep.results import CellResult, RunConfig
 
     cells = [CellResult(RunConfig("../../../../etc/passwd", "cpu", p, 1, 1, 8), "error", reason=EVIL).to_dict()
              for p in ("fp32", EVIL)]
@@ -168,7 +168,7 @@ def test_corrupt_or_foreign_bundles_exit_non_zero_with_a_message(tmp_path, capsy
 
 def test_a_bundle_with_a_malformed_environment_is_refused_and_imports_are_never_resumed(tmp_path, capsys):
     from bench.cli import main
-    from chattts_lab.sweep import resumable_sweep
+    from chattts_lab.sweep.runner import resumable_sweep
 
     db = tmp_path / "lab.sqlite"
     bad = {"format": "chattts-lab-bundle", "version": 1, "sweeps": [{

@@ -24,10 +24,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from chattts_lab.store import SCHEMA_VERSION, Store
-from chattts_lab.results import CellResult, RunConfig
-from chattts_lab.spec import SweepSpec
-from chattts_lab.sweep import CellFinished, SweepFinished, resumable_sweep, run_cell, run_sweep
+from chattts_lab.history.store import SCHEMA_VERSION, Store
+from chattts_lab.sweep.results import CellResult, RunConfig
+from chattts_lab.sweep.spec import SweepSpec
+from chattts_lab.sweep.runner import CellFinished, SweepFinished, resumable_sweep, run_cell, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -35,12 +35,12 @@ TINY = dict(model="synthetic-tiny", tokens=(8,), threads=(1,), repeats=1, min_ti
 
 
 def wait_for_worker(timeout_s: float = 300) -> psutil.Process:
-    """The `python -m chattts_lab.worker` child of this test process, as soon as it exists."""
+    """The `python -m chattts_lab.sweep.worker` child of this test process, as soon as it exists."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for child in psutil.Process().children(recursive=True):
             try:
-                if "chattts_lab.worker" in " ".join(child.cmdline()):
+                if "chattts_lab.sweep.worker" in " ".join(child.cmdline()):
                     return child
             except psutil.NoSuchProcess:
                 continue
@@ -119,9 +119,9 @@ def test_an_exhausted_memory_budget_is_an_oom_row_from_the_command_line(tmp_path
 WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from chattts_lab.store import Store
-    from chattts_lab.results import CellResult, RunConfig
-    from chattts_lab.spec import SweepSpec
+    from chattts_lab.history.store import Store
+    from chattts_lab.sweep.results import CellResult, RunConfig
+    from chattts_lab.sweep.spec import SweepSpec
     db, name, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     while not go.exists():
         time.sleep(0.01)

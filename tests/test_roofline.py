@@ -13,13 +13,17 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from chattts_lab import metrics, roofline, sweep
-from chattts_lab.plots import REPORT_FIGURES, roofline_by_config
-from chattts_lab.recommend import recommend
-from chattts_lab.report import bandwidth_lines, html_report, markdown_table, results_frame
-from chattts_lab.results import CellResult, RunConfig, summarize
-from chattts_lab.spec import SweepSpec
-from chattts_lab.store import SCHEMA_VERSION, Store, cells_frame, export_bundle, import_bundle
+from chattts_lab import metrics
+
+from chattts_lab.trackers import roofline
+
+from chattts_lab.sweep import runner as sweep
+from chattts_lab.history.plots import REPORT_FIGURES, roofline_by_config
+from chattts_lab.history.recommend import recommend
+from chattts_lab.history.report import bandwidth_lines, html_report, markdown_table, results_frame
+from chattts_lab.sweep.results import CellResult, RunConfig, summarize
+from chattts_lab.sweep.spec import SweepSpec
+from chattts_lab.history.store import SCHEMA_VERSION, Store, cells_frame, export_bundle, import_bundle
 from chattts_lab.synthetic import SyntheticSpec, ensure_checkpoint
 
 DATA = Path(__file__).resolve().parent / "data"

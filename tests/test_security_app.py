@@ -113,7 +113,7 @@ def test_no_file_outside_the_outputs_can_be_downloaded(auth_app, logged_in):
         f"/gradio_api/file={urllib.parse.quote(str(outputs))}%2f..%2fsecret.txt",
         f"/gradio_api/file={ROOT}/app.py",
         "/gradio_api/file=app.py",
-        "/gradio_api/file=chattts_lab/store.py",
+        "/gradio_api/file=chattts_lab/history/store.py",
         f"/gradio_api/file={Path.home()}/.cache/chattts_lab",
         "/file=../../../../etc/passwd",
         "/gradio_api/file/../../../../etc/passwd",

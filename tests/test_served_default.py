@@ -1,7 +1,7 @@
 """What the app serves by default after sweeps: only a configuration measured faster than the default on this
 machine, model and device replaces it, and the page never claims a configuration that is not in use.
 
-The first tests are the rule itself over canonical rows (chattts_lab.recommend.served_default); the last runs real
+The first tests are the rule itself over canonical rows (chattts_lab.history.recommend.served_default); the last runs real
 one-cell sweeps (`python -m bench`, tiny weights), starts a fresh app on each history and reads what it serves
 over `/v1/audio/speech` (X-ChatTTS-Config) and in chromium (the Synthesis tab's "In use").
 """
@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from playwright.sync_api import expect
 
-from chattts_lab.recommend import served_default
+from chattts_lab.history.recommend import served_default
 from tests.conftest import ROOT, TINY, start_app, stop_app
 from tests.ui import LONG
 
@@ -119,7 +119,7 @@ def threads_label(n: int) -> str:
 ])
 def test_a_one_cell_sweep_sets_what_a_fresh_app_serves_and_the_page_says_why(swept, served, why, tmp_path,
                                                                                browser_context):
-    from chattts_lab.env import usable_cores
+    from chattts_lab.trackers.env import usable_cores
 
     one_cell_sweep(tmp_path / "history.sqlite", *swept)
     engine, precision, threads = served

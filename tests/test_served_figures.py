@@ -40,7 +40,7 @@ def test_a_wait_behind_a_sweep_holding_the_model_counts_as_queueing(tmp_path):
 
 def test_a_serving_run_against_a_url_records_the_apps_own_model_and_batch_limit(app_url, tmp_path, capsys):
     from bench.serve_cli import main
-    from chattts_lab.store import Store
+    from chattts_lab.history.store import Store
 
     db = tmp_path / "lab.sqlite"
     assert main(["--url", app_url, "--users", "1", "--requests", "1", "--tokens", "4", "--db", str(db)]) == 0

@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from chattts_lab.serving import ServeSpec, batching_gain, serving_frame
-from chattts_lab.spec import SpecError
-from chattts_lab.store import BundleError, Store, export_bundle, import_bundle, read_bundle, sweeps_frame
+from chattts_lab.serving.loadtest import ServeSpec, batching_gain, serving_frame
+from chattts_lab.sweep.spec import SpecError
+from chattts_lab.history.store import BundleError, Store, export_bundle, import_bundle, read_bundle, sweeps_frame
 from tests.conftest import ROOT, TINY
 
 

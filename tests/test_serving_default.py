@@ -1,11 +1,11 @@
-"""Which configuration may replace the app's default after a sweep (chattts_lab.recommend.served_default), judged on
+"""Which configuration may replace the app's default after a sweep (chattts_lab.history.recommend.served_default), judged on
 a real SQLite history: only one measured faster than the default, here, on the same model and device."""
 
 from __future__ import annotations
 
-from chattts_lab.recommend import served_default
-from chattts_lab.results import CellResult, RunConfig
-from chattts_lab.store import Store, cells_frame, sweeps_frame
+from chattts_lab.history.recommend import served_default
+from chattts_lab.sweep.results import CellResult, RunConfig
+from chattts_lab.history.store import Store, cells_frame, sweeps_frame
 
 DEFAULT = {"engine": "lab", "precision": "fp32", "device": "cpu", "threads": 2}
 HERE = {"hostname": "here", "cpu": {"model": "EPYC", "usable_cores": 2}, "ram_gb": 24}

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from chattts_lab.stats import Latency, median, percentile
+from chattts_lab.trackers.stats import Latency, median, percentile
 
 
 def test_latency_matches_hand_computed_values():

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from chattts_lab.compare import sweep_comparison
-from chattts_lab.serving import ServeSpec, serving_frame
-from chattts_lab.spec import SweepSpec
-from chattts_lab.store import SCHEMA_VERSION, Store, import_bundle, read_bundle, sweeps_frame
+from chattts_lab.history.compare import sweep_comparison
+from chattts_lab.serving.loadtest import ServeSpec, serving_frame
+from chattts_lab.sweep.spec import SweepSpec
+from chattts_lab.history.store import SCHEMA_VERSION, Store, import_bundle, read_bundle, sweeps_frame
 from chattts_lab.voices import parse_card
 
 STORED = Path(__file__).parent / "data" / "stored-cdbcb55"

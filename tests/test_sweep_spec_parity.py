@@ -14,10 +14,10 @@ import gradio as gr
 import pytest
 
 from bench.cli import build_parser, spec_from_args
-from chattts_lab.env import usable_cores
-from chattts_lab.options import as_text, spec_argv
-from chattts_lab.spec import SweepSpec
-from chattts_lab.store import Store
+from chattts_lab.trackers.env import usable_cores
+from chattts_lab.sweep.options import as_text, spec_argv
+from chattts_lab.sweep.spec import SweepSpec
+from chattts_lab.history.store import Store
 from tests.conftest import ROOT, TINY
 from webui.benchmark_tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
 from webui.context import AppContext

@@ -1,6 +1,6 @@
 """Benchmark tab: a sweep builder over `python -m bench`'s axes, live results, history and a recommendation.
 
-Handlers adapt UI values to chattts_lab.sweep / store / report / recommend; nothing here measures. This module
+Handlers adapt UI values to chattts_lab.sweep.runner / store / report / recommend; nothing here measures. This module
 lays the panels out and wires them; the builder's values and controls are webui/sweep_form.py, running a sweep
 is webui/sweep_run.py, the history, reports and recommendation are webui/sweep_history.py. Components are wired
 by name: handlers take Gradio's dict inputs and return dicts keyed by component, so adding a control never shifts
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
-from chattts_lab import env as lab_env
-from chattts_lab.report import environment_lines, results_frame
-from chattts_lab.results import STATUSES
+from chattts_lab.trackers import env as lab_env
+from chattts_lab.history.report import environment_lines, results_frame
+from chattts_lab.sweep.results import STATUSES
 from webui import figures, present
 from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import devices

@@ -9,9 +9,9 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chattts_lab.batcher import BatchPolicy
-from chattts_lab.scheduler import SchedulerPolicy
-from chattts_lab.store import DEFAULT_DB
+from chattts_lab.serving.batcher import BatchPolicy
+from chattts_lab.serving.scheduler import SchedulerPolicy
+from chattts_lab.history.store import DEFAULT_DB
 from webui.runtime import ServingChoice, serving_choice
 
 # Sweeps and voice-card jobs join this Gradio concurrency group (limit 1) and hold `model_work` while they

@@ -9,10 +9,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from chattts_lab.engines import REFERENCE
-from chattts_lab import plots
-from chattts_lab.compare import cell_ratio
-from chattts_lab.recommend import pareto_mask
-from chattts_lab.results import CellResult
+from chattts_lab.history import plots
+from chattts_lab.history.compare import cell_ratio
+from chattts_lab.history.recommend import pareto_mask
+from chattts_lab.sweep.results import CellResult
 
 # Rows are compared only when measured the same way apart from engine, precision and compile, and in one sweep
 # (sweeps loaded together from the history may come from other machines or days).
@@ -51,7 +51,7 @@ def gain_sentence(df: pd.DataFrame, cells: Sequence[CellResult]) -> str:
     """How the fastest configuration compares with ChatTTS as shipped (stock fp32, no compile), in one sentence.
 
     `cells` are the rows of `df` in order (df's index is the position in it), with their raw timed calls: the
-    ratio and its 95 % interval come from those (chattts_lab.compare.cell_ratio), so "no difference measured"
+    ratio and its 95 % interval come from those (chattts_lab.history.compare.cell_ratio), so "no difference measured"
     is said when the interval contains 1. Only ok rows measured the same way (COMPARABLE) are compared; the pair
     with the largest gain in RTF (compute seconds per audio second) is named. Empty until a stock fp32 row and
     another ok row exist.

@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field
 from chattts_lab import InvalidRequest, ModelUnavailable, OutOfMemory, SynthesisRequest
 from chattts_lab import audio as audio_io
 from chattts_lab.requests import MAX_BATCH, MAX_NEW_TOKEN, validate_request
-from chattts_lab.scheduler import Overloaded
+from chattts_lab.serving.scheduler import Overloaded
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput
 from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, split_sentences
 from webui import speech

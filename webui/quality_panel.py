@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
-from chattts_lab import plots
-from chattts_lab.recommend import MOS_DROP, WER_RISE_PTS, recommend_within_quality
+from chattts_lab.history import plots
+from chattts_lab.history.recommend import MOS_DROP, WER_RISE_PTS, recommend_within_quality
 
 QUALITY_FIGURES = [("predicted MOS", "quality_mos"), ("WER %", "quality_wer_pct"),
                    ("speaker similarity", "quality_speaker_sim")]

@@ -9,7 +9,7 @@ deploys, on a running cluster, one Serve application of two deployments and retu
       OpenAI-shaped errors, audio encoding), whose SpeechBackend is ReplicaSpeech
         --DeploymentHandle, streamed--> Synthesizer replicas (one per --threads CPUs, or per GPU for cuda), each with
           its model loaded once; Serve's @serve.batch gathers the requests that arrive together and
-          chattts_lab.batch.synthesize_parts runs each group that can share a generation (shared_settings)
+          chattts_lab.serving.batch.synthesize_parts runs each group that can share a generation (shared_settings)
 
 A replica announces (BatchStarted) when a request's batch starts. A replica that dies before that has run
 nothing of the request: the ingress sends it to another replica. One that dies after it lost the request while
@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from chattts_lab import SynthesisRequest, load_model
-from chattts_lab.batch import Part, shared_settings, synthesize_parts
-from chattts_lab.batcher import BatchPolicy
-from chattts_lab.cluster import connect, ray_module
+from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
+from chattts_lab.serving.batcher import BatchPolicy
+from chattts_lab.sweep.cluster import connect, ray_module
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.engines import unsupported_reason
-from chattts_lab.spec import SpecError
+from chattts_lab.sweep.spec import SpecError
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput, warm_up
 from webui import openai_api
 from webui.runtime import RuntimeSettings, describe

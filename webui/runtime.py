@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 
 from chattts_lab import LoadConfig, available_devices
 from chattts_lab.devices import DeviceUnavailable, parse_device
-from chattts_lab.env import usable_cores
+from chattts_lab.trackers.env import usable_cores
 from chattts_lab import engines
 from chattts_lab.engines import runnable_engines, runnable_precisions, unsupported_reason
 
@@ -39,9 +39,9 @@ class ServingChoice:
 def serving_choice(history_db, model: str) -> ServingChoice:
     """What requests run on unless a person picks another: the default (lab fp32, which computes the same audio as
     stock fp32, faster; stock fp32 where lab cannot run), replaced only by a configuration a sweep of this machine
-    and model measured faster (chattts_lab.recommend.served_default), with the fastest measured one a click away."""
-    from chattts_lab.recommend import served_default
-    from chattts_lab.store import cells_frame, sweeps_frame
+    and model measured faster (chattts_lab.history.recommend.served_default), with the fastest measured one a click away."""
+    from chattts_lab.history.recommend import served_default
+    from chattts_lab.history.store import cells_frame, sweeps_frame
 
     cores = max_threads()
     default = RuntimeSettings("cpu", engines.served_default("cpu")[1], cores, engines.served_default("cpu")[0])

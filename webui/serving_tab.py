@@ -13,11 +13,11 @@ import uuid
 import gradio as gr
 import pandas as pd
 
-from chattts_lab import plots
-from chattts_lab.serving import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
+from chattts_lab.history import plots
+from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
                                  run_serving, serving_frame)
-from chattts_lab.options import as_text, spec_argv
-from chattts_lab.spec import SpecError
+from chattts_lab.sweep.options import as_text, spec_argv
+from chattts_lab.sweep.spec import SpecError
 from webui import present
 from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
 from webui.runtime import engines_for, plural, precisions_for

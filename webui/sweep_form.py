@@ -12,10 +12,10 @@ import gradio as gr
 from chattts_lab.devices import parse_device
 from chattts_lab import engines as engine_registry
 from chattts_lab.engines import ENGINES, PRECISIONS, unsupported_reason
-from chattts_lab.grid import estimate_grid, int_list, refuse_huge_grid
+from chattts_lab.sweep.grid import estimate_grid, int_list, refuse_huge_grid
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
-from chattts_lab.options import as_text, spec_argv
-from chattts_lab.spec import SpecError, SweepSpec
+from chattts_lab.sweep.options import as_text, spec_argv
+from chattts_lab.sweep.spec import SpecError, SweepSpec
 from webui.context import AppContext
 from webui.runtime import devices, precisions_for
 

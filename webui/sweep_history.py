@@ -8,13 +8,13 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
-from chattts_lab import env as lab_env
-from chattts_lab import plots
-from chattts_lab.compare import compare_sweeps as compare_ratios
-from chattts_lab.compare import sweep_comparison
-from chattts_lab.recommend import recommend
-from chattts_lab.report import write_reports
-from chattts_lab.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
+from chattts_lab.trackers import env as lab_env
+from chattts_lab.history import plots
+from chattts_lab.history.compare import compare_sweeps as compare_ratios
+from chattts_lab.history.compare import sweep_comparison
+from chattts_lab.history.recommend import recommend
+from chattts_lab.history.report import write_reports
+from chattts_lab.history.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
 from webui.context import AppContext
 from webui import present
 from webui.present import WARNING_S

@@ -11,11 +11,11 @@ from typing import Iterator, Sequence
 import gradio as gr
 import pandas as pd
 
-from chattts_lab.grid import describe
-from chattts_lab.report import results_frame, shown_columns
-from chattts_lab.results import CellResult
-from chattts_lab.spec import SweepSpec
-from chattts_lab.sweep import (CallTimed, CellFinished, CellStarted, FidelityStarted, PassStarted, QualityStarted,
+from chattts_lab.sweep.grid import describe
+from chattts_lab.history.report import results_frame, shown_columns
+from chattts_lab.sweep.results import CellResult
+from chattts_lab.sweep.spec import SweepSpec
+from chattts_lab.sweep.runner import (CallTimed, CellFinished, CellStarted, FidelityStarted, PassStarted, QualityStarted,
                                SweepFinished, SweepPlanned, SweepStarted, run_sweep)
 from webui import figures
 from webui.context import AppContext, StopFlags

@@ -11,7 +11,7 @@ import gradio as gr
 
 from chattts_lab import Sampling, SynthesisOutput, SynthesisRequest
 from chattts_lab import audio as audio_io
-from chattts_lab.stages import StageTimes
+from chattts_lab.trackers.stages import StageTimes
 from chattts_lab.synthesis import SAMPLE_RATE, Measurements, StreamChunk
 from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
 from webui import present, speech

@@ -32,8 +32,8 @@ __all__ = ["ENGINES", "PRECISIONS", "Engine", "EngineRuntime", "UnsupportedPreci
 def _registry() -> dict[str, Engine]:
     # imported on first use: the lab's and onnx's packages pull in their kernels and ONNX Runtime
     from chattts_lab.engines.stock import StockEngine
-    from chattts_lab.lab import LabEngine
-    from chattts_lab.onnx_engine import OnnxEngine
+    from chattts_lab.engines.lab import LabEngine
+    from chattts_lab.engines.onnx import OnnxEngine
 
     engines = {e.name: e for e in (StockEngine(), LabEngine(), OnnxEngine())}
     assert tuple(engines) == ENGINES

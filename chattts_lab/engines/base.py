@@ -27,7 +27,7 @@ class Engine(ABC):
     summary: str  # one line for the page and `--list`
     precisions: tuple[str, ...]
     # Estimate constants (reference machine: full-size weights, batch 1, 2 threads, N=128); a machine's own
-    # history replaces them as soon as it has measured cells (chattts_lab/grid.py).
+    # history replaces them as soon as it has measured cells (chattts_lab/sweep/grid.py).
     reference_step_ms: dict[str, float]
     load_s: float
 
@@ -81,7 +81,7 @@ class EngineRuntime(ABC):
 
     @abstractmethod
     def weight_bytes_per_step(self) -> int:
-        """Bytes of GPT weights one audio-code decode step reads (chattts_lab/roofline.py says what is counted)."""
+        """Bytes of GPT weights one audio-code decode step reads (chattts_lab/trackers/roofline.py says what is counted)."""
 
     @abstractmethod
     def reporting_steps_to(self, recorder) -> ContextManager[None]:

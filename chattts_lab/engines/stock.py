@@ -92,13 +92,13 @@ class StockRuntime(EngineRuntime):
         device = torch.device(self.chat.device_gpt)
         if device.type != "cpu":
             return f"{device.type}-matmul {self.gpt_dtype}"
-        from chattts_lab.lab import cpu
+        from chattts_lab.engines.lab import cpu
 
         # quantize_dynamic's Linear calls the same fbgemm GEMM as the lab's int8 (x86 quantized engine)
         return cpu.fbgemm_int8_kernel() if self.precision == "int8" else cpu.float_matmul_kernel(self.gpt_dtype)
 
     def weight_bytes_per_step(self) -> int:
-        from chattts_lab.roofline import module_weight_bytes
+        from chattts_lab.trackers.roofline import module_weight_bytes
 
         return module_weight_bytes(self.gpt) + sum(module_weight_bytes(h) for h in self.chat.embed.head_code)
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from chattts_lab.quality import DELTA_COLUMNS, FIGURE_COLUMNS, NOT_MEANINGFUL, to_16k
-from chattts_lab.results import AUDIO_SEED, VOICE_SEED
+from chattts_lab.sweep.results import AUDIO_SEED, VOICE_SEED
 
 log = logging.getLogger(__name__)
 # A fixed set by length, so a sweep can show what each precision costs short and long texts.
@@ -140,13 +140,13 @@ def by_length(records: dict[str, dict]) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------------------------
-# In the sweep: run after the cells (chattts_lab.sweep.run_sweep), each step in a fresh worker process
+# In the sweep: run after the cells (chattts_lab.sweep.runner.run_sweep), each step in a fresh worker process
 
 
 def run_quality(spec, sweep_id: int, store, stop, python, folder: Path):
     """Each configuration's clips in a fresh process (the references, stock fp32 per device, first), then one
     process scores them all; the cells get their configuration's columns, the sweep keeps every clip's figures."""
-    from chattts_lab.sweep_events import QualityFinished, QualityStarted
+    from chattts_lab.sweep.events import QualityFinished, QualityStarted
 
     if "quality" in store.notes(sweep_id):  # a resumed sweep scored before
         return
@@ -172,7 +172,7 @@ def run_quality(spec, sweep_id: int, store, stop, python, folder: Path):
 
 
 def _quality_config(spec, device: str, engine: str, precision: str):
-    from chattts_lab.results import RunConfig
+    from chattts_lab.sweep.results import RunConfig
 
     tokens = max(min(spec.tokens), SYNTHETIC_QUALITY_TOKENS)
     return RunConfig(spec.model, device, precision, 1, spec.fidelity_threads(), tokens, engine)
@@ -180,8 +180,8 @@ def _quality_config(spec, device: str, engine: str, precision: str):
 
 def _speak_all(spec, sweep_id: int, stop, python, folder: Path, made: dict, failed: dict, reference_of: dict):
     """Speak every configuration's clips (filling `made`, `failed`, `reference_of`); yields what it starts."""
-    from chattts_lab.spec import cell_rule
-    from chattts_lab.supervisor import run_child
+    from chattts_lab.sweep.spec import cell_rule
+    from chattts_lab.sweep.supervisor import run_child
 
     triples = dict.fromkeys([(d, "stock", "fp32") for d in dict.fromkeys(spec.devices)] + spec.fidelity_pairs())
     for device, engine, precision in triples:
@@ -204,7 +204,7 @@ def _speak_all(spec, sweep_id: int, stop, python, folder: Path, made: dict, fail
 
 
 def _score_all(spec, stop, python, made: dict, reference_of: dict, failed: dict) -> dict:
-    from chattts_lab.supervisor import run_child
+    from chattts_lab.sweep.supervisor import run_child
 
     cfg = _quality_config(spec, "cpu", "stock", "fp32")
     task = {"kind": "quality-score", "config": cfg.to_dict(), "made": made, "reference_of": reference_of}

@@ -5,7 +5,7 @@
 One process, so torch is imported once. Writes one JSON object (to a file: the libraries it imports may print); a
 part that fails says why in it and the others still run (the sweep after it runs too, and its rows say what failed for each cell).
 
-The bandwidth check shares no code with the sweep's own figure (chattts_lab.roofline: `torch.sum` over float32
+The bandwidth check shares no code with the sweep's own figure (chattts_lab.trackers.roofline: `torch.sum` over float32
 between host clock reads, the best of five): triton's `do_bench` times an `amax` over int32 with CUDA events and
 takes the median, clearing the L2 cache between calls. It also times a device-to-device copy (bytes read plus
 bytes written), the figure KINDS.md quotes for the H200 (about 4.3 TB/s). The issue asks the two read figures

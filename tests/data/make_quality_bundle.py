@@ -17,12 +17,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from chattts_lab.env import capture_environment  # noqa: E402
+from chattts_lab.trackers.env import capture_environment  # noqa: E402
 from chattts_lab.quality import measures  # noqa: E402
 from chattts_lab.quality.sweep import config_key, summarise  # noqa: E402
-from chattts_lab.results import RunConfig, summarize  # noqa: E402
-from chattts_lab.spec import SweepSpec  # noqa: E402
-from chattts_lab.store import Store, export_bundle  # noqa: E402
+from chattts_lab.sweep.results import RunConfig, summarize  # noqa: E402
+from chattts_lab.sweep.spec import SweepSpec  # noqa: E402
+from chattts_lab.history.store import Store, export_bundle  # noqa: E402
 from tests.espeak_speech import SENTENCE, quantized, speak, with_noise  # noqa: E402
 
 MODEL = "espeak-ng stand-ins (test data)"

@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from chattts_lab.requests import Refine, Sampling  # noqa: E402
-from chattts_lab.serving import ServeSpec, run_serving  # noqa: E402
-from chattts_lab.spec import SweepSpec  # noqa: E402
-from chattts_lab.store import export_bundle  # noqa: E402
-from chattts_lab.sweep import CellFinished, run_sweep  # noqa: E402
+from chattts_lab.serving.loadtest import ServeSpec, run_serving  # noqa: E402
+from chattts_lab.sweep.spec import SweepSpec  # noqa: E402
+from chattts_lab.history.store import export_bundle  # noqa: E402
+from chattts_lab.sweep.runner import CellFinished, run_sweep  # noqa: E402
 from chattts_lab.voices import VoiceCard  # noqa: E402
 
 NEVER_HERE = 4096  # MAX_THREADS: more threads than any machine's usable cores, so the rule table skips the cell

@@ -1,0 +1,256 @@
+"""Continuous batching in the lab decode loop: rows join a running generation at the next step and leave at once.
+
+`lab_generate` runs one batch from prefill to its last row's end. Here a fixed set of KV-cache rows is owned by a
+`RowDecoder`, and each row is one text with its own prompt, position, sampler (temperature, top-P/top-K, seed,
+token limits: ChatTTS's own processors for that request) and voice (the speaker embedding is in its prompt):
+
+- `admit(prompt)` prefills the prompt alone into a free cache row (the same prefill `lab_generate` runs at batch 1)
+  and samples the row's first token; the row takes part from the next `step()` on.
+- `step()` runs one GPT forward for every active row and samples each row's next token with its own sampler.
+- `release(row)` frees the row at once: the last active row moves into its place, so the active rows are always
+  the first n of the cache and a step reads only theirs.
+
+Every row keeps its own slots as `lab_generate` keeps them (prompt at 0..L-1, token i at L+i, position = slot).
+The fused attention kernel writes a step's keys and values at one slot for the whole batch, so a step writes at
+the longest row's next slot `s` and attends to each row's own slots plus `s`; afterwards the rows behind copy
+slot `s` to their own next slot. Rows behind see slots between their end and `s` masked: those hold finite
+values (zeroed when the row is admitted, then written by every step), which the kernel's masked sums need.
+
+What is and is not the same as a request run alone: the prefill is identical; the sampler is the same code on
+the same [num_vq, vocab] logits with the same seeded generator use. The decode step's floating-point sums are
+not bit-identical: the attention kernel's vectorised reductions depend on where masked slots fall, and a
+projection's kernel may tile a batch of rows differently from one row (int8 activations are quantized per row
+in the lab's own kernels, but torch's fp32/bf16 GEMMs choose tiles by batch size). Sampled tokens agree unless a
+random draw falls within that rounding of a boundary between two tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from chattts_lab.engines.lab.sampler import Sampler
+
+log = logging.getLogger(__name__)
+SLOT_STEP = 256  # the cache grows in whole blocks of slots when a longer row arrives
+
+
+@dataclass
+class RowPrompt:
+    """What ChatTTS's `_infer_code` hands its generator for one text: the prompt embedded (speaker included)
+    and that request's sampling settings."""
+
+    emb: torch.Tensor  # [1, L, dim]
+    temperature: torch.Tensor  # [num_vq]
+    eos: int
+    max_new_token: int
+    min_new_token: int
+    processors: tuple
+    manual_seed: int | None
+    ensure_non_empty: bool = True
+
+    @property
+    def length(self) -> int:
+        return int(self.emb.shape[1])
+
+
+def capture_prompt(chat, text: str, params_code) -> RowPrompt:
+    """Build one text's prompt with ChatTTS's own `_infer_code` (speaker, sample-audio prompt, processors), its
+    generator answering with the prompt instead of generating. The caller holds the model."""
+    gpt = chat.gpt
+    saved = gpt.__dict__.get("generate")
+
+    def answer(emb, inputs_ids, temperature, eos_token, attention_mask=None, max_new_token=2048, min_new_token=0,
+               logits_processors=(), manual_seed=None, ensure_non_empty=True, **_):
+        return RowPrompt(emb.detach().clone(), temperature.detach().float().flatten(), int(eos_token),
+                         int(max_new_token), int(min_new_token), tuple(logits_processors), manual_seed,
+                         bool(ensure_non_empty))
+
+    gpt.__dict__["generate"] = answer
+    try:
+        return chat._infer_code([text], False, chat.device, True, params_code)
+    finally:
+        if saved is None:
+            gpt.__dict__.pop("generate", None)
+        else:
+            gpt.__dict__["generate"] = saved
+
+
+@dataclass(eq=False)
+class Row:
+    """One text being generated: its tokens and hidden states so far, in preallocated buffers."""
+
+    prompt: RowPrompt
+    sampler: Sampler
+    tokens: torch.Tensor  # [max_new, num_vq]
+    hiddens: torch.Tensor  # [max_new, dim]
+    history: torch.Tensor  # [num_vq, max_new], the sampler's token history
+    length: int  # cache slots it holds: prompt + tokens fed back so far (= its next position)
+    steps: int = 0  # tokens sampled (its EOS included)
+    ended: str | None = None  # "eos" or "max_new_token" once it has ended
+    next_input: torch.Tensor | None = None  # [1, 1, dim]: the last token's embedding, fed at the next step
+    prefill_s: float = 0.0
+    owner: object = None  # the caller's handle (the scheduler's job)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def generated(self) -> int:
+        """Audio tokens kept: an EOS step is not one."""
+        return self.steps - (self.ended == "eos")
+
+
+class RowDecoder:
+    """Up to `rows` texts generated together, each joining and leaving on its own. One thread drives it."""
+
+    def __init__(self, engine, chat, rows: int, slots: int = SLOT_STEP):
+        self.engine, self.chat, self.rows = engine, chat, rows
+        self.model, self.heads = engine.gpt_module, engine.heads
+        self.active: list[Row] = []
+        self.slots = 0
+        self._caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._rot = None
+        self._grow(slots)
+
+    @property
+    def free(self) -> int:
+        return self.rows - len(self.active)
+
+    def kv_bytes(self) -> int:
+        """The KV cache reserved for all rows at the current slot count (resident only where written)."""
+        return sum(k.numel() * k.element_size() * 2 for k, _ in self._caches)
+
+    def _grow(self, slots: int) -> None:
+        """(Re)allocate the cache for `slots` positions per row, keeping what the active rows hold."""
+        slots = -(-slots // SLOT_STEP) * SLOT_STEP
+        if slots <= self.slots:
+            return
+        old, used = self._caches, self._window()
+        self.model.reset_cache(self.rows, slots)  # empty: pages become resident only where written
+        new = self.model.caches
+        for (k, v), (k0, v0) in zip(new, old):
+            k[: len(self.active), :, :used] = k0[: len(self.active), :, :used]
+            v[: len(self.active), :, :used] = v0[: len(self.active), :, :used]
+        self._caches, self._rot, self.slots = new, self.model.rot_table, slots
+
+    def _window(self) -> int:
+        return max((r.length for r in self.active), default=0) + 1
+
+    def _bind(self, first: int, last: int) -> None:
+        """Point the model at cache rows first..last-1 (a contiguous view) and at this decoder's rotary table:
+        other callers of the model (a refine pass, `lab_generate`) reset both."""
+        self.model.caches = [(k[first:last], v[first:last]) for k, v in self._caches]
+        self.model.rot_table = self._rot
+
+    @torch.inference_mode()
+    def admit(self, prompt: RowPrompt, owner=None) -> Row:
+        """Prefill `prompt` into the next free row and sample its first token; it steps from the next step on."""
+        if not self.free:
+            raise RuntimeError("no free row: release one first")
+        t0 = time.perf_counter()
+        self._grow(prompt.length + prompt.max_new_token + 1)
+        index, L, device = len(self.active), prompt.length, self.engine.device
+        self._keep_masked_slots_finite(index, L)
+        self._bind(index, index + 1)
+        hidden = self.model(prompt.emb.to(device), torch.arange(L, device=device)[None], 0, None)
+        row = self._new_row(prompt, owner)
+        self.active.append(row)
+        self._take(row, hidden[0], self.heads.code_logits(hidden), first=True)
+        row.prefill_s = time.perf_counter() - t0
+        return row
+
+    def _keep_masked_slots_finite(self, index: int, L: int) -> None:
+        """Every active row's slots below the window (the longest row's length + 1) hold finite values: its own,
+        or zeros, or what a step wrote there. A new row of prompt length L zeroes its slots L..window-1; a prompt
+        longer than every row widens the window, and the others zero their slots up to it."""
+        window = self._window()
+        for k, v in self._caches:
+            for cache in (k, v):
+                cache[index, :, L:window].zero_()
+                cache[:index, :, window : L + 1].zero_()
+
+    def _new_row(self, prompt: RowPrompt, owner) -> Row:
+        device, num_vq, n = self.engine.device, self.heads.num_vq, prompt.max_new_token
+        history = torch.zeros(num_vq, n, dtype=torch.long, device=device)
+        temperature = prompt.temperature.to(device).view(-1, 1)
+        sampler = Sampler(prompt.processors, temperature, num_vq, self.heads.vocab, prompt.eos, prompt.min_new_token,
+                          prompt.manual_seed, self.chat.gpt.generator, history)
+        return Row(prompt, sampler, torch.zeros(n, num_vq, dtype=torch.long, device=device),
+                   torch.empty(n, self.model.shape.dim, device=device), history, prompt.length, owner=owner)
+
+    def _take(self, row: Row, hidden: torch.Tensor, logits: torch.Tensor, first: bool = False) -> None:
+        """Sample the row's next token from its logits [num_vq, vocab], as `lab_generate` does for one item."""
+        i = row.steps
+        idx = row.sampler.sample(logits, i)
+        # stock regenerates an unseeded item whose very first token ends it; a fresh draw is the same thing here
+        for _ in range(8):
+            if not (first and row.prompt.ensure_non_empty and row.prompt.manual_seed is None
+                    and bool(idx.eq(row.prompt.eos).any())):
+                break
+            idx = row.sampler.sample(logits, i)
+        row.hiddens[i] = hidden
+        row.tokens[i] = idx.view(-1)
+        row.history[:, i : i + 1] = idx
+        row.sampler.append(idx, i)
+        row.steps = i + 1
+        if bool(idx.eq(row.prompt.eos).any()):
+            row.ended = "eos"
+        elif row.steps >= row.prompt.max_new_token:
+            row.ended = "max_new_token"
+        else:
+            row.next_input = self.heads.embed_code(idx.view(1, -1))
+
+    @torch.inference_mode()
+    def step(self) -> list[Row]:
+        """One GPT step for every active row that has not ended; returns the rows that ended at it."""
+        rows = [r for r in self.active if r.ended is None]
+        if not rows:
+            return []
+        if rows != self.active[: len(rows)]:
+            raise RuntimeError("release ended rows before the next step")
+        n, device = len(rows), self.engine.device
+        lengths = torch.tensor([r.length for r in rows], device=device)
+        s = int(lengths.max())
+        slots = torch.arange(s + 1, device=device)
+        valid = (slots[None] < lengths[:, None]) | (slots[None] == s)
+        self._bind(0, n)
+        x = torch.cat([r.next_input for r in rows])
+        hidden = self.model(x, lengths.view(n, 1), s, valid.view(n, 1, 1, s + 1))
+        self._copy_behind(rows, lengths, s)
+        logits = self.heads.code_logits(hidden).view(n, -1, self.heads.vocab)
+        ended = []
+        for j, row in enumerate(rows):
+            row.length += 1
+            self._take(row, hidden[j], logits[j])
+            if row.ended:
+                ended.append(row)
+        return ended
+
+    def _copy_behind(self, rows: list[Row], lengths: torch.Tensor, s: int) -> None:
+        """Rows shorter than the longest had this step's keys/values written at slot s: move them to their own."""
+        behind = (lengths < s).nonzero().flatten()
+        if not len(behind):
+            return
+        own = lengths[behind]
+        for k, v in self._caches:
+            k[behind, :, own] = k[behind, :, s]
+            v[behind, :, own] = v[behind, :, s]
+
+    @torch.inference_mode()
+    def release(self, row: Row) -> None:
+        """Free the row's cache row now; the last active row takes its place."""
+        index = self.active.index(row)
+        last = len(self.active) - 1
+        if index != last:
+            used = self.active[last].length + 1
+            for k, v in self._caches:
+                k[index, :, :used] = k[last, :, :used]
+                v[index, :, :used] = v[last, :, :used]
+            self.active[index] = self.active[last]
+        self.active.pop()
+
+    def reset(self) -> None:
+        """Drop every row (after a failure inside a step, whose state is then unknown)."""
+        self.active.clear()

@@ -1,0 +1,3 @@
+"""What was measured, kept and read back: the SQLite store and bundles, comparisons with intervals, the
+recommendations, reports and plots.
+"""

@@ -1,0 +1,233 @@
+"""Pure `DataFrame -> plotly Figure` functions over canonical result rows (see sweep.CANONICAL_COLUMNS).
+
+Used by the HTML report and the app alike; testable without a browser. Only `ok` cells carry numbers
+to plot; every figure says in its title how many cells were not ok, so failures stay visible (the
+tables list them with their reasons).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+
+# Raw column -> label shown to people. Logic never keys on labels.
+LABELS = {
+    "device": "device", "precision": "precision", "batch_size": "batch size", "threads": "threads",
+    "tokens": "audio tokens", "engine": "engine", "latency_p50_s": "latency p50 (s)",
+    "latency_std_s": "latency std (s)", "rtf": "RTF (wall s / audio s, one item)",
+    "audio_s_per_s": "throughput (audio s / wall s)", "step_ms": "GPT ms / step",
+    "peak_rss_mb": "peak RSS (MB)", "peak_device_mb": "peak device memory (MB)", "series": "configuration",
+    "machine": "machine", "ttfa_s": "time to first audio (s)",
+    "roofline": "roofline (floor ms / step ms; 1 = at the floor)", "floor_step_ms": "floor: weights / bandwidth (ms)",
+    "weight_mb_per_step": "weights read per step (MB)", "mem_read_gbps": "read bandwidth (GB/s)",
+}
+CONFIG_KEYS = ["engine", "device", "precision", "threads", "tokens", "compile", "stream"]
+
+
+def _ok(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The ok rows, and a note naming how many cells of each other status are not plotted."""
+    ok = df[df["status"] == "ok"].copy() if len(df) else df.copy()
+    others = df.loc[df["status"] != "ok", "status"].value_counts() if len(df) else pd.Series(dtype=int)
+    return ok, ", ".join(f"{n} {status}" for status, n in others.items())
+
+
+def _title(text: str, not_ok: str) -> str:
+    return f"{text}<br><sup>not plotted: {not_ok} (see the table for reasons)</sup>" if not_ok else text
+
+
+def _empty(title: str, not_ok: str, text: str = "no successful cells to plot") -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(title=_title(title, not_ok), xaxis_visible=False, yaxis_visible=False)
+    return fig
+
+
+def series_label(row: pd.Series, keys: list[str] | None = None) -> str:
+    """A short name for one line of a plot: only the settings that vary are worth naming."""
+    keys = keys or ["engine", "device", "precision", "threads", "tokens"]
+    parts = []
+    for k in keys:
+        v = row[k]
+        parts.append(f"{v} thr" if k == "threads" else f"{v} tok" if k == "tokens" else str(v))
+    return " ".join(parts)
+
+
+def _with_series(ok: pd.DataFrame, exclude: tuple[str, ...]) -> pd.DataFrame:
+    varying = [k for k in CONFIG_KEYS if k not in exclude and k in ok and ok[k].nunique() > 1]
+    ok["series"] = ok.apply(lambda r: series_label(r, varying or ["precision"]), axis=1)
+    return ok
+
+
+def latency_vs_batch(df: pd.DataFrame) -> go.Figure:
+    """p50 latency of one call against batch size, one line per configuration, std as error bars."""
+    title = "Latency vs batch size"
+    ok, not_ok = _ok(df)
+    if ok.empty:
+        return _empty(title, not_ok)
+    ok = _with_series(ok, ("batch_size",)).sort_values("batch_size")
+    # the bar down stops at 0 s: a latency is never negative, however wide its spread
+    ok["latency_down_s"] = ok[["latency_std_s", "latency_p50_s"]].min(axis=1)
+    fig = px.line(ok, x="batch_size", y="latency_p50_s", error_y="latency_std_s", error_y_minus="latency_down_s",
+                  color="series", markers=True, labels=LABELS, title=_title(title, not_ok))
+    fig.update_xaxes(type="category")
+    return fig
+
+
+def rtf_by_precision(df: pd.DataFrame) -> go.Figure:
+    """RTF (one item) per configuration (engine, precision, ... whatever varies besides threads and batch), bars
+    grouped by thread count, one panel per batch size. One bar per cell: two engines never stack into one bar."""
+    title = "RTF by configuration and threads (below 1 is faster than real time)"
+    ok, not_ok = _ok(df)
+    if ok.empty:
+        return _empty(title, not_ok)
+    ok = _with_series(ok, ("threads", "batch_size")).sort_values(["batch_size", "threads"])
+    ok["threads_label"] = ok["threads"].astype(str) + " threads"
+    fig = px.bar(ok, x="series", y="rtf", color="threads_label", barmode="group", facet_col="batch_size",
+                 labels={**LABELS, "threads_label": "threads"}, title=_title(title, not_ok),
+                 hover_data=["engine", "tokens", "latency_p50_s", "step_ms"])
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="real time")
+    return fig
+
+
+def throughput_vs_latency(df: pd.DataFrame) -> go.Figure:
+    """Aggregate throughput against latency: up and to the left is better; labels give the batch size."""
+    title = "Throughput vs latency"
+    ok, not_ok = _ok(df)
+    if ok.empty:
+        return _empty(title, not_ok)
+    ok = _with_series(ok, ("batch_size",))
+    ok["batch_label"] = "b" + ok["batch_size"].astype(str)
+    fig = px.scatter(ok, x="latency_p50_s", y="audio_s_per_s", color="series", text="batch_label",
+                     labels=LABELS, title=_title(title, not_ok), hover_data=["batch_size", "rtf", "step_ms"])
+    fig.update_traces(textposition="top center", marker_size=10)
+    return fig
+
+
+def peak_memory(df: pd.DataFrame) -> go.Figure:
+    """Peak RSS during the timed calls per configuration (and peak device memory where there is one)."""
+    title = "Peak memory during inference"
+    ok, not_ok = _ok(df)
+    if ok.empty:
+        return _empty(title, not_ok)
+    ok = _with_series(ok, ("batch_size",))
+    ok["batch_label"] = "batch " + ok["batch_size"].astype(str)
+    value = "peak_device_mb" if ok["peak_device_mb"].notna().any() and (ok["device"] != "cpu").all() else "peak_rss_mb"
+    return px.bar(ok, x="series", y=value, color="batch_label", barmode="group",
+                  labels={**LABELS, "batch_label": "batch"}, title=_title(title, not_ok))
+
+
+def compare_machines(df: pd.DataFrame, metric: str = "latency_p50_s") -> go.Figure:
+    """The same configurations on several sweeps (machines) side by side; needs a `machine` column."""
+    title = f"{LABELS.get(metric, metric)} by machine"
+    ok, not_ok = _ok(df)
+    if ok.empty or "machine" not in ok:
+        return _empty(title, not_ok)
+    ok["config"] = ok.apply(lambda r: series_label(r, ["engine", "precision", "threads", "tokens"])
+                            + f" b{r['batch_size']}", axis=1)
+    ok["sweep"] = ok["sweep_id"].astype(str) + ": " + ok["machine"].astype(str) if "sweep_id" in ok else ok["machine"]
+    return px.bar(ok, x="config", y=metric, color="sweep", barmode="group", labels=LABELS, title=_title(title, not_ok))
+
+
+def roofline_by_config(df: pd.DataFrame) -> go.Figure:
+    """How close each configuration's GPT step comes to the memory-bandwidth floor, one bar per cell.
+
+    One fraction per configuration on a 0-1 axis, with the floor drawn at 1, answers "how far from what my
+    memory allows?" at a glance and sorts like any bar chart; step ms against weight MB with a bandwidth
+    line says the same but needs log axes and reading the gap off a slope. The hover gives the numbers.
+    """
+    title = "Distance from the memory-bandwidth floor (1 = a GPT step as fast as reading its weights allows)"
+    ok, not_ok = _ok(df)
+    if ok.empty:
+        return _empty(title, not_ok)
+    ok = ok[ok["roofline"].notna()].copy()
+    if ok.empty:  # sweeps recorded before the bandwidth was measured
+        return _empty(title, not_ok, "no cell has a roofline: this sweep did not measure the memory bandwidth")
+    ok = _with_series(ok, ("batch_size",))
+    ok["batch_label"] = "batch " + ok["batch_size"].astype(str)
+    fig = px.bar(ok.sort_values("roofline"), x="roofline", y="series", color="batch_label", barmode="group",
+                 orientation="h", labels={**LABELS, "batch_label": "batch"}, title=_title(title, not_ok),
+                 hover_data=["step_ms", "floor_step_ms", "weight_mb_per_step", "mem_read_gbps"])
+    fig.add_vline(x=1.0, line_dash="dot", annotation_text="floor")
+    fig.update_xaxes(range=[0, max(1.05, float(ok["roofline"].max()) * 1.05)])
+    return fig
+
+
+REPORT_FIGURES = (latency_vs_batch, rtf_by_precision, throughput_vs_latency, peak_memory, roofline_by_config)
+
+
+# ------------------------------------------------------------------------------------------------
+# The serving benchmark: one row per load level (chattts_lab.serving.loadtest.serving_frame)
+
+SERVING_LABELS = {"users": "concurrent users", "latency_p90_s": "latency p90 (s, queue included)",
+                  "audio_s_per_s": "audio seconds per wall second (all users)", "value": "seconds",
+                  "series": "app (max batch)", "measure": "measure"}
+
+
+def _serving_series(levels: pd.DataFrame) -> pd.DataFrame:
+    closed = levels[levels["users"].notna() & (levels["ok"] > 0)].copy()
+    many_runs = closed["sweep_id"].nunique() > 1
+    closed["series"] = closed.apply(
+        lambda r: (f"#{r['sweep_id']} " if many_runs else "")
+        + ("one at a time" if r["max_batch"] == 1 else "as the app runs" if r["max_batch"] == 0
+           else f"batches of up to {r['max_batch']}"), axis=1)
+    return closed.sort_values("users")
+
+
+def serving_latency(levels: pd.DataFrame) -> go.Figure:
+    """Latency p90 and time to first audio p90 against concurrent users, one line pair per app setting."""
+    title = "Latency and time to first audio vs users"
+    closed = _serving_series(levels) if len(levels) else levels
+    if closed.empty:
+        return _empty(title, "", "no closed-loop levels to plot")
+    long = closed.melt(id_vars=["users", "series"], value_vars=["latency_p90_s", "ttfa_p90_s"], var_name="measure")
+    long["measure"] = long["measure"].map({"latency_p90_s": "latency p90", "ttfa_p90_s": "first audio p90"})
+    fig = px.line(long, x="users", y="value", color="series", line_dash="measure", markers=True,
+                  labels=SERVING_LABELS, title=title)
+    fig.update_xaxes(type="category")
+    return fig
+
+
+def serving_throughput(levels: pd.DataFrame) -> go.Figure:
+    """Audio made per wall second by all users together, against concurrent users."""
+    title = "Throughput vs users"
+    closed = _serving_series(levels) if len(levels) else levels
+    if closed.empty:
+        return _empty(title, "", "no closed-loop levels to plot")
+    fig = px.line(closed, x="users", y="audio_s_per_s", color="series", markers=True, labels=SERVING_LABELS,
+                  title=title)
+    fig.update_xaxes(type="category")
+    return fig
+
+
+# ------------------------------------------------------------------------------------------------
+# Speed and quality in one picture (quality columns: chattts_lab.quality)
+
+QUALITY_LABELS = {"quality_mos": "predicted MOS (DNSMOS overall; higher is better)",
+                  "quality_wer_pct": "WER % (lower is better)", "quality_speaker_sim": "speaker similarity to stock fp32"}
+
+
+def rtf_vs_quality(df: pd.DataFrame, quality: str = "quality_mos") -> go.Figure:
+    """RTF against a quality figure, one point per configuration (batch 1 where measured), the Pareto front drawn:
+    the configurations no other beats on both speed and quality. Across machines, each machine is its own series."""
+    from chattts_lab.history.recommend import pareto_mask, quality_pool, why_no_quality
+
+    title = f"RTF vs {QUALITY_LABELS.get(quality, quality)}"
+    _, not_ok = _ok(df)
+    pool = quality_pool(df)
+    pool = pool[pool[quality].notna()] if quality in pool else pool
+    if pool.empty:
+        return _empty(title, not_ok, why_no_quality(df))
+    pool = pool.drop_duplicates([k for k in ("machine", "engine", "device", "precision") if k in pool]).copy()
+    pool["series"] = pool.apply(lambda r: series_label(r, ["engine", "device", "precision"]), axis=1)
+    higher_better = quality != "quality_wer_pct"
+    score = pool[quality] if higher_better else -pool[quality]
+    pool["front"] = pareto_mask(pool.assign(_score=score), x="rtf", y="_score")
+    fig = px.scatter(pool, x="rtf", y=quality, color="machine" if pool.get("machine", pd.Series()).nunique() > 1
+                     else "series", symbol="series", hover_data=["quality_mos_delta", "quality_wer_delta_pts"],
+                     labels={**LABELS, **QUALITY_LABELS}, title=_title(title, not_ok))
+    front = pool[pool["front"]].sort_values("rtf")
+    fig.add_trace(go.Scatter(x=front["rtf"], y=front[quality], mode="lines", name="Pareto front",
+                             line={"dash": "dot", "color": "#444"}))
+    fig.update_xaxes(autorange="reversed", title="RTF (lower is faster; faster to the right)")
+    return fig

@@ -1,0 +1,3 @@
+"""Serving many listeners: request-level batching (batch, batcher), continuous batching's scheduler, and the
+serving benchmark (spec, loadtest, listening, capacity).
+"""

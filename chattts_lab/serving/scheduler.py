@@ -1,0 +1,371 @@
+"""Continuous batching for a server: each request's texts join the running generation at the next GPT step.
+
+Request-level batching (`batcher.py`) runs a batch from start to end, so a request that arrives meanwhile waits
+for the whole batch. Here one thread owns the lab engine's `RowDecoder` (a fixed number of KV-cache rows) and
+steps it: between two steps it admits what has arrived into free rows (prefilled alone, in its own rows), and a
+row that ends (its EOS, its token limit, its caller's stop or hang-up) leaves at once and frees its row for the
+next. Every row streams on its own and samples with its own request's settings (temperature, top-P/top-K, seed,
+token limits, voice), so different settings no longer split requests into separate batches.
+
+Bounded: at most `max_rows` rows generate at once (the KV-cache budget) and at most `max_queue` requests wait
+for a row; beyond that `submit` refuses at once with `Overloaded` (and a Retry-After estimate) rather than let
+waiting grow without limit. Only the lab engine's own decode loop can admit rows: stock ChatTTS's `infer` (and
+the ONNX session, whose cache is bound per batch) keep request-level batching, and every result says which
+scheduling ran (`Measurements.scheduling`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+import psutil
+
+from chattts_lab import metrics
+from chattts_lab.serving.batch import Part
+from chattts_lab.engines.lab.continuous import Row, RowDecoder, capture_prompt
+from chattts_lab.engines.lab.stream import FIRST_CHUNK, HOLD, LEFT_CONTEXT, SAMPLES_PER_TOKEN, _decode_span, prepare_text
+from chattts_lab.models import LoadedModel, set_threads
+from chattts_lab.trackers.stages import StageTimes
+from chattts_lab.synthesis import SAMPLE_RATE, Measurements, StreamChunk, SynthesisOutput, _params
+
+log = logging.getLogger(__name__)
+STREAM_EVERY = 48  # tokens per chunk once a stream is ahead of its listener
+
+
+def chunk_due(tokens: int) -> bool:
+    """A streamed row sends a chunk after 12 tokens (its first audio), 24, then every 48: early chunks small, so
+    a listener who starts playing at the first audio is not left waiting for the second; later ones larger,
+    since each chunk re-decodes LEFT_CONTEXT + HOLD tokens of context, work every other row waits for."""
+    return tokens in (FIRST_CHUNK, 2 * FIRST_CHUNK) or (tokens >= STREAM_EVERY and tokens % STREAM_EVERY == 0)
+
+
+class Overloaded(Exception):
+    """Every row is busy and the queue is full: try again after `retry_after_s`."""
+
+    def __init__(self, message: str, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class SchedulerPolicy:
+    max_rows: int = 8  # texts generated at once (KV-cache rows)
+    max_queue: int = 16  # requests waiting for a row; beyond, refused at once
+
+    def __post_init__(self):
+        if not 1 <= self.max_rows <= 64:
+            raise ValueError(f"max rows must be in 1..64, got {self.max_rows}")
+        if not 0 <= self.max_queue <= 10_000:
+            raise ValueError(f"max queue must be in 0..10000, got {self.max_queue}")
+
+
+def continuous_unsupported_reason(model: LoadedModel) -> str | None:
+    """None when this model's engine can admit rows into a running generation, else why not."""
+    engine = engine_of(model)
+    if engine is None:
+        return "stock ChatTTS generates a batch from start to end inside `infer`: it cannot admit rows"
+    if getattr(engine.gpt_module, "session", None) is not None:
+        return "the ONNX session binds its KV cache per batch: rows cannot join a running batch"
+    return None
+
+
+def engine_of(model: LoadedModel):
+    """The lab engine of a loaded model (as `LoadedModel.engine`, or on the ChatTTS instance), or None."""
+    for engine in (getattr(model, "engine", None), getattr(model.chat, "lab_engine", None)):
+        if engine is not None and hasattr(engine, "gpt_module") and hasattr(engine, "heads"):
+            return engine
+    return None
+
+
+@dataclass(eq=False)
+class _Job:
+    part: Part
+    future: Future
+    enqueued: float = field(default_factory=time.perf_counter)
+    admitted: float | None = None
+    texts: list = field(default_factory=list)  # (index, text) not yet admitted
+    rows: dict = field(default_factory=dict)  # text index -> Row (while generating and after)
+    audio: dict = field(default_factory=dict)  # text index -> list of sent chunks (streamed) or the whole clip
+    first_audio_s: float | None = None
+    decode_s: float = 0.0
+    shared_with: int = 1  # the most rows generating together while this request was
+    chunks: int = 0
+
+    @property
+    def stream(self) -> bool:
+        return self.part.on_chunk is not None
+
+    def done(self) -> bool:
+        return not self.texts and all(r.ended for r in self.rows.values())
+
+
+class ContinuousScheduler:
+    """`submit(part)` -> a Future of the part's SynthesisOutput; one thread generates every admitted row.
+
+    `load()` gives the model (called in that thread, inside `hold()`); `hold()` is held while any row generates,
+    so that other model work (a sweep) waits for it, and it for them."""
+
+    def __init__(self, load: Callable[[], LoadedModel], policy: SchedulerPolicy = SchedulerPolicy(),
+                 hold: Callable[[], AbstractContextManager] = nullcontext):
+        self.load, self.policy, self.hold = load, policy, hold
+        self._arrivals: queue.Queue[_Job] = queue.Queue()
+        self._waiting: list[_Job] = []  # arrived, not yet (fully) admitted: the loop thread's own
+        self._lock = threading.Lock()
+        self._queued = 0  # requests submitted and not yet admitted (any thread reads it)
+        self._busy_rows = 0
+        self._mean_request_s = 5.0  # for Retry-After, updated as requests finish
+        self._live_rows: list[Row] = []  # the decoder's rows, for failing their callers when a step fails
+        self._thread: threading.Thread | None = None
+
+    # ---- any thread
+
+    def submit(self, part: Part) -> Future:
+        with self._lock:  # a request's texts take rows one by one as they free: any number may wait
+            if self._queued >= self.policy.max_queue and self._busy_rows >= self.policy.max_rows:
+                raise Overloaded(f"the server is at capacity: {self._busy_rows} of {self.policy.max_rows} rows busy "
+                                 f"and {self._queued} requests waiting", self.retry_after_s())
+            self._queued += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="continuous-batching", daemon=True)
+                self._thread.start()
+        job = _Job(part, Future(), texts=list(enumerate(part.request.texts)))
+        self._arrivals.put(job)
+        return job.future
+
+    def retry_after_s(self) -> int:
+        """Seconds until a row is likely free: the queue ahead, served max_rows at a time."""
+        ahead = self._queued / self.policy.max_rows + 1
+        return max(1, math.ceil(self._mean_request_s * ahead))
+
+    def status(self) -> tuple[int, int, int]:
+        """(requests waiting for a row, rows generating, rows in all)."""
+        return self._queued, self._busy_rows, self.policy.max_rows
+
+    # ---- the loop thread
+
+    def _serve(self) -> None:
+        while True:
+            self._waiting.append(self._arrivals.get())  # idle until something arrives
+            try:
+                with self.hold():
+                    model = self.load()
+                    set_threads(model.config.threads)
+                    with model.lock:
+                        self._run_while_busy(model)
+            except Exception as exc:  # the model would not load, or a step failed: every caller hears why
+                log.exception("continuous batching: generation failed")
+                for job in self._waiting:
+                    if job.admitted is None:
+                        self._dequeued(job)
+                for job in dict.fromkeys(self._waiting + [r.owner for r in self._live_rows]):
+                    self._fail(job, exc)
+                self._waiting, self._live_rows = [], []
+                with self._lock:
+                    self._busy_rows = 0
+
+    def _run_while_busy(self, model: LoadedModel) -> None:
+        reason = continuous_unsupported_reason(model)
+        if reason:
+            raise RuntimeError(f"continuous batching needs the lab engine: {reason}")
+        decoder = self._decoder(model)
+        while True:
+            self._collect_arrivals()
+            self._admit(model, decoder)
+            self._stop_asked(model, decoder)
+            if not decoder.active:
+                if not self._waiting and self._arrivals.empty():
+                    return  # idle: release the model (and `hold`) until the next request
+                continue
+            ended = decoder.step()
+            self._after_step(model, decoder, ended)
+
+    def _decoder(self, model: LoadedModel) -> RowDecoder:
+        decoder = getattr(model, "_continuous_decoder", None)
+        if decoder is None or decoder.rows != self.policy.max_rows:
+            decoder = RowDecoder(engine_of(model), model.chat, self.policy.max_rows)
+            model._continuous_decoder = decoder  # its cache lives as long as the model, reused by each busy spell
+        decoder.reset()
+        return decoder
+
+    def _collect_arrivals(self) -> None:
+        while True:
+            try:
+                self._waiting.append(self._arrivals.get_nowait())
+            except queue.Empty:
+                return
+
+    def _admit(self, model: LoadedModel, decoder: RowDecoder) -> None:
+        """Fill free rows from the oldest waiting requests, text by text (a request's texts may start apart)."""
+        while decoder.free and self._waiting:
+            job = self._waiting[0]
+            if job.part.stop.is_set():  # asked to stop before (all of) it started
+                self._waiting.pop(0)
+                if job.admitted is None:
+                    self._dequeued(job)
+                job.texts.clear()
+                self._release_job(decoder, job)
+                self._finish(model, job)
+                continue
+            index, text = job.texts.pop(0)
+            try:
+                self._admit_text(model, decoder, job, index, text)
+            except Exception as exc:  # this request's prompt could not be built: it alone fails
+                self._waiting.pop(0)
+                self._release_job(decoder, job)
+                self._fail(job, exc)
+                continue
+            if not job.texts:
+                self._waiting.pop(0)
+        self._rows_changed(decoder)
+        for row in decoder.active:
+            row.owner.shared_with = max(row.owner.shared_with, len(decoder.active))
+
+    def _admit_text(self, model: LoadedModel, decoder: RowDecoder, job: _Job, index: int, text: str) -> None:
+        request = job.part.request
+        if job.admitted is None:
+            job.admitted = time.perf_counter()
+            job.part.queue_wait_s = job.admitted - job.enqueued
+            self._dequeued(job)
+        params_code, params_refine = _params(model, request)
+        text = prepare_text(model.chat, text, params_refine, not request.refine.enabled, request.normalize_text)
+        row = decoder.admit(capture_prompt(model.chat, text, params_code), owner=job)
+        row.meta["index"] = index
+        job.rows[index] = row
+        self._stream(model, job, index, row)
+        if row.ended:
+            self._leave(model, decoder, [row])
+
+    def _dequeued(self, job: _Job) -> None:
+        with self._lock:
+            self._queued -= 1
+
+    def _stop_asked(self, model: LoadedModel, decoder: RowDecoder) -> None:
+        """Rows of requests whose caller asked to stop (Interrupt, a hang-up) end now and free their rows; waiting
+        requests whose caller went away leave the queue."""
+        for job in [j for j in self._waiting if j.part.stop.is_set() and j.admitted is None]:
+            self._waiting.remove(job)
+            self._dequeued(job)
+            self._finish(model, job)
+        stopped = [row for row in decoder.active if row.owner.part.stop.is_set()]
+        for row in stopped:
+            row.ended = row.ended or "stopped"
+        self._leave(model, decoder, stopped)
+
+    def _leave(self, model: LoadedModel, decoder: RowDecoder, rows: list[Row]) -> None:
+        """Free the rows, say so, then answer the requests they finish (a caller that hears its answer can count
+        on its row being free)."""
+        for row in rows:
+            decoder.release(row)
+        self._rows_changed(decoder)
+        for job in dict.fromkeys(row.owner for row in rows):
+            self._maybe_finish(model, job)
+
+    def _rows_changed(self, decoder: RowDecoder) -> None:
+        """Publish which rows generate (submit reads the count from other threads to refuse or accept)."""
+        self._live_rows = list(decoder.active)
+        with self._lock:
+            self._busy_rows = len(decoder.active)
+
+    def _after_step(self, model: LoadedModel, decoder: RowDecoder, ended: list[Row]) -> None:
+        for row in list(decoder.active):
+            self._stream(model, row.owner, row.meta["index"], row)
+        self._leave(model, decoder, ended)
+
+    # ---- audio
+
+    def _stream(self, model: LoadedModel, job: _Job, index: int, row: Row) -> None:
+        """Send a streamed row's next chunk when it is due (chunk_due), and the rest at its end: the spans of the
+        lab's own streaming (new frames, LEFT_CONTEXT tokens of context, the last HOLD tokens kept back)."""
+        if not job.stream:
+            return
+        n = row.generated
+        sent = row.meta.setdefault("sent", 0)
+        if not (row.ended or chunk_due(n)):
+            return
+        upto = metrics.samples_for_tokens(n) if row.ended else SAMPLES_PER_TOKEN * max(0, n - HOLD)
+        if upto <= sent:
+            return
+        t0 = time.perf_counter()
+        audio = _decode_span(model.chat, [row.hiddens[:n]], [n], sent, upto, LEFT_CONTEXT)[0]
+        job.decode_s += time.perf_counter() - t0
+        row.meta["sent"] = upto
+        job.audio.setdefault(index, []).append(audio)
+        elapsed = time.perf_counter() - job.admitted
+        job.first_audio_s = elapsed if job.first_audio_s is None else job.first_audio_s
+        texts = [np.zeros(0, np.float32)] * len(job.part.request.texts)
+        texts[index] = audio
+        chunk = StreamChunk(texts, elapsed, job.chunks, model.synthetic, job.part.queue_wait_s, job.shared_with)
+        job.chunks += 1
+        try:
+            job.part.on_chunk(replace(chunk, scheduling="continuous"))
+        except Exception:  # the caller's own failure (a closed queue): its row carries on until it is stopped
+            log.exception("continuous batching: a chunk could not be handed over")
+
+    def _whole_audio(self, model: LoadedModel, job: _Job, row: Row) -> np.ndarray:
+        n = row.generated
+        if n == 0:
+            return np.zeros(0, np.float32)
+        t0 = time.perf_counter()
+        wavs = np.asarray(model.chat._decode_to_wavs([row.hiddens[:n]], True))
+        job.decode_s += time.perf_counter() - t0
+        return wavs[0, : metrics.samples_for_tokens(n)].astype(np.float32)
+
+    # ---- results
+
+    def _maybe_finish(self, model: LoadedModel, job: _Job) -> None:
+        if job.done() or (job.part.stop.is_set() and not any(r.ended is None for r in job.rows.values())):
+            if job.part.stop.is_set():
+                job.texts.clear()
+                if job in self._waiting:
+                    self._waiting.remove(job)
+            self._finish(model, job)
+
+    def _finish(self, model: LoadedModel, job: _Job) -> None:
+        if job.future.done():
+            return
+        texts = job.part.request.texts
+        audio = []
+        for i in range(len(texts)):
+            row = job.rows.get(i)
+            if row is None:
+                audio.append(np.zeros(0, np.float32))
+            elif job.stream:
+                audio.append(np.concatenate(job.audio.get(i, [])) if job.audio.get(i) else np.zeros(0, np.float32))
+            else:
+                audio.append(self._whole_audio(model, job, row))
+        job.future.set_result(self._output(model, job, audio))
+        wall = time.perf_counter() - (job.admitted or job.enqueued)
+        self._mean_request_s = 0.8 * self._mean_request_s + 0.2 * wall
+
+    def _output(self, model: LoadedModel, job: _Job, audio: list[np.ndarray]) -> SynthesisOutput:
+        rows = [job.rows.get(i) for i in range(len(audio))]
+        wall = time.perf_counter() - (job.admitted or job.enqueued)
+        prefill = sum(r.prefill_s for r in rows if r)
+        stages = StageTimes(prefill_s=prefill, decode_s=max(0.0, wall - prefill - job.decode_s),
+                            decoder_s=job.decode_s)  # decoder_s: decoder and vocoder together
+        m = Measurements(
+            wall_s=wall, stages=stages, tokens=[r.generated if r else 0 for r in rows],
+            gpt_steps=sum(r.steps for r in rows if r), audio_s=[len(a) / SAMPLE_RATE for a in audio],
+            peak_rss_mb=psutil.Process().memory_info().rss / 2**20, peak_device_mb=None,
+            effective=dict(model.effective, scheduling="continuous", rows=self.policy.max_rows),
+            ttfa_s=job.first_audio_s, interrupted=job.part.stop.is_set() or any(r is None for r in rows),
+            queue_wait_s=job.part.queue_wait_s, batch_requests=job.shared_with, scheduling="continuous")
+        return SynthesisOutput(audio, m, model.synthetic, texts=job.part.request.texts)
+
+    def _release_job(self, decoder: RowDecoder, job: _Job) -> None:
+        for row in job.rows.values():
+            if row in decoder.active:
+                decoder.release(row)
+
+    def _fail(self, job: _Job, exc: Exception) -> None:
+        if not job.future.done():
+            job.future.set_exception(exc)
