@@ -67,8 +67,8 @@ def test_help_shows_defaults_as_they_are_typed_and_once():
     text = " ".join(build_parser().format_help().split())  # argparse wraps lines
     assert "cpu, cuda, cuda:N, mps (default: cpu)" in text and "('cpu',)" not in text
     assert "torch.compile off,on (default: off)" in text
-    assert "(default: usable cores)" in text and "(default: usable cores) (default: None)" not in text
-    assert "--fidelity-tokens FIDELITY_TOKENS audio tokens of each fidelity check" in text and "(default: 32)" in text
+    assert "(default: every usable core)" in text and "(default: None)" not in text
+    assert "--fidelity-tokens FIDELITY_TOKENS audio tokens of the fidelity check's decode (default: 32)" in text
 
 
 def test_list_into_a_reader_that_stops_ends_without_a_traceback(tmp_path):

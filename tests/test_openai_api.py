@@ -139,7 +139,7 @@ def test_input_is_limited_to_4096_characters(client):
 @pytest.mark.parametrize("request_args, param, sentence", [
     ({"speed": 10}, "speed", "invalid 'speed': Input should be less than or equal to 4 (got 10)"),
     ({"speed": 0.1}, "speed", "invalid 'speed': Input should be greater than or equal to 0.25 (got 0.1)"),
-    ({"input": ""}, None, "text is empty"),
+    ({"input": ""}, "input", "text is empty"),
     ({"voice": "Nobody"}, "voice", "unknown voice 'Nobody'"),
     ({"voice": "seed:x"}, "voice", "after 'seed:' comes a whole number"),
     ({"response_format": "opus"}, "response_format", "'opus' is not available here"),

@@ -129,7 +129,7 @@ def test_eight_concurrent_requests_are_all_served_with_valid_audio(served):
         else:  # ChatTTS's stream drops near-silent samples; on noise a handful
             assert expected - expected // 20 <= samples(answer) <= expected
         assert answer.headers["x-chattts-synthetic"] == "true"
-        assert answer.headers["x-chattts-config"] == "stock, fp32, cpu, 1 threads, 2 Ray Serve replicas"
+        assert answer.headers["x-chattts-config"] == "stock, fp32, cpu, 1 thread, 2 Ray Serve replicas"
         assert 1 <= int(answer.headers["x-chattts-batch-requests"]) <= 2  # --max-batch 2
 
 
@@ -169,7 +169,7 @@ def test_the_serving_benchmark_measures_the_deployment(served, tmp_path):
     (finished,) = [e for e in run_serving(spec, tmp_path / "lab.sqlite") if isinstance(e, ServeFinished)]
     (level,) = finished.summaries
     assert finished.status == "finished" and level["ok"] == 2 and level["errors"] == level["lost"] == 0
-    assert level["config"] == "stock, fp32, cpu, 1 threads, 2 Ray Serve replicas"
+    assert level["config"] == "stock, fp32, cpu, 1 thread, 2 Ray Serve replicas"
 
 
 def test_each_replica_asks_ray_for_its_threads_cpus_or_one_gpu():

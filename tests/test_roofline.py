@@ -17,6 +17,7 @@ from chattts_lab import metrics
 
 from chattts_lab.trackers import roofline
 
+from chattts_lab.sweep import interleave
 from chattts_lab.sweep import runner as sweep
 from chattts_lab.history.plots import REPORT_FIGURES, roofline_by_config
 from chattts_lab.history.recommend import recommend
@@ -105,6 +106,7 @@ def _counted_sweep(db: Path, passes: int):
 
     patch = pytest.MonkeyPatch()
     patch.setattr(sweep, "measure_read_bandwidth", counting)
+    patch.setattr(interleave, "measure_read_bandwidth", counting)  # the passes' and cells' reads are made there
     try:
         spec = SweepSpec(model="synthetic-tiny", precisions=("fp32", "int4", "bf16"), tokens=(8,), repeats=1,
                          warmup=0, min_time_s=0.0, fidelity=False, passes=passes)
