@@ -79,11 +79,9 @@ def continuous_unsupported_reason(model: LoadedModel) -> str | None:
 
 
 def engine_of(model: LoadedModel):
-    """The lab engine of a loaded model (as `LoadedModel.engine`, or on the ChatTTS instance), or None."""
-    for engine in (getattr(model, "engine", None), getattr(model.chat, "lab_engine", None)):
-        if engine is not None and hasattr(engine, "gpt_module") and hasattr(engine, "heads"):
-            return engine
-    return None
+    """The lab's decode-loop runtime of a loaded model (`LoadedModel.engine`), or None for other engines."""
+    engine = getattr(model, "engine", None)
+    return engine if hasattr(engine, "gpt_module") and hasattr(engine, "heads") else None
 
 
 @dataclass(eq=False)
