@@ -410,7 +410,7 @@ def test_interrupt_stops_lab_generation(lab_fp32):
 
 CONVERSION_PROBE = """
 import json, sys, torch
-from chattts_lab.engines.lab import install_lab_engine
+from chattts_lab.engines.lab import install_lab
 from chattts_lab.engines.lab.model import release_freed_memory
 from chattts_lab.trackers.measure import PeakMemory
 from chattts_lab.models import LoadConfig, load_model
@@ -421,7 +421,7 @@ layer_mb = sum(p.numel() * 4 for p in model.chat.gpt.gpt.layers[0].parameters())
 release_freed_memory()
 before = rss()
 with PeakMemory(torch.device("cpu")) as mem:
-    install_lab_engine(model.chat, device=torch.device("cpu"), precision="int8", compile=False)
+    install_lab(model.chat, device=torch.device("cpu"), precision="int8", compile=False)
 print(json.dumps({"overshoot": mem.peaks.rss_mb - max(before, rss()), "layer_mb": layer_mb}))
 """
 

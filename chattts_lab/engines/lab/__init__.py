@@ -1,6 +1,6 @@
 """The lab engine: ChatTTS's GPT run by a lean decode loop, in fp32, fp16, bf16, int8 or int4.
 
-`LabEngine` is its entry in the engine registry (chattts_lab/engines). `install_lab_engine(chat, device,
+`LabEngine` is its entry in the engine registry (chattts_lab/engines). `install_lab(chat, device,
 precision, compile)` converts the loaded GPT one layer at a time into
 `LeanLlama` and replaces `chat.gpt.generate` on that instance with `lab_generate`; everything else in
 ChatTTS (prompts, speakers, refine, decoder, vocoder) is its own, except that under int8/int4 on a
@@ -29,7 +29,7 @@ from chattts_lab.engines.lab.vocoder import install_bf16_decoding
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LabEngine", "LabRuntime", "install_lab_engine", "replace_the_gpt"]
+__all__ = ["LabEngine", "LabRuntime", "install_lab", "replace_the_gpt"]
 
 
 class LabEngine(Engine):
@@ -57,7 +57,7 @@ class LabEngine(Engine):
         return None
 
     def install(self, chat, device, precision, *, compile, threads) -> LabRuntime:
-        return install_lab_engine(chat, device, precision, compile)
+        return install_lab(chat, device, precision, compile)
 
 
 def _compute_dtype(device: torch.device, precision: str) -> torch.dtype:
@@ -76,7 +76,7 @@ def trim_around_the_gpt(chat, precision: str, gpt_folder: str) -> None:
     load_dvae_on_demand(chat, gpt_folder)  # synthesis never calls it: 58 MB less resident
 
 
-def install_lab_engine(chat, device, precision: str, compile: bool = False) -> LabRuntime:
+def install_lab(chat, device, precision: str, compile: bool = False) -> LabRuntime:
     """Convert `chat`'s GPT for the lab engine and route `chat.gpt.generate` through it."""
     device = torch.device(device)
     LabEngine().check(device, precision)

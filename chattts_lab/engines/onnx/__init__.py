@@ -1,6 +1,6 @@
 """The onnx engine: ChatTTS's GPT exported to ONNX and run by ONNX Runtime, in fp32, fp16, int8 or int4.
 
-`OnnxEngine` is its entry in the engine registry (chattts_lab/engines). `install_onnx_engine(chat, device,
+`OnnxEngine` is its entry in the engine registry (chattts_lab/engines). `install_onnx(chat, device,
 precision, threads)` exports the loaded GPT (or reuses the cached export of
 the same weights), quantizes it if asked, opens an ONNX Runtime session and routes `chat.gpt.generate` through
 the lab engine's decode loop with that session as the forward pass. Everything else in ChatTTS (normaliser,
@@ -23,7 +23,7 @@ from chattts_lab.engines.onnx.session import OnnxLlama, provider_for
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OnnxEngine", "OnnxRuntime", "install_onnx_engine"]
+__all__ = ["OnnxEngine", "OnnxRuntime", "install_onnx"]
 
 
 class OnnxEngine(Engine):
@@ -55,7 +55,7 @@ class OnnxEngine(Engine):
         return None
 
     def install(self, chat, device, precision, *, compile, threads) -> "OnnxRuntime":
-        return install_onnx_engine(chat, device, precision, threads)
+        return install_onnx(chat, device, precision, threads)
 
 
 class OnnxRuntime(LabRuntime):
@@ -80,7 +80,7 @@ class OnnxRuntime(LabRuntime):
         return {"onnx_threads": self.gpt_module.use_threads(threads)}  # fixed per session: rebuilt when it changes
 
 
-def install_onnx_engine(chat, device, precision: str, threads: int) -> OnnxRuntime:
+def install_onnx(chat, device, precision: str, threads: int) -> OnnxRuntime:
     """Build or reuse the ONNX graph of `chat`'s GPT and route `chat.gpt.generate` through it."""
     device = torch.device(device)
     OnnxEngine().check(device, precision)
