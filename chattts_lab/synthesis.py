@@ -120,7 +120,7 @@ def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | Non
     voices merged into one batch (the request's own voice is then unused).
     """
     request = request if checked else validate_request(request)
-    with model.lock, _memory_errors_explained(model, request), _speakers_per_row(model, row_speakers):
+    with model.lock, memory_errors_of(model, request), _speakers_per_row(model, row_speakers):
         call = _begin(model, request, threads, stop)
         with call.recorder.attached(model.chat, model.engine), call.memory:
             call.t0 = call.recorder.clock.now()
@@ -136,7 +136,7 @@ def synthesize_stream(
     """Yield StreamChunk as audio arrives, then one final SynthesisOutput with the whole audio (`stop`,
     `checked` and `row_speakers` as in synthesize)."""
     request = request if checked else validate_request(request)
-    with model.lock, _memory_errors_explained(model, request), _speakers_per_row(model, row_speakers):
+    with model.lock, memory_errors_of(model, request), _speakers_per_row(model, row_speakers):
         call = _begin(model, request, threads, stop)
         index = 0
         with call.recorder.attached(model.chat, model.engine), call.memory:
@@ -167,12 +167,17 @@ def warm_up(model: LoadedModel) -> None:
     synthesize(model, SynthesisRequest.of(WARM_UP_TEXTS, max_new_token=4, min_new_token=4))
 
 
-def _memory_errors_explained(model: LoadedModel, request: SynthesisRequest):
+def memory_errors_of(model: LoadedModel, request: SynthesisRequest):
     """Out of memory becomes OutOfMemory naming the request's size (the model and a server stay usable)."""
+    return memory_errors_explained(
+        f"on {model.device} synthesizing {len(request.texts)} text(s) of up to {request.max_new_token} tokens")
+
+
+def memory_errors_explained(doing: str):
+    """The out-of-memory boundary of synthesis, whoever runs it (one call, or the continuous-batching loop)."""
     return out_of_memory_boundary(
-        f"on {model.device} synthesizing {len(request.texts)} text(s) of up to {request.max_new_token} tokens",
-        "the model stays loaded and the server is still up: use a smaller batch, fewer or shorter texts, "
-        "fewer audio tokens or a lower precision")
+        doing, "the model stays loaded and the server is still up: use a smaller batch, fewer or shorter texts, "
+               "fewer audio tokens or a lower precision")
 
 
 def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None, stop: threading.Event | None) -> _Call:

@@ -17,6 +17,7 @@ from chattts_lab import InvalidRequest, Sampling, SynthesisRequest
 from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.serving.batcher import Batcher, BatchPolicy
 from chattts_lab.metrics import samples_for_tokens
+from tests.event_loop import run_in_fresh_loop
 
 N = 24
 FIXED = dict(min_new_token=N, max_new_token=N, sampling=Sampling(audio_seed=7))
@@ -78,7 +79,7 @@ def test_batcher_fills_batches_by_group_in_arrival_order():
                  [("a", "a1"), ("b", "b1"), ("a", "a2"), ("b", "b2"), ("a", "a3"), ("a", "a4")]]
         return await asyncio.gather(*calls)
 
-    results = asyncio.run(scenario())
+    results = run_in_fresh_loop(scenario())
     assert results == ["a1", "b1", "a2", "b2", "a3", "a4"]  # each caller gets its own result
     assert ran == [["a1", "a2"], ["b1", "b2"], ["a3", "a4"]]
 
@@ -95,7 +96,7 @@ def test_batcher_tells_every_caller_of_a_failed_batch_and_serves_the_next():
                                     batcher.submit("good", part("z")), batcher.submit("good", part("w")),
                                     return_exceptions=True)
 
-    results = asyncio.run(scenario())
+    results = run_in_fresh_loop(scenario())
     assert [type(r) for r in results[:2]] == [MemoryError, MemoryError] and results[2:] == ["ok", "ok"]
 
 
@@ -112,7 +113,7 @@ def test_a_bad_request_is_refused_before_it_joins_a_batch():
     from webui.runtime import RuntimeSettings
 
     with pytest.raises(InvalidRequest, match="empty"):
-        asyncio.run(serve(AppContext(model="synthetic-tiny"), RuntimeSettings(), SynthesisRequest.of("   ")))
+        run_in_fresh_loop(serve(AppContext(model="synthetic-tiny"), RuntimeSettings(), SynthesisRequest.of("   ")))
 
 
 def test_requests_with_different_voices_share_a_batch_and_each_row_speaks_in_its_own(tiny_model):

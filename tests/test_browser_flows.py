@@ -100,8 +100,6 @@ def test_sweep_form_mistakes_are_one_line_naming_the_box_and_the_quick_preset_sa
     assert page.locator("#sw-batches textarea, #sw-batches input").first.input_value() == "1"
 
 
-# Failed in the last full run of 2026-12-01 (ninth session's closing note): its 2-cell sweep can be noisy, and a noisy sweep no longer sets the served default. Deselected until fixed.
-@pytest.mark.slow
 def test_after_a_sweep_every_panel_follows_it(page):
     open_tab(page, "Benchmark", "Sweep")
     set_text(page, "sw-batches", "1")
@@ -163,9 +161,10 @@ def test_after_a_sweep_every_panel_follows_it(page):
     expect(page.locator("#in-use")).to_contain_text("chosen on this page")
     page.reload()
     page.wait_for_selector("#generate", timeout=120_000)
-    expect(page.locator("#in-use")).to_contain_text(f"the recommendation of sweep #{sweep_id}", timeout=LONG)
+    # What it serves now is this sweep's verdict: its recommendation when measured faster than the default, else
+    # the default with why (not faster, or noisy: two 8-token cells on a shared machine can drift past the limit).
+    expect(page.locator("#in-use")).to_contain_text(re.compile(rf"sweep #{sweep_id}\b"), timeout=LONG)
     expect(page.locator("#in-use")).not_to_contain_text("no sweep on this machine yet")
-    expect(page.locator("#use-fastest")).to_be_hidden()  # the recommendation in use is the fastest measured
 
 
 def test_synthesis_keeps_results_on_a_mistake_streams_cleanly_and_takes_long_split_text(page, tmp_path):

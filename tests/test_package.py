@@ -1,13 +1,11 @@
 """The project installs as a package: `pip install .` puts chattts_lab, bench and webui on the path, and the
-README's "Using the library" snippet runs outside the checkout.
+README's "The Python library" snippet runs outside the checkout.
 
 Offline and fast: a fresh venv sees the test venv's site-packages (the installed dependencies) through a .pth
 file, the way `--system-site-packages` would, and the project is installed into it with `--no-deps`.
 """
 
 from __future__ import annotations
-
-import pytest
 
 import os
 import re
@@ -24,7 +22,7 @@ SOURCES = ("pyproject.toml", "requirements.txt", "requirements-cluster.txt", "RE
 
 def readme_library_snippet() -> str:
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Using the library"):]
+    section = readme[readme.index("### The Python library"):]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -37,8 +35,6 @@ def _venv_with_dependencies(path: Path) -> Path:
     return python
 
 
-# Failed in the last full run of 2026-12-01 (ninth session's closing note): not yet checked against the subpackage layout. Deselected until fixed.
-@pytest.mark.slow
 def test_pip_install_puts_the_library_on_the_path_and_the_readme_snippet_runs_elsewhere(tmp_path):
     src = tmp_path / "src"  # a copy: building writes build/ and *.egg-info next to the sources
     src.mkdir()
@@ -68,4 +64,4 @@ def test_pip_install_puts_the_library_on_the_path_and_the_readme_snippet_runs_el
     assert run.returncode == 0, run.stderr[-3000:]
     where = run.stdout.split("FROM ")[-1].strip()
     assert where.startswith(str(tmp_path / "venv")), where  # the installed copy, not the checkout
-    assert (Path(where).parent / "lab" / "kernels.cpp").exists()  # package data: the lab engine's kernels
+    assert (Path(where).parent / "engines" / "lab" / "kernels.cpp").exists()  # package data: the lab engine's kernels

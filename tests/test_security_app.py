@@ -155,8 +155,6 @@ def test_monitoring_is_off_by_default(auth_app):
         assert status in (403, 404, 405) or b"not enabled" in body.lower(), f"{path}: {status} {body[:200]!r}"
 
 
-# Failed in the last full run of 2026-12-01 (ninth session's closing note): the out-of-memory message reaches the page as Gradio's generic error since the merge. Deselected until fixed.
-@pytest.mark.slow
 def test_out_of_memory_is_a_clear_message_and_the_server_keeps_serving(auth_app, logged_in):
     """A real allocation failure: the app's address space is capped (prlimit) just above what it uses."""
     from gradio_client.exceptions import AppError

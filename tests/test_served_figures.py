@@ -3,9 +3,6 @@ model included), and refusals name the field they are about."""
 
 from __future__ import annotations
 
-import pytest
-
-import asyncio
 import threading
 import time
 
@@ -14,11 +11,11 @@ from webui import speech
 from webui.context import AppContext
 from webui.runtime import RuntimeSettings
 
+from tests.event_loop import run_in_fresh_loop
+
 HOLD_S = 3.0
 
 
-# Failed in the last full run of 2026-12-01 (ninth session's closing note): asyncio.run() inside a running loop since the merge. Deselected until fixed.
-@pytest.mark.slow
 def test_a_wait_behind_a_sweep_holding_the_model_counts_as_queueing(tmp_path):
     ctx = AppContext(model="synthetic-tiny", outputs_dir=tmp_path)
     held, released = threading.Event(), threading.Event()
@@ -35,21 +32,19 @@ def test_a_wait_behind_a_sweep_holding_the_model_counts_as_queueing(tmp_path):
     holder.start()
     held.wait()  # the model is taken before the request arrives, as by a sweep already running
     request = SynthesisRequest.of("Hello.", max_new_token=4, min_new_token=4)
-    out, _ = asyncio.run(speech.serve(ctx, RuntimeSettings(threads=1), request))
+    out, _ = run_in_fresh_loop(speech.serve(ctx, RuntimeSettings(threads=1), request))
     holder.join()
     assert released.is_set()
     # at least the hold (less the moment a thread takes to start): not the batcher's own 25 ms wait for company
     assert out.measurements.queue_wait_s >= HOLD_S / 2, out.measurements.queue_wait_s
 
 
-# Failed in the last full run of 2026-12-01 (ninth session's closing note): imports bench.serve_cli.main, which `serve` as a subcommand replaced. Deselected until fixed.
-@pytest.mark.slow
 def test_a_serving_run_against_a_url_records_the_apps_own_model_and_batch_limit(app_url, tmp_path, capsys):
-    from bench.serve_cli import main
+    from bench.cli import main
     from chattts_lab.history.store import Store
 
     db = tmp_path / "lab.sqlite"
-    assert main(["--url", app_url, "--users", "1", "--requests", "1", "--tokens", "4", "--db", str(db)]) == 0
+    assert main(["serve", "--url", app_url, "--users", "1", "--requests", "1", "--tokens", "4", "--db", str(db)]) == 0
     err = capsys.readouterr().err
     assert "level 1: 1 user, max batch 8…" in err  # the app's default batch limit, not 0; one user, not "1 users"
     with Store(db) as store:
@@ -59,8 +54,6 @@ def test_a_serving_run_against_a_url_records_the_apps_own_model_and_batch_limit(
     assert sweep["spec"]["served"]["max_batch"] == 8 and levels[0]["max_batch"] == 8
 
 
-# Failed in the last full run of 2026-12-01 (ninth session's closing note): /run_sweep's drift columns were lost when the webui split merged. Deselected until fixed.
-@pytest.mark.slow
 def test_run_sweep_returns_the_drift_and_says_which_settings_took_no_effect(tmp_path):
     from webui.benchmark_tab import api_run_sweep
 

@@ -11,12 +11,13 @@ from typing import Iterator, Sequence
 import gradio as gr
 import pandas as pd
 
+from chattts_lab.history.store import Store
 from chattts_lab.sweep.grid import describe
 from chattts_lab.history.report import results_frame, shown_columns
 from chattts_lab.sweep.results import CellResult
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.sweep.runner import (CallTimed, CellFinished, CellStarted, FidelityStarted, PassStarted, QualityStarted,
-                               SweepFinished, SweepPlanned, SweepStarted, run_sweep)
+                               SweepFinished, SweepPlanned, SweepStarted, run_sweep, unused_settings)
 from webui import figures
 from webui.context import AppContext, StopFlags
 from webui.sweep_form import ON_OFF, SweepForm, spec_from_form
@@ -138,17 +139,29 @@ def api_run_sweep(ctx: AppContext, devices: str = "cpu", precisions: str = "fp32
                   engines: str = "stock", compile: bool = False, warmup: int = 0, min_time_s: float = 0.0,
                   fidelity: bool = False, passes: int = SweepSpec.passes):
     """The `/run_sweep` API: comma lists as in `python -m bench` (empty threads: every usable core); returns the
-    results table when done. The first seven parameters keep the README's order; later ones have defaults."""
+    results table when done, each row with its sweep's `sweep_id`, `drift_pct`, `noisy` and `sweep_note` (the
+    drift sentence, and which settings took no effect). The first seven parameters keep the README's order; later
+    ones have defaults. With `passes` > 1 (interleaved) each cell is timed once per pass: `repeats` and
+    `min_time_s` apply with passes=1 only."""
     form = replace(SweepForm(), devices=_csv(devices), precisions=_csv(precisions), batches=batches, threads=threads,
                    tokens=tokens, repeats=repeats, streams=(ON_OFF[bool(stream)],), engines=_csv(engines),
                    compiles=(ON_OFF[bool(compile)],), warmup=warmup, min_time_s=min_time_s, fidelity=fidelity,
                    passes=passes)
-    final = pd.DataFrame()
-    for update in sweep_updates(ctx, spec_from_form(ctx.model, form, ctx.history_db), uuid.uuid4().hex):
+    final, sweep_id, spec = pd.DataFrame(), None, spec_from_form(ctx.model, form, ctx.history_db)
+    for update in sweep_updates(ctx, spec, uuid.uuid4().hex):
         if update.results is not None:
-            final = update.results
-    return display_frame(final)
+            final, sweep_id = update.results, update.sweep_id or sweep_id
+    return display_frame(final).assign(**sweep_columns(ctx, sweep_id, unused_settings(spec)))
 
+
+def sweep_columns(ctx: AppContext, sweep_id: int | None, unused: str) -> dict:
+    """What `/run_sweep` adds to every row: how steady the machine was over the sweep, and what took no effect."""
+    drift = {}
+    if sweep_id is not None:
+        with Store(ctx.history_db) as store:
+            drift = store.notes(sweep_id).get("drift") or {}
+    note = " ".join(filter(None, [drift.get("sentence"), f"Note: {unused}." if unused else ""]))
+    return {"sweep_id": sweep_id, "drift_pct": drift.get("drift_pct"), "noisy": drift.get("noisy"), "sweep_note": note}
 
 
 @dataclass(frozen=True)

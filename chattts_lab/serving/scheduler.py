@@ -35,7 +35,8 @@ from chattts_lab.engines.lab.continuous import Row, RowDecoder, capture_prompt
 from chattts_lab.engines.lab.stream import FIRST_CHUNK, HOLD, LEFT_CONTEXT, SAMPLES_PER_TOKEN, _decode_span, prepare_text
 from chattts_lab.models import LoadedModel, set_threads
 from chattts_lab.trackers.stages import StageTimes
-from chattts_lab.synthesis import SAMPLE_RATE, Measurements, StreamChunk, SynthesisOutput, _params
+from chattts_lab.synthesis import (SAMPLE_RATE, Measurements, StreamChunk, SynthesisOutput, _params,
+                                   memory_errors_explained, memory_errors_of)
 
 log = logging.getLogger(__name__)
 STREAM_EVERY = 48  # tokens per chunk once a stream is ahead of its listener
@@ -157,7 +158,8 @@ class ContinuousScheduler:
                 with self.hold():
                     model = self.load()
                     set_threads(model.config.threads)
-                    with model.lock:
+                    with model.lock, memory_errors_explained(f"on {model.device} generating up to "
+                                                             f"{self.policy.max_rows} rows at once"):
                         self._run_while_busy(model)
             except Exception as exc:  # the model would not load, or a step failed: every caller hears why
                 log.exception("continuous batching: generation failed")
@@ -215,7 +217,8 @@ class ContinuousScheduler:
                 continue
             index, text = job.texts.pop(0)
             try:
-                self._admit_text(model, decoder, job, index, text)
+                with memory_errors_of(model, job.part.request):
+                    self._admit_text(model, decoder, job, index, text)
             except Exception as exc:  # this request's prompt could not be built: it alone fails
                 self._waiting.pop(0)
                 self._release_job(decoder, job)
@@ -256,6 +259,7 @@ class ContinuousScheduler:
         stopped = [row for row in decoder.active if row.owner.part.stop.is_set()]
         for row in stopped:
             row.ended = row.ended or "stopped"
+            self._stream(model, row.owner, row.meta["index"], row)  # what it held back: every token made so far
         self._leave(model, decoder, stopped)
 
     def _leave(self, model: LoadedModel, decoder: RowDecoder, rows: list[Row]) -> None:
