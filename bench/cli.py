@@ -27,7 +27,9 @@ from chattts_lab.history.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lin
 from chattts_lab.sweep.options import as_text, defaults
 from chattts_lab.history.recommend import MOS_DROP, WER_RISE_PTS, precision_by_length
 from chattts_lab.sweep.spec import SpecError, SweepSpec, cell_rule
-from chattts_lab.history.store import BundleError, Store, compare_frame, export_bundle, import_bundle, sweeps_frame
+from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle
+from chattts_lab.history.frames import compare_frame, sweeps_frame
+from chattts_lab.history.store import Store
 from chattts_lab.sweep.runner import (
     CallTimed,
     CellFinished,

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from chattts_lab.history.store import Store, fidelity_frame
+from chattts_lab.history.frames import fidelity_frame
+from chattts_lab.history.store import Store
 from chattts_lab.sweep.results import CANONICAL_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent

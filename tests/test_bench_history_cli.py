@@ -11,7 +11,8 @@ import pytest
 
 from chattts_lab.history.report import results_frame, write_reports
 from chattts_lab.sweep.results import RunConfig
-from chattts_lab.history.store import Store, export_bundle
+from chattts_lab.history.bundle import export_bundle
+from chattts_lab.history.store import Store
 from chattts_lab.sweep.runner import run_cell
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,17 +11,10 @@ import pytest
 
 from chattts_lab import metrics
 from chattts_lab.history.report import FORMATS, results_frame, write_reports
-from chattts_lab.history.store import (
-    BUNDLE_VERSION,
-    BundleError,
-    SCHEMA_VERSION,
-    Store,
-    cells_frame,
-    compare_frame,
-    export_bundle,
-    import_bundle,
-    sweeps_frame,
-)
+from chattts_lab.history.bundle import BUNDLE_VERSION, BundleError, export_bundle, import_bundle
+from chattts_lab.history.frames import cells_frame, compare_frame, sweeps_frame
+from chattts_lab.history.schema import SCHEMA_VERSION
+from chattts_lab.history.store import Store
 from chattts_lab.sweep.results import CANONICAL_COLUMNS, CellResult, RunConfig, summarize
 from chattts_lab.sweep.spec import SweepSpec
 

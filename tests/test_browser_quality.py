@@ -9,7 +9,8 @@ import re
 import pytest
 
 from chattts_lab.history.recommend import recommend_within_quality
-from chattts_lab.history.store import cells_frame, import_bundle
+from chattts_lab.history.bundle import import_bundle
+from chattts_lab.history.frames import cells_frame
 from tests.conftest import ROOT
 from tests.ui import LONG, open_tab, pick_option, set_number, wait_toast
 

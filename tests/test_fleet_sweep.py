@@ -26,7 +26,8 @@ from chattts_lab.sweep import cluster as lab_cluster
 from chattts_lab.history.report import markdown_table, results_frame
 from chattts_lab.sweep.results import CellResult, RunConfig
 from chattts_lab.sweep.spec import SpecError, SweepSpec
-from chattts_lab.history.store import Store, cells_frame, compare_frame
+from chattts_lab.history.frames import cells_frame, compare_frame
+from chattts_lab.history.store import Store
 from chattts_lab.sweep.fleet import fleet_result, measure_on_node
 from chattts_lab.sweep.runner import run_sweep
 from tests.conftest import ROOT, TINY

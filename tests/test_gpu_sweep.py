@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from chattts_lab.engines import unsupported_reason
-from chattts_lab.history.store import Store, import_bundle
+from chattts_lab.history.bundle import import_bundle
+from chattts_lab.history.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,7 +20,8 @@ import pytest
 
 from chattts_lab.history.compare import speed_ratio, sweep_comparison
 from chattts_lab.sweep.spec import SweepSpec
-from chattts_lab.history.store import Store, export_bundle
+from chattts_lab.history.bundle import export_bundle
+from chattts_lab.history.store import Store
 from chattts_lab.sweep.runner import CellFinished, PassStarted, SweepFinished, SweepPlanned, run_sweep
 
 TINY = dict(model="synthetic-tiny", tokens=(4,), threads=(1,), warmup=0, fidelity=False, passes=3)

@@ -12,7 +12,9 @@ from bench.cli import build_parser, spec_from_args
 from chattts_lab.quality import FIGURE_COLUMNS, NOT_MEANINGFUL
 from chattts_lab.history.report import markdown_report, results_frame
 from chattts_lab.sweep.spec import SweepSpec
-from chattts_lab.history.store import BundleError, Store, cells_frame, export_bundle, import_bundle, read_bundle
+from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle, read_bundle
+from chattts_lab.history.frames import cells_frame
+from chattts_lab.history.store import Store
 from chattts_lab.sweep.runner import QualityFinished, SweepFinished, run_sweep
 from tests.conftest import TINY
 

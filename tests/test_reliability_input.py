@@ -119,7 +119,7 @@ EVIL = "<script>alert('x')</script></script><img src=x onerror=alert(1)>"
 
 
 def _crafted_bundle(path):
-    from chattts_lab.history.store import BUNDLE_FORMAT, BUNDLE_VERSION
+    from chattts_lab.history.bundle import BUNDLE_FORMAT, BUNDLE_VERSION
     from chattts_lab.sweep.results import CellResult, RunConfig
 
     cells = [CellResult(RunConfig("../../../../etc/passwd", "cpu", p, 1, 1, 8), "error", reason=EVIL).to_dict()

@@ -24,7 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from chattts_lab.history.store import SCHEMA_VERSION, Store
+from chattts_lab.history.schema import SCHEMA_VERSION
+from chattts_lab.history.store import Store
 from chattts_lab.sweep.results import CellResult, RunConfig
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.sweep.runner import CellFinished, SweepFinished, resumable_sweep, run_cell, run_sweep

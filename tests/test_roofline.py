@@ -24,7 +24,10 @@ from chattts_lab.history.recommend import recommend
 from chattts_lab.history.report import bandwidth_lines, html_report, markdown_table, results_frame
 from chattts_lab.sweep.results import CellResult, RunConfig, summarize
 from chattts_lab.sweep.spec import SweepSpec
-from chattts_lab.history.store import SCHEMA_VERSION, Store, cells_frame, export_bundle, import_bundle
+from chattts_lab.history.bundle import export_bundle, import_bundle
+from chattts_lab.history.frames import cells_frame
+from chattts_lab.history.schema import SCHEMA_VERSION
+from chattts_lab.history.store import Store
 from chattts_lab.synthetic import SyntheticSpec, ensure_checkpoint
 
 DATA = Path(__file__).resolve().parent / "data"

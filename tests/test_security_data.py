@@ -43,7 +43,7 @@ def test_no_unsafe_deserialisation_or_shell_in_the_code(path):
 def test_a_pickled_voice_card_or_bundle_is_refused_as_data(tmp_path):
     import pickle
 
-    from chattts_lab.history.store import BundleError, read_bundle
+    from chattts_lab.history.bundle import BundleError, read_bundle
     from chattts_lab.voices import InvalidVoiceCard, parse_card
 
     class Boom:

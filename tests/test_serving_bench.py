@@ -16,7 +16,9 @@ import pytest
 
 from chattts_lab.serving.loadtest import ServeSpec, batching_gain, serving_frame
 from chattts_lab.sweep.spec import SpecError
-from chattts_lab.history.store import BundleError, Store, export_bundle, import_bundle, read_bundle, sweeps_frame
+from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle, read_bundle
+from chattts_lab.history.frames import sweeps_frame
+from chattts_lab.history.store import Store
 from tests.conftest import ROOT, TINY
 
 

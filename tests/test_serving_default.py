@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from chattts_lab.history.recommend import served_default
 from chattts_lab.sweep.results import CellResult, RunConfig
-from chattts_lab.history.store import Store, cells_frame, sweeps_frame
+from chattts_lab.history.frames import cells_frame, sweeps_frame
+from chattts_lab.history.store import Store
 
 DEFAULT = {"engine": "lab", "precision": "fp32", "device": "cpu", "threads": 2}
 HERE = {"hostname": "here", "cpu": {"model": "EPYC", "usable_cores": 2}, "ram_gb": 24}

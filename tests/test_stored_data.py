@@ -16,7 +16,10 @@ from bench.cli import main
 from chattts_lab.history.compare import sweep_comparison
 from chattts_lab.serving.loadtest import ServeSpec, serving_frame
 from chattts_lab.sweep.spec import SweepSpec
-from chattts_lab.history.store import SCHEMA_VERSION, Store, import_bundle, read_bundle, sweeps_frame
+from chattts_lab.history.bundle import import_bundle, read_bundle
+from chattts_lab.history.frames import sweeps_frame
+from chattts_lab.history.schema import SCHEMA_VERSION
+from chattts_lab.history.store import Store
 from chattts_lab.voices import parse_card
 
 STORED = Path(__file__).parent / "data" / "stored-cdbcb55"

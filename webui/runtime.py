@@ -41,7 +41,7 @@ def serving_choice(history_db, model: str) -> ServingChoice:
     stock fp32, faster; stock fp32 where lab cannot run), replaced only by a configuration a sweep of this machine
     and model measured faster (chattts_lab.history.recommend.served_default), with the fastest measured one a click away."""
     from chattts_lab.history.recommend import served_default
-    from chattts_lab.history.store import cells_frame, sweeps_frame
+    from chattts_lab.history.frames import cells_frame, sweeps_frame
 
     cores = max_threads()
     default = RuntimeSettings("cpu", engines.served_default("cpu")[1], cores, engines.served_default("cpu")[0])

@@ -14,7 +14,9 @@ from chattts_lab.history.compare import compare_sweeps as compare_ratios
 from chattts_lab.history.compare import sweep_comparison
 from chattts_lab.history.recommend import recommend
 from chattts_lab.history.report import write_reports
-from chattts_lab.history.store import BundleError, Store, cells_frame, compare_frame, export_bundle, import_bundle, sweeps_frame
+from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle
+from chattts_lab.history.frames import cells_frame, compare_frame, sweeps_frame
+from chattts_lab.history.store import Store
 from webui.context import AppContext
 from webui import present
 from webui.present import WARNING_S

@@ -1,4 +1,4 @@
-"""The shape of a bundle (chattts_lab.history.store's portable JSON), checked by pydantic before anything is imported.
+"""The shape of a bundle (chattts_lab.history.bundle's portable JSON), checked by pydantic before anything is imported.
 
 A bundle is someone else's file: what tables, plots and reports read from it must have the type they read, so a
 crafted one is refused here rather than crash a report later (any text in it is fine: reports escape it). Keys this

@@ -231,7 +231,7 @@ def sweep_comparison(db_path, sweep_id: int) -> dict:
 
 def compare_sweeps(db_path, sweep_ids: Sequence[int]):
     """The same configurations on several sweeps (machines, days): each later sweep against the first, per
-    configuration, with an interval, in the order of store.compare_frame's table. A DataFrame: configuration,
+    configuration, with an interval, in the order of frames.compare_frame's table. A DataFrame: configuration,
     sweep, baseline_sweep, ratio, ci_low, ci_high, phrase ("cpu stock fp32 batch 1 2 thr 32 tok: sweep 5 is 1.2x
     faster than sweep 3 (95% CI ...)")."""
     import pandas as pd
@@ -258,7 +258,7 @@ def compare_sweeps(db_path, sweep_ids: Sequence[int]):
 
 def _by_configuration(results: Sequence[CellResult]) -> dict[tuple, CellResult]:
     """A sweep's ok cells by the comparison table's configuration columns (the first of each, as the table)."""
-    from chattts_lab.history.store import COMPARE_KEYS
+    from chattts_lab.history.frames import COMPARE_KEYS
 
     out: dict[tuple, CellResult] = {}
     for r in results:

@@ -97,7 +97,7 @@ def served_default(cells: pd.DataFrame, sweeps: pd.DataFrame, model: str, defaul
     """What an app on `model` serves: its `default`, replaced only by a configuration measured faster than it on
     this machine, this model and this device (a local sweep that is not noisy and did not run on Ray nodes).
 
-    `cells` and `sweeps` are the history's frames (store.cells_frame, store.sweeps_frame); `cannot_run(settings)`
+    `cells` and `sweeps` are the history's frames (frames.cells_frame, frames.sweeps_frame); `cannot_run(settings)`
     says why a configuration cannot run in this app (None when it can). The default is compared with the
     candidate as measured in the same sweep, else in the history, else by the engines' reference figures, and the
     reason says which.

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from chattts_lab.sweep.results import CellResult
 from chattts_lab.sweep.spec import SweepSpec, cell_rule
-from chattts_lab.history.store import Store, export_bundle
+from chattts_lab.history.bundle import export_bundle
+from chattts_lab.history.store import Store
 
 NOT_REACHED = "not measured: the device call's time budget (docs/gpu/sweep.sh) ran out before this cell finished"
 

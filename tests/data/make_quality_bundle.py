@@ -22,7 +22,8 @@ from chattts_lab.quality import measures  # noqa: E402
 from chattts_lab.quality.sweep import config_key, summarise  # noqa: E402
 from chattts_lab.sweep.results import RunConfig, summarize  # noqa: E402
 from chattts_lab.sweep.spec import SweepSpec  # noqa: E402
-from chattts_lab.history.store import Store, export_bundle  # noqa: E402
+from chattts_lab.history.bundle import export_bundle
+from chattts_lab.history.store import Store  # noqa: E402
 from tests.espeak_speech import SENTENCE, quantized, speak, with_noise  # noqa: E402
 
 MODEL = "espeak-ng stand-ins (test data)"

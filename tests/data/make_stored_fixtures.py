@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from chattts_lab.requests import Refine, Sampling  # noqa: E402
 from chattts_lab.serving.loadtest import ServeSpec, run_serving  # noqa: E402
 from chattts_lab.sweep.spec import SweepSpec  # noqa: E402
-from chattts_lab.history.store import export_bundle  # noqa: E402
+from chattts_lab.history.bundle import export_bundle  # noqa: E402
 from chattts_lab.sweep.runner import CellFinished, run_sweep  # noqa: E402
 from chattts_lab.voices import VoiceCard  # noqa: E402
 

@@ -1,0 +1,68 @@
+"""The history as pandas tables, for tables, plots and comparisons (pandas imported lazily, on the first call)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chattts_lab.history.store import DEFAULT_DB, Store
+from chattts_lab.sweep.results import CANONICAL_COLUMNS
+
+
+def sweeps_frame(db_path: str | Path = DEFAULT_DB):
+    """History: one row per sweep (id, created_at, kind, status, machine, origin, n_cells, n_ok, drift_pct, noisy)."""
+    import pandas as pd
+
+    with Store(db_path) as store:
+        rows = [{**r, "drift": store.notes(r["id"]).get("drift") or {}} for r in store.sweeps_list()]
+    cols = ["id", "uuid", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
+            "noisy"]
+    return pd.DataFrame([{**{k: r[k] for k in cols if k in r}, "model": r["spec"].get("model"),
+                          "kind": r["spec"].get("kind", "sweep"),  # "serve": a serving benchmark (no cells)
+                          "drift_pct": r["drift"].get("drift_pct"), "noisy": r["drift"].get("noisy")} for r in rows],
+                        columns=cols)
+
+
+def cells_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None = None):
+    """Canonical rows of the given sweeps (all when None), failed cells included, with sweep columns."""
+    import pandas as pd
+
+    with Store(db_path) as store:
+        sweeps = {s["id"]: s for s in store.sweeps_list()}
+        ids = list(sweeps) if sweep_ids is None else [i for i in sweep_ids if i in sweeps]
+        rows = []
+        for sid in ids:
+            for r in store.results(sid, with_samples=False):
+                row = r.row()
+                rows.append({"sweep_id": sid, "machine": _machine(row, sweeps[sid]["machine"]),
+                             "created_at": sweeps[sid]["created_at"], **row})
+    return pd.DataFrame(rows, columns=["sweep_id", "machine", "created_at", *CANONICAL_COLUMNS])
+
+
+def _machine(row: dict, sweep_machine: str) -> str:
+    """Where a row was measured: its cluster node (so comparisons and plots group a fleet sweep by node), else the
+    sweep's machine."""
+    if not row["node"]:
+        return sweep_machine
+    return f"{row['node']} · {row['node_machine']}" if row["node_machine"] else row["node"]
+
+
+def fidelity_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None = None):
+    import pandas as pd
+
+    cols = ["sweep_id", "device", "engine", "precision", "status", "reason", "token_match", "first_divergence",
+            "hidden_rel_err", "hidden_rel_err_first_step", "steps", "dtype_gpt", "note"]
+    with Store(db_path) as store:
+        ids = [s["id"] for s in store.sweeps_list()] if sweep_ids is None else sweep_ids
+        rows = [{"sweep_id": sid, **f} for sid in ids for f in store.fidelity(sid)]
+    return pd.DataFrame(rows, columns=cols)
+
+
+COMPARE_KEYS = ("engine", "device", "precision", "batch_size", "threads", "tokens", "compile", "stream")
+
+
+def compare_frame(db_path: str | Path, sweep_ids: list[int], metric: str = "latency_p50_s"):
+    """One row per configuration, one column per sweep (machine): `metric` side by side, ok cells only."""
+    df = cells_frame(db_path, sweep_ids)
+    ok = df[df["status"] == "ok"].copy()
+    ok["sweep"] = ok["sweep_id"].astype(str) + ": " + ok["machine"].astype(str)
+    return ok.pivot_table(index=list(COMPARE_KEYS), columns="sweep", values=metric, aggfunc="first").reset_index()
