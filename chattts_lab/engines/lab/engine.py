@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, NamedTuple, Union
 
 import torch
 import torch.nn as nn
@@ -156,17 +156,59 @@ class LabRuntime(EngineRuntime):
             self.stream_first_chunk = saved
 
 
-def _prompt_masks(attention_mask: torch.Tensor | None, B: int, L: int, device):
-    """Positions [B, L] and the prefill mask ([B, 1, L, L] or None without padding), as transformers."""
+class _Prompt(NamedTuple):
+    """Where the prompt's tokens sit, and what each position may attend to."""
+    positions: torch.Tensor  # [B, L], as transformers numbers them
+    mask: torch.Tensor | None  # the prefill's mask [B, 1, L, L]; None without padding
+    lengths: torch.Tensor  # [B]: each prompt without its padding (the position of its first new token)
+    valid: torch.Tensor | None  # [B, 1, 1, L + max_new_token]: the cache slots a decode step sees; None without padding
+
+
+def _prompt(attention_mask: torch.Tensor | None, B: int, L: int, max_new_token: int, device) -> _Prompt:
     if attention_mask is None or bool(attention_mask.all()):
-        return torch.arange(L, device=device).expand(B, L), None, torch.full((B,), L, device=device)
+        return _Prompt(torch.arange(L, device=device).expand(B, L), None, torch.full((B,), L, device=device), None)
     am = attention_mask.to(device).bool()
     positions = am.long().cumsum(-1) - 1
     positions.masked_fill_(~am, 1)
     causal = torch.ones(L, L, dtype=torch.bool, device=device).tril()
     mask = causal[None] & am[:, None, :]
     mask |= torch.eye(L, dtype=torch.bool, device=device)[None]  # padded queries see themselves: no NaN rows
-    return positions, mask[:, None], am.long().sum(-1)
+    valid = torch.ones(B, 1, 1, L + max_new_token, dtype=torch.bool, device=device)
+    valid[:, 0, 0, :L] = am  # prompt padding stays masked in every decode step
+    return _Prompt(positions, mask[:, None], am.long().sum(-1), valid)
+
+
+class _Buffers(NamedTuple):
+    """What the decode loop writes into, allocated once before its first step."""
+    tokens: torch.Tensor  # [B, max_new_token, num_vq] (text: its one token in every codebook)
+    history: torch.Tensor  # [rows, max_new_token]: the same tokens in the rows of stock's logits, for the sampler
+    hiddens: torch.Tensor | None  # [B, max_new_token, dim] when the caller asks for hidden states
+    finish: torch.Tensor  # [B]: the items that have sampled their end token
+    end_idx: torch.Tensor  # [B]: each item's length
+
+
+def _buffers(engine: LabRuntime, inputs_ids, max_new_token: int, infer_text: bool, return_hidden: bool) -> _Buffers:
+    B, _, num_vq = inputs_ids.shape
+    device = engine.device
+    rows = B if infer_text else B * num_vq
+    return _Buffers(
+        tokens=torch.zeros(B, max_new_token, num_vq, dtype=inputs_ids.dtype, device=device),
+        history=torch.zeros(rows, max_new_token, dtype=inputs_ids.dtype, device=device),
+        hiddens=(torch.empty(B, max_new_token, engine.gpt_module.shape.dim, device=device) if return_hidden
+                 else None),
+        finish=torch.zeros(B, dtype=torch.bool, device=device),
+        end_idx=torch.zeros(B, dtype=torch.long, device=device))
+
+
+def _sampler(chat, engine: LabRuntime, out: _Buffers, *, temperature, eos_token, min_new_token, logits_processors,
+             infer_text: bool, manual_seed) -> Sampler:
+    B = out.tokens.shape[0]
+    rows = out.history.shape[0]
+    temperature = temperature.to(engine.device).float().unsqueeze(0).expand(B, -1).reshape(-1, 1)  # [rows, 1]
+    return Sampler(processors=logits_processors, temperature=temperature, rows=rows,
+                   vocab=engine.heads.text_vocab if infer_text else engine.heads.vocab, eos=eos_token,
+                   min_new_token=min_new_token, manual_seed=manual_seed, generator=chat.gpt.generator,
+                   history=out.history)
 
 
 @torch.inference_mode()
@@ -177,32 +219,46 @@ def lab_generate(chat, engine: LabRuntime, emb, inputs_ids, temperature, eos_tok
     """Same contract as ChatTTS's `GPT.generate` (yields `GPT.GenerationOutputs`)."""
     from ChatTTS.model.gpt import GPT
 
-    gpt, model, heads = chat.gpt, engine.gpt_module, engine.heads
     context = context if context is not None else GPT.Context()
-    device = engine.device
-    B, L, num_vq = inputs_ids.shape
-    rows = B if infer_text else B * num_vq
-    vocab = heads.text_vocab if infer_text else heads.vocab
-    given_temperature = temperature
-    temperature = temperature.to(device).float().unsqueeze(0).expand(B, -1).reshape(-1, 1)
-    tokens = torch.zeros(B, max_new_token, num_vq, dtype=inputs_ids.dtype, device=device)
-    history = torch.zeros(rows, max_new_token, dtype=inputs_ids.dtype, device=device)  # rows as stock's logits
-    sampler = Sampler(logits_processors, temperature, rows, vocab, eos_token, min_new_token, manual_seed,
-                      gpt.generator, history)
-    finish = torch.zeros(B, dtype=torch.bool, device=device)
-    end_idx = torch.zeros(B, dtype=torch.long, device=device)
-    hiddens = torch.empty(B, max_new_token, model.shape.dim, device=device) if return_hidden else None
-    recorder = engine.recorder
-    first_chunk = engine.stream_first_chunk
+    model = engine.gpt_module
+    B, L, _ = inputs_ids.shape
+    while True:  # stock's ensure_non_empty: a batch in which an item ends at its first token starts again
+        out = _buffers(engine, inputs_ids, max_new_token, infer_text=infer_text, return_hidden=return_hidden)
+        sampler = _sampler(chat, engine, out, temperature=temperature, eos_token=eos_token,
+                           min_new_token=min_new_token, logits_processors=logits_processors, infer_text=infer_text,
+                           manual_seed=manual_seed)
+        prompt = _prompt(attention_mask, B, L, max_new_token, engine.device)
+        model.reset_cache(B, L + max_new_token)
+        ended_at_once = yield from _decode(engine, emb.to(engine.device), prompt, out, sampler, GPT=GPT,
+                                           eos_token=eos_token, infer_text=infer_text, stream=stream,
+                                           stream_batch=stream_batch, context=context,
+                                           regenerate_empty=ensure_non_empty and manual_seed is None)
+        if ended_at_once is None:
+            break
+        log.warning("unexpected end at index %s; regenerate in order to ensure non-empty", ended_at_once)
+    if not bool(out.finish.all()):
+        if context.get():
+            log.warning("generation is interrupted")
+        else:
+            log.warning("incomplete result. hit max_new_token: %d", max_new_token)
+    model.free_cache()  # the KV cache lives for one call
+    yield _outputs(GPT, out.tokens, out.hiddens, out.end_idx, infer_text)
 
-    positions, mask, lengths = _prompt_masks(attention_mask, B, L, device)
-    model.reset_cache(B, L + max_new_token)
-    valid = None
-    if mask is not None:  # decode mask over cache slots: prompt padding stays masked
-        valid = torch.ones(B, 1, 1, L + max_new_token, dtype=torch.bool, device=device)
-        valid[:, 0, 0, :L] = attention_mask.to(device).bool()
-    x, start, pos = emb.to(device), 0, positions
-    steps = 0
+
+def _decode(engine: LabRuntime, x, prompt: _Prompt, out: _Buffers, sampler: Sampler, *, GPT, eos_token,
+            infer_text: bool, stream: bool, stream_batch: int, context, regenerate_empty: bool):
+    """The steps: prefill, then one token per item per step until every item has ended, the buffers are full or
+    the context says stop; yields the stream's chunks. Returns the items that ended at their first token when
+    `regenerate_empty` wants those generated again, else None. What a step reads is unpacked into locals
+    first, so that the steps cost no more Python than the loop written in one piece."""
+    model, heads, recorder, first_chunk = engine.gpt_module, engine.heads, engine.recorder, engine.stream_first_chunk
+    tokens, history, hiddens, finish, end_idx = out
+    positions, mask, lengths, valid = prompt
+    B, max_new_token, num_vq = tokens.shape
+    L = positions.shape[1]
+    logits_of = heads.text_logits if infer_text else heads.code_logits
+    embed = heads.embed_text if infer_text else heads.embed_code
+    start, pos, steps = 0, positions, 0
     for i in range(max_new_token):
         m = mask if i == 0 else (None if valid is None else valid[..., : start + 1])
         hidden = model(x, pos, start, m)  # [B, dim] fp32
@@ -210,24 +266,14 @@ def lab_generate(chat, engine: LabRuntime, emb, inputs_ids, temperature, eos_tok
             recorder.gpt_forward_done()
         if hiddens is not None:
             hiddens[:, i] = hidden
-        logits = heads.text_logits(hidden) if infer_text else heads.code_logits(hidden)
-        idx = sampler.sample(logits, i)  # [rows, 1]
-        if infer_text:
-            step_tokens = idx.view(B, 1).expand(B, num_vq)
-        else:
-            step_tokens = idx.view(B, num_vq)
+        idx = sampler.sample(logits_of(hidden), i)  # [rows, 1]
+        step_tokens = idx.view(B, 1).expand(B, num_vq) if infer_text else idx.view(B, num_vq)
         tokens[:, i] = step_tokens
         history[:, i : i + 1] = idx
         sampler.append(idx, i)
         finish |= step_tokens.eq(eos_token).any(1)
-        if i == 0 and bool(finish.any()) and ensure_non_empty and manual_seed is None:
-            log.warning("unexpected end at index %s; regenerate in order to ensure non-empty",
-                        finish.nonzero().flatten().tolist())
-            yield from lab_generate(chat, engine, emb, inputs_ids, given_temperature,
-                                    eos_token, attention_mask, max_new_token, min_new_token, logits_processors,
-                                    infer_text, return_attn, return_hidden, stream, show_tqdm,
-                                    ensure_non_empty, stream_batch, manual_seed, context)
-            return
+        if i == 0 and regenerate_empty and bool(finish.any()):
+            return finish.nonzero().flatten().tolist()
         not_finished = ~finish
         end_idx += not_finished
         steps += int(bool(not_finished.any())) if stream else 0
@@ -237,15 +283,9 @@ def lab_generate(chat, engine: LabRuntime, emb, inputs_ids, temperature, eos_tok
             break
         # next step's input: the sampled tokens' embedding at the next cache slot
         start = L + i
-        x = heads.embed_text(step_tokens) if infer_text else heads.embed_code(step_tokens)
+        x = embed(step_tokens)
         pos = (lengths + i).view(B, 1)
-    if not bool(finish.all()):
-        if context.get():
-            log.warning("generation is interrupted")
-        else:
-            log.warning("incomplete result. hit max_new_token: %d", max_new_token)
-    model.free_cache()  # the KV cache lives for one call
-    yield _outputs(GPT, tokens, hiddens, end_idx, infer_text)
+    return None
 
 
 def _outputs(GPT, tokens, hiddens, end_idx, infer_text):
