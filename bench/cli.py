@@ -226,24 +226,42 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> int:
-    from tqdm import tqdm  # only a run draws a progress bar
-
-    def on_term(signum, frame):  # SIGTERM ends the sweep like Ctrl-C: kept, marked interrupted
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    bar = None
+    signal.signal(signal.SIGTERM, _interrupt)
+    progress = _Progress(args.db)
     final = None
     for event in run_sweep(None if resume_id else spec, args.db, resume=resume_id,
                            memory_allowance_mb=args.memory_allowance_mb):
+        if isinstance(event, SweepFinished):
+            final = event
+        else:
+            progress.show(event)
+    progress.close()
+    out = args.out or str(Path(args.db).parent / f"sweep-{final.sweep_id}")
+    _write(args.db, final.sweep_id, out, args.format, print_table=True)
+    print(f"sweep {final.sweep_id} {final.status}", file=sys.stderr)
+    if any(r.status == "lost" for r in final.results):
+        print("cells lost with their node are kept as `lost` rows; bring the node back and run --resume",
+              file=sys.stderr)
+    return 0 if final.status == "finished" else 1
+
+
+def _interrupt(signum, frame):
+    """SIGTERM ends the sweep like Ctrl-C: what was measured is kept, the sweep marked interrupted."""
+    raise KeyboardInterrupt
+
+
+class _Progress:
+    """A running sweep on stderr: a progress bar over its cells, moved on by the runner's events."""
+
+    def __init__(self, db: str):
+        self.db, self.bar = db, None
+
+    def show(self, event) -> None:
         if isinstance(event, SweepStarted):
-            print(f"sweep {event.sweep_id}: {event.pending} of {event.total} cells to measure, db {args.db}",
-                  file=sys.stderr)
-            for line in bandwidth_lines(event.environment):  # what every row's floor_step_ms divides by
-                print(line, file=sys.stderr)
-            bar = tqdm(total=event.total, initial=event.total - event.pending, unit="cell", file=sys.stderr,
-                       dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}{postfix}]")
-        elif isinstance(event, CellStarted):
+            self._start(event)
+            return
+        bar = self.bar
+        if isinstance(event, CellStarted):
             bar.set_description(event.config.label)
             bar.set_postfix_str(f"left ~{grid.describe(event.eta_s)}" if event.eta_s is not None else "left ?")
         elif isinstance(event, CellFinished):
@@ -267,17 +285,20 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
         elif isinstance(event, FidelityFinished) and event.record.get("status") != "ok":
             rec = event.record
             bar.write(f"fidelity {rec['engine']} {rec['precision']}: {rec['status']}: {rec.get('reason')}")
-        elif isinstance(event, SweepFinished):
-            final = event
-    if bar is not None:
-        bar.close()
-    out = args.out or str(Path(args.db).parent / f"sweep-{final.sweep_id}")
-    _write(args.db, final.sweep_id, out, args.format, print_table=True)
-    print(f"sweep {final.sweep_id} {final.status}", file=sys.stderr)
-    if any(r.status == "lost" for r in final.results):
-        print("cells lost with their node are kept as `lost` rows; bring the node back and run --resume",
+
+    def _start(self, event: SweepStarted) -> None:
+        from tqdm import tqdm  # only a run draws a progress bar
+
+        print(f"sweep {event.sweep_id}: {event.pending} of {event.total} cells to measure, db {self.db}",
               file=sys.stderr)
-    return 0 if final.status == "finished" else 1
+        for line in bandwidth_lines(event.environment):  # what every row's floor_step_ms divides by
+            print(line, file=sys.stderr)
+        self.bar = tqdm(total=event.total, initial=event.total - event.pending, unit="cell", file=sys.stderr,
+                        dynamic_ncols=True, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}{postfix}]")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool = True) -> int:
