@@ -59,62 +59,69 @@ def _with_series(ok: pd.DataFrame, exclude: tuple[str, ...]) -> pd.DataFrame:
     return ok
 
 
-def latency_vs_batch(df: pd.DataFrame) -> go.Figure:
+def _by_batch(ok: pd.DataFrame, prefix: str) -> pd.DataFrame:
+    """Rows for a figure that groups by batch size: a series for what else varies, and the batch as a label."""
+    ok = _with_series(ok, ("batch_size",))
+    ok["batch_label"] = prefix + ok["batch_size"].astype(str)
+    return ok
+
+
+def _of_ok_cells(title: str):
+    """Make `draw(ok, title)` a figure of a results frame: it draws the ok rows under a title that says what is
+    not plotted, and a frame without an ok cell gets a figure saying so instead."""
+    def figure_of(draw):
+        def figure(df: pd.DataFrame) -> go.Figure:
+            ok, not_ok = _ok(df)
+            return _empty(title, not_ok) if ok.empty else draw(ok, _title(title, not_ok))
+
+        figure.__name__, figure.__qualname__, figure.__doc__ = draw.__name__, draw.__qualname__, draw.__doc__
+        return figure
+
+    return figure_of
+
+
+@_of_ok_cells("Latency vs batch size")
+def latency_vs_batch(ok: pd.DataFrame, title: str) -> go.Figure:
     """p50 latency of one call against batch size, one line per configuration, std as error bars."""
-    title = "Latency vs batch size"
-    ok, not_ok = _ok(df)
-    if ok.empty:
-        return _empty(title, not_ok)
     ok = _with_series(ok, ("batch_size",)).sort_values("batch_size")
     # the bar down stops at 0 s: a latency is never negative, however wide its spread
     ok["latency_down_s"] = ok[["latency_std_s", "latency_p50_s"]].min(axis=1)
     fig = px.line(ok, x="batch_size", y="latency_p50_s", error_y="latency_std_s", error_y_minus="latency_down_s",
-                  color="series", markers=True, labels=LABELS, title=_title(title, not_ok))
+                  color="series", markers=True, labels=LABELS, title=title)
     fig.update_xaxes(type="category")
     return fig
 
 
-def rtf_by_precision(df: pd.DataFrame) -> go.Figure:
+@_of_ok_cells("RTF by configuration and threads (below 1 is faster than real time)")
+def rtf_by_precision(ok: pd.DataFrame, title: str) -> go.Figure:
     """RTF (one item) per configuration (engine, precision, ... whatever varies besides threads and batch), bars
     grouped by thread count, one panel per batch size. One bar per cell: two engines never stack into one bar."""
-    title = "RTF by configuration and threads (below 1 is faster than real time)"
-    ok, not_ok = _ok(df)
-    if ok.empty:
-        return _empty(title, not_ok)
     ok = _with_series(ok, ("threads", "batch_size")).sort_values(["batch_size", "threads"])
     ok["threads_label"] = ok["threads"].astype(str) + " threads"
     fig = px.bar(ok, x="series", y="rtf", color="threads_label", barmode="group", facet_col="batch_size",
-                 labels={**LABELS, "threads_label": "threads"}, title=_title(title, not_ok),
+                 labels={**LABELS, "threads_label": "threads"}, title=title,
                  hover_data=["engine", "tokens", "latency_p50_s", "step_ms"])
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="real time")
     return fig
 
 
-def throughput_vs_latency(df: pd.DataFrame) -> go.Figure:
+@_of_ok_cells("Throughput vs latency")
+def throughput_vs_latency(ok: pd.DataFrame, title: str) -> go.Figure:
     """Aggregate throughput against latency: up and to the left is better; labels give the batch size."""
-    title = "Throughput vs latency"
-    ok, not_ok = _ok(df)
-    if ok.empty:
-        return _empty(title, not_ok)
-    ok = _with_series(ok, ("batch_size",))
-    ok["batch_label"] = "b" + ok["batch_size"].astype(str)
+    ok = _by_batch(ok, "b")
     fig = px.scatter(ok, x="latency_p50_s", y="audio_s_per_s", color="series", text="batch_label",
-                     labels=LABELS, title=_title(title, not_ok), hover_data=["batch_size", "rtf", "step_ms"])
+                     labels=LABELS, title=title, hover_data=["batch_size", "rtf", "step_ms"])
     fig.update_traces(textposition="top center", marker_size=10)
     return fig
 
 
-def peak_memory(df: pd.DataFrame) -> go.Figure:
+@_of_ok_cells("Peak memory during inference")
+def peak_memory(ok: pd.DataFrame, title: str) -> go.Figure:
     """Peak RSS during the timed calls per configuration (and peak device memory where there is one)."""
-    title = "Peak memory during inference"
-    ok, not_ok = _ok(df)
-    if ok.empty:
-        return _empty(title, not_ok)
-    ok = _with_series(ok, ("batch_size",))
-    ok["batch_label"] = "batch " + ok["batch_size"].astype(str)
+    ok = _by_batch(ok, "batch ")
     value = "peak_device_mb" if ok["peak_device_mb"].notna().any() and (ok["device"] != "cpu").all() else "peak_rss_mb"
     return px.bar(ok, x="series", y=value, color="batch_label", barmode="group",
-                  labels={**LABELS, "batch_label": "batch"}, title=_title(title, not_ok))
+                  labels={**LABELS, "batch_label": "batch"}, title=title)
 
 
 def compare_machines(df: pd.DataFrame, metric: str = "latency_p50_s") -> go.Figure:
@@ -143,8 +150,7 @@ def roofline_by_config(df: pd.DataFrame) -> go.Figure:
     ok = ok[ok["roofline"].notna()].copy()
     if ok.empty:  # sweeps recorded before the bandwidth was measured
         return _empty(title, not_ok, "no cell has a roofline: this sweep did not measure the memory bandwidth")
-    ok = _with_series(ok, ("batch_size",))
-    ok["batch_label"] = "batch " + ok["batch_size"].astype(str)
+    ok = _by_batch(ok, "batch ")
     fig = px.bar(ok.sort_values("roofline"), x="roofline", y="series", color="batch_label", barmode="group",
                  orientation="h", labels={**LABELS, "batch_label": "batch"}, title=_title(title, not_ok),
                  hover_data=["step_ms", "floor_step_ms", "weight_mb_per_step", "mem_read_gbps"])
@@ -157,7 +163,7 @@ REPORT_FIGURES = (latency_vs_batch, rtf_by_precision, throughput_vs_latency, pea
 
 
 # ------------------------------------------------------------------------------------------------
-# The serving benchmark: one row per load level (chattts_lab.serving.loadtest.serving_frame)
+# The serving benchmark: one row per load level (chattts_lab.serving.summaries.serving_frame)
 
 SERVING_LABELS = {"users": "concurrent users", "latency_p90_s": "latency p90 (s, queue included)",
                   "audio_s_per_s": "audio seconds per wall second (all users)", "value": "seconds",
