@@ -18,8 +18,9 @@ import pandas as pd
 from bench.cli import add_spec_options
 from chattts_lab.serving.capacity import CapacityFound, capacity_gain, capacity_sentence, run_capacity
 from chattts_lab.history.report import markdown_table
-from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
-                                 run_serving)
+from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
+                                          run_serving)
+from chattts_lab.serving.summaries import batching_gain
 from chattts_lab.sweep.spec import SpecError
 
 COLUMNS = ("batching", "scheduling", "max_batch", "users", "rate", "requests", "ok", "errors", "lost", "audio_s_per_s", "queue_p50_s",

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from chattts_lab.serving.capacity import broken_because, capacity_frame, capacity_gain, next_users
-from chattts_lab.serving.loadtest import ServeSpec, serving_frame
+from chattts_lab.serving.loadtest import ServeSpec
+from chattts_lab.serving.summaries import serving_frame
 from chattts_lab.sweep.spec import SpecError
 from chattts_lab.history.bundle import export_bundle, import_bundle
 from tests.conftest import ROOT, TINY

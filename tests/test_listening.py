@@ -3,7 +3,7 @@
 import pytest
 
 from chattts_lab.serving.listening import Stalls, player_stalls
-from chattts_lab.serving.loadtest import continuity_pct
+from chattts_lab.serving.summaries import continuity_pct
 
 SR = 1000  # samples per second, so that samples read as milliseconds
 

@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from chattts_lab.serving.loadtest import ServeSpec, batching_gain, serving_frame
+from chattts_lab.serving.loadtest import ServeSpec
+from chattts_lab.serving.summaries import batching_gain, serving_frame
 from chattts_lab.sweep.spec import SpecError
 from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle, read_bundle
 from chattts_lab.history.frames import sweeps_frame

@@ -14,8 +14,9 @@ import gradio as gr
 import pandas as pd
 
 from chattts_lab.history import plots
-from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, batching_gain,
-                                 run_serving, serving_frame)
+from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
+                                          run_serving)
+from chattts_lab.serving.summaries import batching_gain, serving_frame
 from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError
 from webui import present

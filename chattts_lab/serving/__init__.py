@@ -1,3 +1,3 @@
 """Serving many listeners: request-level batching (batch, batcher), continuous batching's scheduler, and the
-serving benchmark (spec, loadtest, listening, capacity).
+serving benchmark (spec, loadtest, summaries, listening, capacity).
 """

@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens
-from chattts_lab.serving.loadtest import (NOTE, LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
-                                 _measured_level, _save, summarize_level)
+from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
+                                          _measured_level, _save)
+from chattts_lab.serving.summaries import NOTE, summarize_level
 
 
 @dataclass
