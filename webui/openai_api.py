@@ -7,7 +7,8 @@ maps to ChatTTS's [speed_0..9]. With --auth user:pass, send `Authorization: Bear
 
 Like OpenAI's own route, audio is sent as it is generated (chunked transfer) for pcm, wav and mp3;
 flac, and any request with the extension `"stream": false`, gets one whole file. Every refusal,
-FastAPI's request validation included, is an OpenAI-shaped error whose message OpenAI's clients show.
+FastAPI's request validation included, is an OpenAI-shaped error whose message OpenAI's clients show
+(webui/openai_errors.py).
 
 The route is the same wherever the audio is made: a SpeechBackend synthesizes. The app's is AppSpeech (its own
 batcher, beside the UI); a Ray Serve deployment's replicas are another (webui/rayserve.py).
@@ -21,26 +22,23 @@ import logging
 import math
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import AsyncIterator, Literal, Protocol
 
 from fastapi import APIRouter, Depends, Header
 from fastapi.concurrency import run_in_threadpool
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from fastapi.routing import APIRoute
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from chattts_lab import InvalidRequest, ModelUnavailable, OutOfMemory, SynthesisRequest
+from chattts_lab import InvalidRequest, SynthesisRequest
 from chattts_lab import audio as audio_io
 from chattts_lab.requests import MAX_BATCH, MAX_NEW_TOKEN, validate_request
-from chattts_lab.serving.scheduler import Overloaded
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput
 from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, split_sentences
 from webui import speech
 from webui.context import AppContext
+from webui.openai_errors import OpenAIError, OpenAIErrorsRoute, as_openai_errors
 from webui.runtime import describe
 
 log = logging.getLogger(__name__)
@@ -60,50 +58,6 @@ class SpeechBody(BaseModel):
     max_new_token: int = Field(MAX_NEW_TOKEN, ge=1, le=MAX_NEW_TOKEN)  # extension: at most this many audio tokens
     min_new_token: int = Field(0, ge=0, le=MAX_NEW_TOKEN)  # extension: at least this many (fixed-length clips)
     seed: int | None = None  # extension: fix the sampling seed for reproducible audio
-
-
-class OpenAIError(Exception):
-    """A refusal answered in OpenAI's error shape, so OpenAI's clients show its message."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error", headers: dict | None = None):
-        super().__init__(message)
-        self.status, self.param, self.code, self.kind, self.headers = status, param, code, kind, headers
-
-    def response(self) -> JSONResponse:
-        error = {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}
-        return JSONResponse({"error": error}, status_code=self.status, headers=self.headers)
-
-
-def invalid_body(exc: RequestValidationError) -> OpenAIError:
-    """FastAPI's validation failure (a bare 422 list) as one OpenAI-shaped 400 naming the first bad field."""
-    error = exc.errors()[0]
-    param = ".".join(str(part) for part in error["loc"][1:]) or None  # loc starts with "body"
-    if error["type"] == "json_invalid":
-        return OpenAIError(400, f"the request body is not valid JSON ({error['ctx']['error']})", code="invalid_json")
-    if error["type"] == "missing":
-        message = f"'{param}' is required" if param else "the request needs a JSON body"
-        return OpenAIError(400, message, param, "missing_required_parameter")
-    if param is None:
-        return OpenAIError(400, f"the request body must be a JSON object: {error['msg']}", code="invalid_type")
-    return OpenAIError(400, f"invalid '{param}': {error['msg']} (got {error['input']!r})", param, "invalid_value")
-
-
-class OpenAIErrorsRoute(APIRoute):
-    """A route whose refusals, FastAPI's own validation errors included, are all OpenAI-shaped."""
-
-    def get_route_handler(self):
-        handler = super().get_route_handler()
-
-        async def answer(request):
-            try:
-                return await handler(request)
-            except RequestValidationError as exc:
-                return invalid_body(exc).response()
-            except OpenAIError as exc:
-                return exc.response()
-
-        return answer
 
 
 def chattts_speed(speed: float) -> int:
@@ -244,7 +198,7 @@ def _batch_request(backend: SpeechBackend, body: SpeechBody) -> SynthesisRequest
         raise OpenAIError(400, f"input splits into {len(req.texts)} sentences; a whole file makes them in one batch "
                                f"of at most {MAX_BATCH}: send \"stream\": true (pcm, wav or mp3: sentence after "
                                "sentence), or shorter input", "input")
-    with _refusals():
+    with as_openai_errors():
         return validate_request(req)
 
 
@@ -252,12 +206,12 @@ def _sentence_request(backend: SpeechBackend, body: SpeechBody) -> SynthesisRequ
     """Sentences to stream one after another (so no batch limit); each is checked now, so that a bad one is
     a 400 rather than a stream cut short."""
     req = _synthesis_request(backend, body)
-    with _refusals():
+    with as_openai_errors():
         return replace(req, texts=tuple(validate_request(replace(req, texts=(t,))).texts[0] for t in req.texts))
 
 
 async def _whole(backend: SpeechBackend, req: SynthesisRequest, fmt: str, started: float) -> Response:
-    with _refusals():
+    with as_openai_errors():
         out = await backend.whole(req)
     data = await run_in_threadpool(audio_io.encode, audio_io.join(out.audio), fmt)
     m = out.measurements
@@ -278,31 +232,6 @@ def _made_headers(backend: SpeechBackend, synthetic: bool, first_audio_s: float,
             "X-ChatTTS-Batch-Requests": str(batch_requests), "X-ChatTTS-Scheduling": scheduling,
             "X-ChatTTS-Synthetic": str(synthetic).lower(),
             "X-ChatTTS-Config": backend.config().replace(" · ", ", ")}  # headers are ASCII
-
-
-@contextmanager
-def _refusals():
-    """The library's errors for a request it cannot serve, as OpenAI-shaped errors."""
-    try:
-        yield
-    except Overloaded as exc:  # answered at once, so overload never becomes unbounded waiting
-        raise OpenAIError(503, str(exc), kind="server_error", code="overloaded",
-                          headers={"Retry-After": str(exc.retry_after_s)}) from None
-    except OutOfMemory as exc:  # the server and its model are fine; this request was too big for memory
-        raise OpenAIError(503, str(exc), kind="server_error", code="out_of_memory") from None
-    except ModelUnavailable as exc:
-        raise OpenAIError(503, str(exc), kind="server_error", code="model_unavailable") from None
-    except InvalidRequest as exc:
-        raise OpenAIError(400, str(exc), _param_of(str(exc))) from None
-
-
-# The library's refusals name its own terms; these are the /v1 body fields they are about (OpenAI's `param`).
-_PARAMS = (("no text", "input"), ("text", "input"), ("min_new_token", "min_new_token"),
-           ("max_new_token", "max_new_token"), ("seeds", "seed"))
-
-
-def _param_of(message: str) -> str | None:
-    return next((param for start, param in _PARAMS if message.startswith(start)), None)
 
 
 async def _streamed(backend: SpeechBackend, req: SynthesisRequest, fmt: str, started: float) -> StreamingResponse:
@@ -368,7 +297,7 @@ class LiveSynthesis:
 
     async def _run(self, req: SynthesisRequest) -> None:
         try:
-            with _refusals():
+            with as_openai_errors():
                 last = None
                 for text in req.texts:
                     if self._stopped:

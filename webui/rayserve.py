@@ -37,6 +37,7 @@ from chattts_lab.engines import unsupported_reason
 from chattts_lab.sweep.spec import SpecError
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput, warm_up
 from webui import openai_api
+from webui.openai_errors import OpenAIError
 from webui.runtime import RuntimeSettings, describe
 
 try:
@@ -190,7 +191,7 @@ class ReplicaSpeech:
                 if died is None:
                     raise getattr(exc, "cause", None) or exc from None  # the library's own error, as raised there
                 if replica is not None:
-                    raise openai_api.OpenAIError(
+                    raise OpenAIError(
                         503, f"the replica that was synthesizing this request ({replica}) died: {died}; send the "
                              "request again", kind="server_error", code="replica_died") from None
                 failure = died
@@ -198,8 +199,8 @@ class ReplicaSpeech:
             finally:
                 if session:
                     self._running.pop(session, None)
-        raise openai_api.OpenAIError(503, f"no replica could take the request ({ATTEMPTS} tried; the last died: "
-                                          f"{failure})", kind="server_error", code="replica_died")
+        raise OpenAIError(503, f"no replica could take the request ({ATTEMPTS} tried; the last died: "
+                               f"{failure})", kind="server_error", code="replica_died")
 
 
 def _replica_died(exc: Exception, exceptions) -> str | None:
