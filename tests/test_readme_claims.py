@@ -501,12 +501,21 @@ def test_the_quality_set_and_floor_in_docs_quality_are_the_codes():
 
 def test_a_ray_serve_replica_takes_the_requests_docs_ray_states():
     from chattts_lab.serving.batcher import BatchPolicy
-    from webui.rayserve import ServePlan
+    from chattts_lab.serving.scheduler import SchedulerPolicy
+    from webui.rayserve import ServePlan, parse_args
+    from webui.runtime import RuntimeSettings
 
-    factor = readme_number(r"A replica takes up to (\d+) x `--max-batch` requests", "docs/ray.md")
-    for max_batch in (1, 8):
-        plan = ServePlan(batching=BatchPolicy(max_batch=max_batch))
-        assert plan.replica_options()["max_ongoing_requests"] == factor * max_batch
+    doc = "docs/ray.md"
+    factor = readme_number(r"A replica then takes\s+up to (\d+) x `--max-batch` requests", doc)
+    for max_batch in (1, 8):  # request-level: stock (and onnx) always, lab with --batching request
+        for plan in (ServePlan(batching=BatchPolicy(max_batch=max_batch)),
+                     ServePlan(RuntimeSettings(engine="lab"), batching=BatchPolicy(max_batch), scheduling="request")):
+            assert not plan.continuous() and plan.replica_options()["max_ongoing_requests"] == factor * max_batch
+    continuous = ServePlan(settings=RuntimeSettings(engine="lab"), rows=SchedulerPolicy(4, 6))
+    assert continuous.continuous() and continuous.replica_options()["max_ongoing_requests"] == 10
+    assert parse_args([]).batching == "continuous" == ServePlan.scheduling
+    assert readme_number(r"`--max-rows` texts at once \(default (\d+)\)", doc) == SchedulerPolicy.max_rows
+    assert readme_number(r"`--max-queue` requests waiting \(default (\d+)\)", doc) == SchedulerPolicy.max_queue
 
 
 def test_the_ray_walkthroughs_figures_are_its_measured_run():

@@ -230,6 +230,8 @@ class ContinuousScheduler:
             job.admitted = time.perf_counter()
             job.part.queue_wait_s = job.admitted - job.enqueued
             self._dequeued(job)
+            if job.part.on_start is not None:
+                job.part.on_start()
         params_code, params_refine = _params(model, request)
         text = prepare_text(model.chat, text, params_refine, not request.refine.enabled, request.normalize_text)
         row = decoder.admit(capture_prompt(model.chat, text, params_code), owner=job)
