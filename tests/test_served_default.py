@@ -115,8 +115,7 @@ def threads_label(n: int) -> str:
     (("lab", "int4"), ("lab", "int4", 1), "the recommendation of sweep #1"),
     (("onnx", "int4"), ("onnx", "int4", 1), "the recommendation of sweep #1"),
     # slower than the default (lab fp32) by the reference figures: the default stays, and the page says why
-    # (opt-in, -m slow, to keep the default run short: test_serving_default holds the same rule on a real SQLite file)
-    pytest.param(("stock", "fp32"), ("lab", "fp32", None), "is not faster than it", marks=pytest.mark.slow),
+    (("stock", "fp32"), ("lab", "fp32", None), "is not faster than it"),
 ])
 def test_a_one_cell_sweep_sets_what_a_fresh_app_serves_and_the_page_says_why(swept, served, why, tmp_path,
                                                                                browser_context):
