@@ -48,9 +48,10 @@ x86_64_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "a
 # one test process (its module fixtures start once); the Ray files share one, and one Ray cluster (`ray_cluster`),
 # stopped once the last of them ends. The longest files start first, so no long one is left to run alone at the end.
 RAY_FILES = ("tests/test_fleet_sweep.py", "tests/test_ray_serve.py")
-LONGEST_FIRST = (*RAY_FILES, "tests/test_passes_interleaved.py", "tests/test_browser_benchmark.py",
-                 "tests/test_reliability_app_sweep.py", "tests/test_bench_cli.py", "tests/test_bench_history_cli.py",
-                 "tests/test_load.py", "tests/test_serving_bench.py", "tests/test_onnx_engine.py")
+LONGEST_FIRST = (*RAY_FILES, "tests/test_browser_benchmark.py", "tests/test_served_default.py",
+                 "tests/test_quality_sweep.py", "tests/test_passes_interleaved.py", "tests/test_bench_cli.py",
+                 "tests/test_serving_bench.py", "tests/test_load.py", "tests/test_reliability_app_sweep.py",
+                 "tests/test_roofline.py", "tests/test_bench_history_cli.py", "tests/test_api.py")
 
 
 def _test_file(nodeid: str) -> str:

@@ -51,6 +51,7 @@ def test_ranges_on_the_command_line_expand_as_the_readme_says(tmp_path):
     assert "20 cell(s)" in run.stderr
 
 
+@pytest.mark.slow  # opt-in (-m slow), to keep the default run short: bundles across machines: test_browser_benchmark's compare via a bundle
 def test_lab_engine_export_import_and_compare_across_two_machines(tmp_path, capsys):
     mine, theirs = tmp_path / "mine.sqlite", tmp_path / "theirs.sqlite"
     run = bench(*FAST, "--engine", "stock,lab", "--db", str(mine), "--out", str(tmp_path / "out"), "--format", "json")

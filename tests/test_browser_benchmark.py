@@ -227,6 +227,7 @@ def test_stop_keeps_the_finished_rows_and_cancels_the_rest(page, app_dir):
         assert [r.status for r in store.results(sweep_id)] == statuses
 
 
+@pytest.mark.slow  # opt-in (-m slow), to keep the default run short: Stop: test_stop_keeps_the_finished_rows_and_cancels_the_rest
 def test_stop_during_interleaved_passes_keeps_every_finished_pass(page, app_dir):
     open_tab(page, "Benchmark")
     # Three cells in more passes than any machine finishes before the Stop lands (1000 passes of three 8-token calls

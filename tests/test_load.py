@@ -113,6 +113,7 @@ def _rss_curve(app_url: str, requests: int, every: int) -> list[float]:
     return curve
 
 
+@pytest.mark.slow  # opt-in (-m slow), to keep the default run short: memory over many requests: test_engine_reliability's flat memory
 def test_app_memory_stays_flat_over_60_requests(app_url):
     """The default run's short version (about 2 s a request on two busy cores); -m slow runs 400."""
     curve = _rss_curve(app_url, 60, 10)

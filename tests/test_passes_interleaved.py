@@ -85,6 +85,7 @@ def test_each_cell_keeps_one_loaded_worker_and_every_pass_is_recorded(tmp_path):
     assert "Drift across passes" in run.stdout and "95% CI" in run.stdout
 
 
+@pytest.mark.slow  # opt-in (-m slow), to keep the default run short: the interleaving itself is the first test's
 def test_workers_that_do_not_fit_are_reloaded_before_each_turn_and_the_plan_says_so(tmp_path):
     # Two passes are enough to see a worker reloaded for each (each reload costs a whole model load).
     events = list(run_sweep(SweepSpec(**dict(TWO_CELLS, passes=2)), tmp_path / "lab.sqlite", memory_allowance_mb=1))
@@ -101,6 +102,7 @@ def test_workers_that_do_not_fit_are_reloaded_before_each_turn_and_the_plan_says
         assert set(pids) <= set(colds)  # each reloaded worker made its untimed cold call before its timed one
 
 
+@pytest.mark.slow  # opt-in (-m slow), to keep the default run short: crashed rows: test_reliability_sweep's killed worker
 def test_a_worker_killed_between_its_calls_is_a_crashed_row_and_the_others_finish(tmp_path):
     killed = None
     finished = []
@@ -119,6 +121,7 @@ def test_a_worker_killed_between_its_calls_is_a_crashed_row_and_the_others_finis
     assert not psutil.pid_exists(killed.pid) or killed.status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.slow  # opt-in (-m slow), to keep the default run short: resume: test_bench_cli's killed sweep
 def test_a_stopped_interleaved_sweep_keeps_its_cells_as_cancelled_and_resumes(tmp_path):
     db = tmp_path / "lab.sqlite"
     stop = []

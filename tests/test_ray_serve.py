@@ -191,3 +191,24 @@ def test_stop_takes_the_application_down(served, ray_cluster):
     STOPPED.append(True)
     assert stopped.returncode == 0 and "stopped the 'chattts' application" in stopped.stdout, stopped.stderr
     assert httpx.post(served + "v1/audio/speech", json={"input": "x"}, timeout=WAIT_S).status_code == 404
+
+
+def test_a_lab_deployment_runs_the_apps_continuous_loop_in_its_replica(served, ray_cluster, tmp_path):
+    """After --stop: the lab engine's replicas schedule as the app does (--batching continuous, the default), two
+    streamed requests sharing the replica's two rows, each with its whole clip. Same port: Serve's proxy keeps the
+    one it started on."""
+    url = served
+    deployed = rayserve(ray_cluster, "--replicas", "1", "--model", TINY, "--engine", "lab", "--threads", "1",
+                        "--max-rows", "2", "--no-warm-up", "--port", url.rsplit(":", 1)[1].strip("/"),
+                        outputs=tmp_path / "outputs")
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(lambda k: speak(url, WORDS[k], stream=True, tokens=LONG), range(2)))
+        assert [a.status_code for a in answers] == [200, 200], [a.text[:300] for a in answers]
+        for answer in answers:
+            assert answer.headers["x-chattts-scheduling"] == "continuous"
+            assert answer.headers["x-chattts-config"] == "lab, fp32, cpu, 1 thread, 1 Ray Serve replica"
+            assert samples(answer) == samples_of(LONG)  # the rows stream every token they made
+    finally:
+        rayserve(ray_cluster, "--stop")

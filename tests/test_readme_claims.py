@@ -1,7 +1,10 @@
 """README.md's claims, checked against the code: every flag it shows exists in that program's argparse, every path
 and docs/ link it names exists, and every limit, default and list it states equals what the code uses. No model
 loads here (seconds). Rewording the README may mean rewording a pattern below; a claim that is no longer true fails.
-tests/test_limits_readme.py checks the limits' behaviour at the numbers read here."""
+tests/test_limits_readme.py checks the limits' behaviour at the numbers read here.
+
+The sections that moved out of the README into docs/ (MOVED_DOCS) are checked where they now live: their flags,
+paths and anchors as the README's, and each number they state against the code, as it was checked in the README."""
 
 from __future__ import annotations
 
@@ -15,30 +18,33 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+# Sections moved from the README (the README keeps a short paragraph and a link to each).
+MOVED_DOCS = ("docs/ray.md", "docs/serving.md", "docs/quality.md", "docs/measuring.md", "docs/openai-api.md")
+TEXTS = {"README.md": README, **{doc: (ROOT / doc).read_text(encoding="utf-8") for doc in MOVED_DOCS}}
 
 
 # ----------------------------------------------------------------------------------------------
 # Reading the README
 
 
-def readme_number(pattern: str) -> float:
-    """The number the README states where `pattern` (a regex with one group, the number) matches in its text with
-    each run of whitespace as one space; it must match exactly once, so a claim cannot go missing or say two things.
-    Thousands separators are dropped."""
-    found = re.findall(pattern, " ".join(README.split()))  # however its lines are wrapped
-    assert len(found) == 1, f"README should state {pattern!r} once, found {len(found)}: {found}"
+def readme_number(pattern: str, doc: str = "README.md") -> float:
+    """The number the README (or one of MOVED_DOCS) states where `pattern` (a regex with one group, the number)
+    matches in its text with each run of whitespace as one space; it must match exactly once, so a claim cannot go
+    missing or say two things. Thousands separators are dropped."""
+    found = re.findall(pattern, " ".join(TEXTS[doc].split()))  # however its lines are wrapped
+    assert len(found) == 1, f"{doc} should state {pattern!r} once, found {len(found)}: {found}"
     return float(found[0].replace(",", ""))
 
 
-def says(phrase: str) -> bool:
-    """Whether the README says `phrase`, however its lines are wrapped."""
-    return " ".join(phrase.split()) in " ".join(README.split())
+def says(phrase: str, doc: str = "README.md") -> bool:
+    """Whether the README (or one of MOVED_DOCS) says `phrase`, however its lines are wrapped."""
+    return " ".join(phrase.split()) in " ".join(TEXTS[doc].split())
 
 
-def fenced_lines() -> list[str]:
-    """Lines of the README's fenced code blocks, continuation backslashes joined."""
+def fenced_lines(text: str = README) -> list[str]:
+    """Lines of the text's fenced code blocks, continuation backslashes joined."""
     lines, inside = [], False
-    for line in README.splitlines():
+    for line in text.splitlines():
         if line.startswith("```"):
             inside = not inside
         elif inside:
@@ -57,9 +63,9 @@ def _join_continued(lines: list[str]) -> list[str]:
     return joined
 
 
-def inline_spans() -> list[str]:
+def inline_spans(text: str = README) -> list[str]:
     """Text in single backticks outside the fenced blocks (a span may wrap onto the next line)."""
-    prose = re.sub(r"^```.*?^```", "", README, flags=re.S | re.M)
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
     return [s.replace("\n", " ") for s in re.findall(r"`([^`]+)`", prose)]
 
 
@@ -162,21 +168,26 @@ def test_the_command_lines_found_cover_every_program():
     """The scan below reads the README's commands: it must find each program's (else it would check nothing)."""
     seen = {p for line in fenced_lines() + inline_spans() for p, flags in commands(line) if flags}
     assert {"bench", "bench serve", "app", "webui.rayserve"} <= seen, seen
+    ray = TEXTS["docs/ray.md"]  # and the Ray walkthrough's, where it moved
+    assert {"bench", "bench serve", "webui.rayserve"} <= {
+        p for line in fenced_lines(ray) + inline_spans(ray) for p, flags in commands(line) if flags}
 
 
 def test_every_flag_of_a_command_shown_exists_in_that_program(parsers):
-    wrong = [f"{program}: {flag}   (in: {line.strip()[:90]})"
-             for line in fenced_lines() + inline_spans()
+    wrong = [f"{doc}: {program}: {flag}   (in: {line.strip()[:90]})"
+             for doc, text in TEXTS.items()
+             for line in fenced_lines(text) + inline_spans(text)
              for program, flags in commands(line) if program
              for flag in flags if flag not in options(parsers[program])]
-    assert not wrong, "README shows flags its programs do not have:\n" + "\n".join(wrong)
+    assert not wrong, "README (or a doc moved from it) shows flags its programs do not have:\n" + "\n".join(wrong)
 
 
 def test_every_flag_named_in_prose_exists_in_one_of_the_programs(parsers):
     known = set().union(*(options(p) for p in parsers.values())) | {"--head", "--address", "--resources", "--num-cpus",
                                                                     "--generate"}  # ray start's, ray get-auth-token's
-    named = {f for span in inline_spans() for f in FLAG.findall(span)} | set(FLAG.findall(README))
-    assert named - known == set(), f"README names flags no program has: {sorted(named - known)}"
+    for doc, text in TEXTS.items():
+        named = {f for span in inline_spans(text) for f in FLAG.findall(span)} | set(FLAG.findall(text))
+        assert named - known == set(), f"{doc} names flags no program has: {sorted(named - known)}"
 
 
 def test_the_scan_would_catch_a_flag_that_is_not_there(parsers):
@@ -200,10 +211,10 @@ PATHLIKE = re.compile(r"^[\w.~-]+(?:/[\w.-]*)+$|^[\w-]+\.(?:py|md|txt|sh|json|pn
 IN_FOLDER = re.compile(r"(?<![\w/.-])((?:docs|tests|bench|webui|chattts_lab)/[\w./-]*[\w/])")
 
 
-def named_paths() -> set[str]:
-    spans = [s.strip() for s in inline_spans()]
+def named_paths(text: str = README) -> set[str]:
+    spans = [s.strip() for s in inline_spans(text)]
     whole = {s for s in spans if PATHLIKE.match(s) and not s.startswith(("http", "/", "-"))}
-    return whole | {p for text in spans + fenced_lines() for p in IN_FOLDER.findall(text)}
+    return whole | {p for t in spans + fenced_lines(text) for p in IN_FOLDER.findall(t)}
 
 
 def test_every_file_or_folder_the_readme_names_exists():
@@ -213,10 +224,20 @@ def test_every_file_or_folder_the_readme_names_exists():
     assert not missing, f"README names paths that are not in the repository: {missing}"
 
 
+def test_every_file_or_folder_a_moved_section_names_exists():
+    """Paths in code spans of the docs moved from the README are the repository's, as in the README."""
+    assert {"requirements-cluster.txt", "tests/test_continuous.py"} <= named_paths(TEXTS["docs/ray.md"]) | named_paths(
+        TEXTS["docs/serving.md"])  # the scan finds them
+    missing = [f"{doc}: {p}" for doc in MOVED_DOCS for p in sorted(named_paths(TEXTS[doc]) - NOT_IN_REPO)
+               if not (ROOT / p).exists()]
+    assert not missing, f"docs name paths that are not in the repository: {missing}"
+
+
 def test_every_link_and_image_resolves():
     targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README)
     local = [t for t in targets if not t.startswith(("http://", "https://"))]
     assert any(t.startswith("docs/measurements/") for t in local) and any(t.startswith("docs/engines/") for t in local)
+    assert set(MOVED_DOCS) <= set(local), "the README links to every section moved out of it"
     missing = [t for t in local if not (ROOT / t).exists()]
     assert not missing, f"README links to files that are not there: {missing}"
 
@@ -230,14 +251,30 @@ def test_links_inside_docs_resolve():
     assert not broken, broken
 
 
-def test_in_page_anchors_exist():
-    """Each #anchor link points at a heading (GitHub's slugs: lower case, punctuation dropped, spaces to -)."""
+def _slugs(md: Path) -> set[str]:
+    """The anchors of a Markdown file's headings (GitHub's slugs: lower case, punctuation dropped, spaces to -)."""
     def slug(heading: str) -> str:
         return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", heading.strip().lower()))
 
-    slugs = {slug(h) for h in re.findall(r"^#+ (.+)$", re.sub(r"^```.*?^```", "", README, flags=re.S | re.M), re.M)}
+    text = re.sub(r"^```.*?^```", "", md.read_text(encoding="utf-8"), flags=re.S | re.M)
+    return {slug(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+def test_in_page_anchors_exist():
+    """Each #anchor link points at a heading."""
     anchors = re.findall(r"\]\(#([^)]+)\)", README)
-    assert anchors and [a for a in anchors if a not in slugs] == []
+    assert anchors and [a for a in anchors if a not in _slugs(ROOT / "README.md")] == []
+
+
+def test_anchors_between_the_readme_and_docs_exist():
+    """A link FILE.md#anchor (README to docs, docs to the README or each other) points at a heading of that file."""
+    broken, seen = [], 0
+    for md in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*\.md)#([^)\s]+)\)", md.read_text(encoding="utf-8")):
+            seen += 1
+            if (md.parent / target).exists() and anchor not in _slugs(md.parent / target):
+                broken.append(f"{md.relative_to(ROOT)} -> {target}#{anchor}")
+    assert seen and not broken, broken
 
 
 # ----------------------------------------------------------------------------------------------
@@ -287,6 +324,8 @@ def test_the_bench_defaults_are_the_benchs(parsers):
         value = value[0] if isinstance(value, (tuple, list)) else value  # a grid axis: its one default value
         assert readme_number(pattern) == value, flag
     assert readme_number(r"more than one cell, `--passes (\d+)`\)") == default(bench, "--passes", SweepSpec)
+    for flag in ("--timeout", "--drift-threshold"):  # stated again where the README's detail moved
+        assert readme_number(stated[flag], "docs/measuring.md") == default(bench, flag, SweepSpec), flag
     assert says("history kept in --db (default results/lab.sqlite)")
     assert default(bench, "--db", SweepSpec) == "results/lab.sqlite"
 
@@ -300,8 +339,10 @@ def test_the_grid_limits_and_sweep_thresholds_are_the_codes():
 
     assert readme_number(r"A grid over (\d+) cells") == grid.MAX_CELLS
     assert readme_number(r"cells or (\d+) hours") == grid.MAX_HOURS
-    assert readme_number(r"fit in memory \((\d+) % of what is available") / 100 == interleave.MEMORY_HEADROOM
+    assert readme_number(r"fit in memory \((\d+) % of what is available", "docs/measuring.md") / 100 == \
+        interleave.MEMORY_HEADROOM
     assert says("below half its thread\n  count") and results.CPU_SHARE_FLOOR == 0.5
+    assert says("below half its thread count", "docs/measuring.md")
     assert SweepSpec.drift_threshold_pct == DEFAULT_DRIFT_THRESHOLD_PCT  # the tab's and the CLI's threshold
 
 
@@ -350,7 +391,7 @@ def test_the_openai_route_lists_are_the_codes():
     formats = re.search(r"\*\*Formats\*\*: ([\w,\s]+)\.", README).group(1)
     assert re.split(r",\s+", formats) == list(audio.FORMATS)
     assert says("pcm, wav and mp3 are sent as they are generated") and audio.STREAM_FORMATS == ("pcm", "wav", "mp3")
-    mapping = re.search(r"2 per doubling above \(rounded\): (.*?)\.\s", README, re.S).group(1)
+    mapping = re.search(r"2 per doubling above \(rounded\): (.*?)\.\s", " ".join(README.split())).group(1)
     for given, level in re.findall(r"([\d.]+) → (\d)", mapping):
         assert chattts_speed(float(given)) == int(level), given
 
@@ -411,3 +452,91 @@ def test_the_headline_table_is_the_measured_one():
         _, _, first, p50, m_rtf, m_step, m_rss, _ = measured[key]
         assert (rtf, step, rss) == (m_rtf, m_step, m_rss), key
         assert speedup == f"{stock_p50 / float(p50):.1f}", key  # "p50 x stock fp32"
+
+
+# ----------------------------------------------------------------------------------------------
+# Numbers in the sections moved to docs/
+
+
+def test_the_bandwidth_reads_are_the_codes():
+    from chattts_lab.trackers.roofline import READ_REPEATS
+
+    assert readme_number(r"the median of (\d+) reads", "docs/measuring.md") == READ_REPEATS
+
+
+def test_the_batching_defaults_in_docs_serving_are_the_apps(parsers):
+    from chattts_lab.serving.batcher import BatchPolicy
+    from chattts_lab.serving.scheduler import SchedulerPolicy
+
+    app, doc = parsers["app"], "docs/serving.md"
+    assert readme_number(r"`--max-wait-ms` \(default (\d+)\)", doc) == default(app, "--max-wait-ms") == BatchPolicy.max_wait_ms
+    assert readme_number(r"`--max-batch` texts \(default (\d+)", doc) == default(app, "--max-batch") == BatchPolicy.max_batch
+    assert readme_number(r"`--max-rows` \(default (\d+)\)", doc) == default(app, "--max-rows") == SchedulerPolicy.max_rows
+    assert readme_number(r"`--max-queue` \(default (\d+)\)", doc) == default(app, "--max-queue") == SchedulerPolicy.max_queue
+    assert default(app, "--batching") == "continuous" and says("(**continuous batching**, the default;", doc)
+
+
+def test_the_serving_benchmark_defaults_in_docs_serving_are_the_codes(parsers):
+    from chattts_lab.serving.listening import CONTINUITY_LIMIT_S
+    from chattts_lab.serving.spec import ServeSpec
+
+    serve, doc = parsers["bench serve"], "docs/serving.md"
+    assert readme_number(r"`--slo-ttfa-p99`, default ([\d.]+) s", doc) == default(serve, "--slo-ttfa-p99", ServeSpec)
+    assert readme_number(r"`--slo-continuity`, default ([\d.]+) %", doc) == default(serve, "--slo-continuity", ServeSpec)
+    assert readme_number(r"continuous \(no stall over (\d+) ms\)", doc) == CONTINUITY_LIMIT_S * 1000
+    assert says("`--batching continuous,request` (the default)", doc)
+    assert ",".join(default(serve, "--batching", ServeSpec)) == "continuous,request"
+
+
+def test_the_quality_set_and_floor_in_docs_quality_are_the_codes():
+    from chattts_lab.history.recommend import MOS_DROP, WER_RISE_PTS
+    from chattts_lab.quality.sweep import QUALITY_TEXTS, QUALITY_VOICES
+
+    doc = "docs/quality.md"
+    assert says("the same fixed English texts (short, medium, long) in two voices", doc)
+    assert [length for length, _ in QUALITY_TEXTS] == ["short", "medium", "long"] and len(QUALITY_VOICES) == 2
+    assert readme_number(r"\(default: ([\d.]+) MOS and \d+ WER points", doc) == MOS_DROP
+    assert readme_number(r"\(default: [\d.]+ MOS and (\d+) WER points", doc) == WER_RISE_PTS
+
+
+def test_a_ray_serve_replica_takes_the_requests_docs_ray_states():
+    from chattts_lab.serving.batcher import BatchPolicy
+    from chattts_lab.serving.scheduler import SchedulerPolicy
+    from webui.rayserve import ServePlan, parse_args
+    from webui.runtime import RuntimeSettings
+
+    doc = "docs/ray.md"
+    factor = readme_number(r"A replica then takes\s+up to (\d+) x `--max-batch` requests", doc)
+    for max_batch in (1, 8):  # request-level: stock (and onnx) always, lab with --batching request
+        for plan in (ServePlan(batching=BatchPolicy(max_batch=max_batch)),
+                     ServePlan(RuntimeSettings(engine="lab"), batching=BatchPolicy(max_batch), scheduling="request")):
+            assert not plan.continuous() and plan.replica_options()["max_ongoing_requests"] == factor * max_batch
+    continuous = ServePlan(settings=RuntimeSettings(engine="lab"), rows=SchedulerPolicy(4, 6))
+    assert continuous.continuous() and continuous.replica_options()["max_ongoing_requests"] == 10
+    assert parse_args([]).batching == "continuous" == ServePlan.scheduling
+    assert readme_number(r"`--max-rows` texts at once \(default (\d+)\)", doc) == SchedulerPolicy.max_rows
+    assert readme_number(r"`--max-queue` requests waiting \(default (\d+)\)", doc) == SchedulerPolicy.max_queue
+
+
+def test_the_ray_walkthroughs_figures_are_its_measured_run():
+    """docs/ray.md's one-machine try-out quotes the serving run kept in docs/measurements (rounded)."""
+    doc = "docs/ray.md"
+    run = (ROOT / "docs/measurements/2026-12-01-ray-serve-serving-bench.md").read_text(encoding="utf-8")
+    header = "| max_batch | users | requests | ok |"
+    lines = run[run.index(header):].split("\n\n")[0].splitlines()
+    columns = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(columns, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
+    served = readme_number(r"served (\d+) of \d+ streamed requests", doc)
+    sent = readme_number(r"served \d+ of (\d+) streamed requests", doc)
+    assert served == sum(int(r["ok"]) for r in rows) and sent == sum(int(r["requests"]) for r in rows)
+    ttfa = {int(r["users"]): float(r["ttfa_p50_s"]) for r in rows}
+    assert readme_number(r"time to first audio p50 ([\d.]+) s for one user", doc) == round(ttfa[1], 2)
+    assert readme_number(r"s for one user and ([\d.]+) s for two", doc) == round(ttfa[2], 2)
+
+
+def test_every_chattts_header_named_is_one_the_routes_send():
+    sent = set()
+    for source in (ROOT / "webui").glob("*.py"):
+        sent |= set(re.findall(r"X-ChatTTS-[A-Za-z-]*[A-Za-z]", source.read_text(encoding="utf-8")))
+    named = {h for text in TEXTS.values() for h in re.findall(r"X-ChatTTS-[A-Za-z-]*[A-Za-z]", text)}
+    assert {"X-ChatTTS-First-Audio-S", "X-ChatTTS-Scheduling"} <= named and named <= sent, named - sent

@@ -115,6 +115,7 @@ def test_a_user_who_arrives_during_a_sweep_is_served_only_after_it(app_url, clie
     assert statuses(sweep.result(timeout=HANG_GUARD_S)) == ["ok"]  # the sweep's cell was measured
 
 
+@pytest.mark.slow  # opt-in (-m slow), to keep the default run short: a killed sweep resumes: test_bench_cli
 def test_the_app_killed_mid_sweep_keeps_finished_cells_and_leaves_the_sweep_resumable(tmp_path):
     from gradio_client import Client
 

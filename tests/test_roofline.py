@@ -141,6 +141,7 @@ def test_a_sweep_reads_bandwidth_at_its_start_and_before_each_pass_and_records_t
     assert "the median of 4 such reads, at the start and before each pass" in line
 
 
+@pytest.mark.slow  # opt-in (-m slow), to keep the default run short: bandwidth reads: the interleaved sweep's test above
 def test_a_one_pass_sweep_reads_bandwidth_before_each_cell_and_each_row_takes_its_own_read(tmp_path):
     db = tmp_path / "lab.sqlite"
     final, reads = _counted_sweep(db, passes=1)

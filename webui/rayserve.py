@@ -8,10 +8,12 @@ deploys, on a running cluster, one Serve application of two deployments and retu
     client --HTTP--> Serve's proxy (the head) --> SpeechIngress: webui.openai_api's own route (validation, voices,
       OpenAI-shaped errors, audio encoding), whose SpeechBackend is ReplicaSpeech
         --DeploymentHandle, streamed--> Synthesizer replicas (one per --threads CPUs, or per GPU for cuda), each with
-          its model loaded once; Serve's @serve.batch gathers the requests that arrive together and
-          chattts_lab.serving.batch.synthesize_parts runs each group that can share a generation (shared_settings)
+          its model loaded once, scheduling as the app does (--batching): continuous, where the engine admits rows
+          mid-run (lab), the app's own ContinuousScheduler; else Serve's @serve.batch gathers the requests that
+          arrive together and chattts_lab.serving.batch.synthesize_parts runs each group that can share a
+          generation (shared_settings)
 
-A replica announces (BatchStarted) when a request's batch starts. A replica that dies before that has run
+A replica announces (BatchStarted) when a request's batch starts (continuous: when its first row is admitted). A replica that dies before that has run
 nothing of the request: the ingress sends it to another replica. One that dies after it lost the request while
 running it: the client gets an OpenAI-shaped 503 (`replica_died`) saying so. Serve starts a replacement replica.
 """
@@ -28,9 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator
 
-from chattts_lab import SynthesisRequest, load_model
+from chattts_lab import SynthesisRequest, engines, load_model
 from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.serving.batcher import BatchPolicy
+from chattts_lab.serving.scheduler import ContinuousScheduler, SchedulerPolicy
 from chattts_lab.sweep.cluster import connect, ray_module
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.engines import unsupported_reason
@@ -84,7 +87,8 @@ def _batch_rows(jobs: list[_Job]) -> int:
 class Synthesizer:
     """The model, loaded once per replica, serving batches of requests."""
 
-    def __init__(self, model: str, settings: RuntimeSettings, policy: BatchPolicy, warm: bool = True):
+    def __init__(self, model: str, settings: RuntimeSettings, policy: BatchPolicy, warm: bool = True,
+                 scheduling: str = "request", rows: SchedulerPolicy = SchedulerPolicy()):
         self.model = load_model(settings.load_config(model))
         if warm:  # one-time costs before the replica is ready, not in the first requests' latency
             warm_up(self.model)
@@ -92,6 +96,7 @@ class Synthesizer:
         self.generate.set_max_batch_size(policy.max_batch)
         self.generate.set_batch_wait_timeout_s(policy.max_wait_ms / 1000)
         self.name = ray_module().get_runtime_context().get_actor_name()
+        self.scheduler = ContinuousScheduler(lambda: self.model, rows) if scheduling == "continuous" else None
 
     async def speak(self, request: SynthesisRequest, stream: bool) -> AsyncIterator:
         """BatchStarted, then (when `stream`) each StreamChunk, then the SynthesisOutput."""
@@ -101,7 +106,7 @@ class Synthesizer:
         if stream:
             job.part.on_chunk = lambda chunk: loop.call_soon_threadsafe(job.items.put_nowait, chunk)
         log.info("waiting for a batch on %s", self.name)  # Serve tags each line with the request's id
-        done = asyncio.ensure_future(self.generate(job))
+        done = asyncio.ensure_future(self._continuous(job, loop) if self.scheduler else self.generate(job))
         # The batch's thread schedules its chunks before its result, so this end mark comes after the last chunk.
         done.add_done_callback(lambda _: job.items.put_nowait(None))
         try:
@@ -116,6 +121,14 @@ class Synthesizer:
             yield result
         finally:
             job.part.stop.set()  # a caller that went away (cancelled): its rows stop, the batch carries on
+
+    async def _continuous(self, job: _Job, loop) -> SynthesisOutput | Exception:
+        """The request's rows join this replica's running generation (Overloaded when its rows and queue are full)."""
+        job.part.on_start = lambda: loop.call_soon_threadsafe(job.items.put_nowait, BatchStarted(self.name, 1))
+        try:
+            return await asyncio.wrap_future(self.scheduler.submit(job.part))
+        except Exception as exc:  # out of memory, a full queue: this request hears why
+            return exc
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.025, batch_size_fn=_batch_rows)
     async def generate(self, jobs: list[_Job]) -> list[SynthesisOutput | Exception]:
@@ -240,6 +253,8 @@ class ServePlan:
     settings: RuntimeSettings = RuntimeSettings(threads=1)
     replicas: int = 1
     batching: BatchPolicy = BatchPolicy()
+    scheduling: str = "continuous"  # as the app's --batching; request-level where the engine cannot admit rows
+    rows: SchedulerPolicy = SchedulerPolicy()
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
@@ -249,8 +264,13 @@ class ServePlan:
     def replica_options(self) -> dict:
         """One replica per --threads CPUs, or per GPU; room for the next batch to gather while one runs."""
         gpus = 1 if self.settings.device.startswith("cuda") else 0
-        return {"num_replicas": self.replicas, "max_ongoing_requests": 2 * self.batching.max_batch,
+        ongoing = self.rows.max_rows + self.rows.max_queue if self.continuous() else 2 * self.batching.max_batch
+        return {"num_replicas": self.replicas, "max_ongoing_requests": ongoing,
                 "ray_actor_options": {"num_cpus": self.settings.threads, "num_gpus": gpus}}
+
+    def continuous(self) -> bool:
+        admits_rows = engines.get(self.settings.engine).continuous_batching_reason is None
+        return self.scheduling == "continuous" and admits_rows
 
     def described(self) -> str:
         return f"{describe(self.settings)} · {self.replicas} Ray Serve replica{'s' if self.replicas > 1 else ''}"
@@ -260,8 +280,9 @@ def deploy(cluster: str, plan: ServePlan) -> str:
     """Deploy (or redeploy) the application on the cluster; returns its URL once every replica is ready."""
     connect(cluster, WEBUI_DIR)  # the deployments run this code (chattts_lab and webui) on every node
     serve.start(proxy_location="HeadOnly", http_options={"host": plan.host, "port": plan.port})
+    scheduling = "continuous" if plan.continuous() else "request"
     synthesizer = Synthesizer.options(**plan.replica_options()).bind(plan.model, plan.settings, plan.batching,
-                                                                          plan.warm_up)
+                                                                          plan.warm_up, scheduling, plan.rows)
     serve.run(SpeechIngress.bind(synthesizer, plan.api_key, str(plan.voices_dir), plan.described()), name=APP, route_prefix="/")
     return f"http://{plan.host}:{plan.port}/"
 
@@ -285,6 +306,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="texts in one batched generation on a replica")
     p.add_argument("--max-wait-ms", type=float, default=BatchPolicy.max_wait_ms, metavar="MS",
                    help="how long a replica's lone request waits for others to share its batch")
+    p.add_argument("--batching", choices=("continuous", "request"), default="continuous",
+                   help="as the app's: continuous on the lab engine (rows join the running generation), request-level "
+                        "batches on stock and onnx")
+    p.add_argument("--max-rows", type=int, default=SchedulerPolicy.max_rows, metavar="N",
+                   help="continuous batching: texts a replica generates at once")
+    p.add_argument("--max-queue", type=int, default=SchedulerPolicy.max_queue, metavar="N",
+                   help="requests waiting on a replica beyond those; more are refused with 503 and Retry-After")
     p.add_argument("--host", default="127.0.0.1", help="address of Serve's HTTP proxy on the head (0.0.0.0 for a LAN)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--auth", default=os.environ.get("CHATTTS_LAB_AUTH"), metavar="USER:PASS",
@@ -302,14 +330,15 @@ def plan_from_args(args: argparse.Namespace) -> ServePlan:
         raise SpecError(f"threads must be at least 1, got {args.threads}")
     try:
         batching = BatchPolicy(args.max_batch, args.max_wait_ms)
+        rows = SchedulerPolicy(args.max_rows, args.max_queue)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     voices = Path(os.environ.get("CHATTTS_LAB_OUTPUTS", "outputs")).resolve() / "voices"
     settings = RuntimeSettings(args.device, args.precision, args.threads, args.engine)
     if reason := refusal_here(settings):
         raise SpecError(f"cannot serve {describe(settings)}: {reason}")
-    return ServePlan(args.model, settings, args.replicas, batching, args.host, args.port, args.auth, voices,
-                     args.warm_up)
+    return ServePlan(args.model, settings, args.replicas, batching, args.batching, rows, args.host, args.port,
+                     args.auth, voices, args.warm_up)
 
 
 def refusal_here(settings: RuntimeSettings) -> str | None:

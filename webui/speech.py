@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from chattts_lab import LoadedModel, SynthesisRequest, load_model
+from chattts_lab import LoadedModel, SynthesisRequest, engines, load_model
 from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.serving.batcher import Batcher
 from chattts_lab.serving.scheduler import ContinuousScheduler, Overloaded
@@ -155,8 +155,9 @@ def batcher(ctx: AppContext) -> Batcher:
 
 
 def scheduling(ctx: AppContext, settings: RuntimeSettings) -> str:
-    """Which scheduling a request on these settings gets: only the lab engine's own loop admits rows mid-run."""
-    return "continuous" if ctx.scheduling == "continuous" and settings.engine == "lab" else "request"
+    """Which scheduling a request on these settings gets: continuous where the engine's loop admits rows mid-run."""
+    admits_rows = engines.get(settings.engine).continuous_batching_reason is None
+    return "continuous" if ctx.scheduling == "continuous" and admits_rows else "request"
 
 
 @functools.cache

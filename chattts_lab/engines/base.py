@@ -30,6 +30,8 @@ class Engine(ABC):
     # history replaces them as soon as it has measured cells (chattts_lab/sweep/grid.py).
     reference_step_ms: dict[str, float]
     load_s: float
+    # Why a running generation cannot admit new rows (continuous batching); None for an engine whose decode loop can.
+    continuous_batching_reason: str | None = "its generation runs a batch from start to end"
 
     def unsupported_reason(self, device: torch.device, precision: str) -> str | None:
         """None if this engine runs `precision` on `device`, else a sentence saying why not."""

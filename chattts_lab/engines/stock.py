@@ -20,6 +20,7 @@ FLOAT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bflo
 class StockEngine(Engine):
     name = "stock"
     summary = "ChatTTS's own Chat.infer, untouched (the reference)"
+    continuous_batching_reason = "stock ChatTTS generates a batch from start to end inside `infer`: it cannot admit rows"
     precisions = ("fp32", "fp16", "bf16", "int8")
     reference_step_ms = {"fp32": 122.0, "bf16": 66.0, "fp16": 66.0, "int8": 56.0}
     load_s = 2.0  # README: 1.7 s on full-size weights

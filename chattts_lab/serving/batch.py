@@ -30,6 +30,7 @@ class Part:
     stop: threading.Event
     on_chunk: Callable[[StreamChunk], None] | None = None  # this request's new audio, when the batch streams
     queue_wait_s: float = 0.0  # set by the server when the batch starts
+    on_start: Callable[[], None] | None = None  # continuous batching: called once, when its first row is admitted
 
     @property
     def rows(self) -> int:

@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 import psutil
 
-from chattts_lab import metrics
+from chattts_lab import engines, metrics
 from chattts_lab.serving.batch import Part
 from chattts_lab.engines.lab.continuous import Row, RowDecoder, capture_prompt
 from chattts_lab.engines.lab.stream import FIRST_CHUNK, HOLD, LEFT_CONTEXT, SAMPLES_PER_TOKEN, _decode_span, prepare_text
@@ -71,18 +71,12 @@ class SchedulerPolicy:
 
 def continuous_unsupported_reason(model: LoadedModel) -> str | None:
     """None when this model's engine can admit rows into a running generation, else why not."""
-    engine = engine_of(model)
-    if engine is None:
-        return "stock ChatTTS generates a batch from start to end inside `infer`: it cannot admit rows"
-    if getattr(engine.gpt_module, "session", None) is not None:
-        return "the ONNX session binds its KV cache per batch: rows cannot join a running batch"
-    return None
+    return engines.get(model.engine.name).continuous_batching_reason
 
 
 def engine_of(model: LoadedModel):
-    """The lab's decode-loop runtime of a loaded model (`LoadedModel.engine`), or None for other engines."""
-    engine = getattr(model, "engine", None)
-    return engine if hasattr(engine, "gpt_module") and hasattr(engine, "heads") else None
+    """The decode-loop runtime of a loaded model whose engine admits rows mid-run, or None for other engines."""
+    return model.engine if continuous_unsupported_reason(model) is None else None
 
 
 @dataclass(eq=False)
@@ -236,6 +230,8 @@ class ContinuousScheduler:
             job.admitted = time.perf_counter()
             job.part.queue_wait_s = job.admitted - job.enqueued
             self._dequeued(job)
+            if job.part.on_start is not None:
+                job.part.on_start()
         params_code, params_refine = _params(model, request)
         text = prepare_text(model.chat, text, params_refine, not request.refine.enabled, request.normalize_text)
         row = decoder.admit(capture_prompt(model.chat, text, params_code), owner=job)

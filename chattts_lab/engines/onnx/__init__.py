@@ -29,6 +29,7 @@ __all__ = ["OnnxEngine", "OnnxRuntime", "install_onnx"]
 class OnnxEngine(Engine):
     name = "onnx"
     summary = "the lab's decode loop with the GPT exported to ONNX Runtime (README: the onnx engine)"
+    continuous_batching_reason = "the ONNX session binds its KV cache per batch: rows cannot join a running batch"
     precisions = ("fp32", "fp16", "int8", "int4")
     # the lab engine's figures scaled by onnx/lab in one interleaved sweep (shared/FACTS.md, 2026-12-01: fp32 1.05x,
     # int8 1.43x, int4 1.17x; fp16 ran at about fp32's step on CPU)
