@@ -39,14 +39,23 @@ from chattts_lab.synthesis import (SAMPLE_RATE, Measurements, StreamChunk, Synth
                                    memory_errors_explained, memory_errors_of)
 
 log = logging.getLogger(__name__)
-STREAM_EVERY = 48  # tokens per chunk once a stream is ahead of its listener
+FIRST_AT = 2 * FIRST_CHUNK  # tokens before a row's first audio
+EARLY_EVERY, EARLY_UNTIL = 24, 144  # tokens per chunk while the listener's buffer is being built
+STREAM_EVERY = 48  # tokens per chunk once a stream is well ahead of its listener
 
 
 def chunk_due(tokens: int) -> bool:
-    """A streamed row sends a chunk after 12 tokens (its first audio), 24, then every 48: early chunks small, so
-    a listener who starts playing at the first audio is not left waiting for the second; later ones larger,
-    since each chunk re-decodes LEFT_CONTEXT + HOLD tokens of context, work every other row waits for."""
-    return tokens in (FIRST_CHUNK, 2 * FIRST_CHUNK) or (tokens >= STREAM_EVERY and tokens % STREAM_EVERY == 0)
+    """A streamed row sends a chunk after 24 tokens (its first audio), every 24 until 144, then every 48.
+
+    Measured on full-size weights, lab int8, 2 AVX2 cores (docs/measurements/2026-12-01-streams.md): a chunk's decode
+    costs about 90 ms whatever its size, plus about 1.7 ms a token, in the loop every row waits for. A first chunk
+    at 12 tokens leaves the listener 6 (128 ms of audio; HOLD tokens wait for their right context) while the next
+    takes about 200 ms to arrive: a stall at every early chunk. From 24 tokens the listener holds 18 (383 ms) and
+    each 24-token chunk brings 511 ms of audio in about 300 ms, so the buffer grows; once it is large, larger
+    chunks cost less decode."""
+    if tokens < EARLY_UNTIL:
+        return tokens >= FIRST_AT and tokens % EARLY_EVERY == 0
+    return tokens % STREAM_EVERY == 0
 
 
 class Overloaded(Exception):
