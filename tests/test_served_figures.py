@@ -11,7 +11,7 @@ from webui import speech
 from webui.context import AppContext
 from webui.runtime import RuntimeSettings
 
-from tests.event_loop import run_in_fresh_loop
+from tests.event_loop import in_own_thread, run_in_fresh_loop
 
 HOLD_S = 3.0
 
@@ -44,7 +44,8 @@ def test_a_serving_run_against_a_url_records_the_apps_own_model_and_batch_limit(
     from chattts_lab.history.store import Store
 
     db = tmp_path / "lab.sqlite"
-    assert main(["serve", "--url", app_url, "--users", "1", "--requests", "1", "--tokens", "4", "--db", str(db)]) == 0
+    argv = ["serve", "--url", app_url, "--users", "1", "--requests", "1", "--tokens", "4", "--db", str(db)]
+    assert in_own_thread(main, argv) == 0  # as from a shell: the serving client runs its own event loop
     err = capsys.readouterr().err
     assert "level 1: 1 user, max batch 8…" in err  # the app's default batch limit, not 0; one user, not "1 users"
     with Store(db) as store:
