@@ -40,6 +40,10 @@ def test_a_level_breaks_on_failures_slow_first_audio_or_stalls():
     assert "continuity 90.00 % < 99 %" in broken_because({**level, "continuity_pct": 90.0}, spec)
     assert capacity_gain([{"batching": "continuous", "streams": 9}, {"batching": "request", "streams": 2}]) \
         == "continuous batching holds 4.5x the real-time streams of request-level batching (9 vs 2)."
+    assert capacity_gain([{"batching": "continuous", "streams": 0}, {"batching": "request", "streams": 0}]) \
+        == "neither scheduling holds one real-time stream of this configuration within the service level."
+    assert capacity_gain([{"batching": "continuous", "streams": 1}, {"batching": "request", "streams": 0}]) \
+        == "continuous batching holds 1 stream where request-level batching holds none."
 
 
 def test_impossible_service_levels_are_refused():

@@ -126,8 +126,11 @@ def capacity_gain(results: list[dict]) -> str | None:
     best = {b: max((r["streams"] for r in results if r["batching"] == b), default=None) for b in ("continuous", "request")}
     if best["continuous"] is None or best["request"] is None:
         return None
+    if best["continuous"] == best["request"] == 0:
+        return "neither scheduling holds one real-time stream of this configuration within the service level."
     if best["request"] == 0:
-        return f"continuous batching holds {best['continuous']} streams where request-level batching holds none."
+        return (f"continuous batching holds {best['continuous']} stream{'s' if best['continuous'] != 1 else ''} "
+                "where request-level batching holds none.")
     return (f"continuous batching holds {best['continuous'] / best['request']:.1f}x the real-time streams of "
             f"request-level batching ({best['continuous']} vs {best['request']}).")
 
