@@ -72,15 +72,7 @@ class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
         text = action.help or ""
         if "default" in text or action.default in (None, argparse.SUPPRESS) or action.nargs == 0:
             return text
-        return f"{text} (default: {_typed(action.default).replace('%', '%%')})"  # help is %-formatted
-
-
-def _typed(value) -> str:
-    if isinstance(value, (tuple, list)):
-        return ",".join(_typed(v) for v in value)
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+        return f"{text} (default: {as_text(action.default).replace('%', '%%')})"  # help is %-formatted
 
 
 def build_parser() -> argparse.ArgumentParser:
