@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator
 
-from chattts_lab import SynthesisRequest, engines, load_model
+from chattts_lab import SynthesisRequest, load_model
 from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.serving.batcher import BatchPolicy
-from chattts_lab.serving.scheduler import ContinuousScheduler, SchedulerPolicy
+from chattts_lab.serving.scheduler import ContinuousScheduler, SchedulerPolicy, scheduling_for
 from chattts_lab.sweep.cluster import connect, ray_module
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.engines import unsupported_reason
@@ -269,8 +269,7 @@ class ServePlan:
                 "ray_actor_options": {"num_cpus": self.settings.threads, "num_gpus": gpus}}
 
     def continuous(self) -> bool:
-        admits_rows = engines.get(self.settings.engine).continuous_batching_reason is None
-        return self.scheduling == "continuous" and admits_rows
+        return scheduling_for(self.scheduling, self.settings.engine) == "continuous"
 
     def described(self) -> str:
         return f"{describe(self.settings)} · {self.replicas} Ray Serve replica{'s' if self.replicas > 1 else ''}"
@@ -280,7 +279,7 @@ def deploy(cluster: str, plan: ServePlan) -> str:
     """Deploy (or redeploy) the application on the cluster; returns its URL once every replica is ready."""
     connect(cluster, WEBUI_DIR)  # the deployments run this code (chattts_lab and webui) on every node
     serve.start(proxy_location="HeadOnly", http_options={"host": plan.host, "port": plan.port})
-    scheduling = "continuous" if plan.continuous() else "request"
+    scheduling = scheduling_for(plan.scheduling, plan.settings.engine)
     synthesizer = Synthesizer.options(**plan.replica_options()).bind(plan.model, plan.settings, plan.batching,
                                                                           plan.warm_up, scheduling, plan.rows)
     serve.run(SpeechIngress.bind(synthesizer, plan.api_key, str(plan.voices_dir), plan.described()), name=APP, route_prefix="/")

@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from chattts_lab import LoadedModel, SynthesisRequest, engines, load_model
+from chattts_lab import LoadedModel, SynthesisRequest, load_model
 from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.serving.batcher import Batcher
-from chattts_lab.serving.scheduler import ContinuousScheduler, Overloaded
+from chattts_lab.serving.scheduler import ContinuousScheduler, Overloaded, scheduling_for
 from chattts_lab.models import loaded
 from chattts_lab.requests import validate_request
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput, encode_sample_audio, speaker_from_seed, warm_up
@@ -156,8 +156,7 @@ def batcher(ctx: AppContext) -> Batcher:
 
 def scheduling(ctx: AppContext, settings: RuntimeSettings) -> str:
     """Which scheduling a request on these settings gets: continuous where the engine's loop admits rows mid-run."""
-    admits_rows = engines.get(settings.engine).continuous_batching_reason is None
-    return "continuous" if ctx.scheduling == "continuous" and admits_rows else "request"
+    return scheduling_for(ctx.scheduling, settings.engine)
 
 
 @functools.cache

@@ -78,6 +78,13 @@ class SchedulerPolicy:
             raise ValueError(f"max queue must be in 0..10000, got {self.max_queue}")
 
 
+def scheduling_for(requested: str, engine: str) -> str:
+    """The scheduling a server asked for `requested` ("continuous" or "request") runs on `engine`: continuous only
+    where the engine's decode loop admits rows mid-run (Engine.continuous_batching_reason)."""
+    admits_rows = engines.get(engine).continuous_batching_reason is None
+    return "continuous" if requested == "continuous" and admits_rows else "request"
+
+
 def continuous_unsupported_reason(model: LoadedModel) -> str | None:
     """None when this model's engine can admit rows into a running generation, else why not."""
     return engines.get(model.engine.name).continuous_batching_reason
