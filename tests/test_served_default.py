@@ -115,7 +115,9 @@ def threads_label(n: int) -> str:
     (("lab", "int4"), ("lab", "int4", 1), "the recommendation of sweep #1"),
     (("onnx", "int4"), ("onnx", "int4", 1), "the recommendation of sweep #1"),
     # slower than the default (lab fp32) by the reference figures: the default stays, and the page says why
-    (("stock", "fp32"), ("lab", "fp32", None), "is not faster than it"),
+    pytest.param(("stock", "fp32"), ("lab", "fp32", None), "is not faster than it", marks=pytest.mark.slow),
+    # (opt-in, -m slow, to keep the default run short: the page's words come from the same reason the unit test
+    #  test_a_slow_one_cell_sweep_leaves_the_default_and_says_why checks, and the int4 cases check the page)
 ])
 def test_a_one_cell_sweep_sets_what_a_fresh_app_serves_and_the_page_says_why(swept, served, why, tmp_path,
                                                                                browser_context):
