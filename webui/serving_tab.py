@@ -14,6 +14,7 @@ import gradio as gr
 import pandas as pd
 
 from chattts_lab.history import plots
+from chattts_lab.serving.capacity import CapacityFound, capacity_frame, capacity_gain, capacity_sentence, run_capacity
 from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
                                           run_serving)
 from chattts_lab.serving.summaries import batching_gain, serving_frame
@@ -27,16 +28,31 @@ TABLE = ["sweep_id", "machine", "max_batch", "users", "rate", "ok", "errors", "l
          "ttfb_p90_s", "ttfa_p50_s", "ttfa_p90_s", "latency_p50_s", "latency_p90_s", "batch_sizes", "config"]
 APP_DEFAULT = "the app's default"
 STOPS = StopFlags({})
+INTRO = ("Many users at once against this app's `/v1/audio/speech`: continuous batching (a request joins the running "
+         "generation at the next step) and request-level batching (batches of up to N requests; max batch 1: one "
+         "request at a time). Each scheduling and batch limit starts its own copy of the app on this machine; the "
+         "numbers are what its clients saw. **Find capacity** answers how many real-time listeners this machine "
+         "holds under a service level.")
+
+
+CAPACITY_TABLE = ["sweep_id", "machine", "batching", "max_batch", "streams", "broke_at", "broken_because", "tokens",
+                  "slo_ttfa_p99_s", "slo_continuity_pct", "config"]
 
 
 def serving_spec(ctx: AppContext, users: str, max_batch: str, requests: int, tokens: int, stream: bool,
-                 engine: str, precision: str) -> ServeSpec:
-    """The spec `python -m bench serve` builds from the same choices, by its builder; a bad choice is a gr.Error."""
+                 engine: str, precision: str, batching: list[str] | None = None, capacity: bool = False,
+                 slo_ttfa_p99_s: float | None = None,
+                 slo_continuity_pct: float | None = None, max_users: int | None = None) -> ServeSpec:
+    """The spec `python -m bench serve` builds from the same choices, by its builder; a bad choice is a gr.Error.
+    With `capacity`, the users box is not used: the search raises the users itself (as --capacity does)."""
+    choices = dict(model=ctx.model, users=None if capacity else users, max_batches=max_batch,
+                   requests_per_user=requests, tokens=tokens, stream=bool(stream),
+                   engine=None if engine == APP_DEFAULT else engine,
+                   precision=None if precision == APP_DEFAULT else precision,
+                   batching=None if batching is None else tuple(batching), capacity=bool(capacity),
+                   slo_ttfa_p99_s=slo_ttfa_p99_s, slo_continuity_pct=slo_continuity_pct, max_users=max_users)
     try:
-        return ServeSpec.from_choices(dict(model=ctx.model, users=users, max_batches=max_batch,
-                                           requests_per_user=requests, tokens=tokens, stream=bool(stream),
-                                           engine=None if engine == APP_DEFAULT else engine,
-                                           precision=None if precision == APP_DEFAULT else precision))
+        return ServeSpec.from_choices({k: v for k, v in choices.items() if v is not None or k == "users"})
     except (SpecError, ValueError, TypeError) as exc:
         raise gr.Error(str(exc)) from None
 
@@ -45,31 +61,58 @@ def cli_command(ctx: AppContext, spec: ServeSpec) -> str:
     return "python -m bench serve " + shlex.join([*spec_argv(spec), "--db", str(ctx.history_db)])
 
 
-def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, engine, precision, request: gr.Request):
-    """Yields (status, table, latency figure, throughput figure) as each load level finishes."""
-    spec = serving_spec(ctx, users, max_batch, requests, tokens, stream, engine, precision)
+def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, engine, precision, batching, capacity,
+                slo_ttfa, slo_continuity, max_users, request: gr.Request):
+    """Yields (status, table, latency figure, throughput figure, capacity figure) as each load level finishes."""
+    spec = serving_spec(ctx, users, max_batch, requests, tokens, stream, engine, precision, batching, capacity,
+                        slo_ttfa, slo_continuity, max_users)
     session = request.session_hash if request else uuid.uuid4().hex
     flag = STOPS.start(session)
-    levels, status, run_id = [], f"Starting: `{cli_command(ctx, spec)}`", None
-    yield _view(status, levels, run_id)
+    run = _Run(spec, f"Starting: `{cli_command(ctx, spec)}`")
+    yield run.view()
     try:
         with ctx.model_work:  # this app's model stays idle while the measured apps run
-            for event in run_serving(spec, ctx.history_db, should_stop=flag.is_set):
-                if isinstance(event, ServeStarted):
-                    run_id = event.sweep_id
-                    status = f"Serving run {event.sweep_id}: {event.levels} load levels (an app starts per batch limit)."
-                elif isinstance(event, LevelStarted):
-                    status = f"Level {event.index + 1}: {_load(event.level)}, max batch {event.level['max_batch']}…"
-                elif isinstance(event, LevelFinished):
-                    levels.append(event.summary)
-                elif isinstance(event, ServeFinished):
-                    gains = [g for u in spec.users if (g := batching_gain(event.summaries, u))]
-                    status = " ".join([f"Serving run {event.sweep_id} {event.status}.", *gains])
-                yield _view(status, levels, run_id)
+            for event in (run_capacity if spec.capacity else run_serving)(spec, ctx.history_db, flag.is_set):
+                run.saw(event)
+                yield run.view()
     except RuntimeError as exc:  # an app that would not start or serve: its log tail says why
         raise gr.Error(str(exc)) from None
     finally:
         STOPS.done(session)
+
+
+class _Run:
+    """What the panel shows of the run in progress, updated by each of its events."""
+
+    def __init__(self, spec: ServeSpec, status: str):
+        self.spec, self.status, self.run_id = spec, status, None
+        self.levels: list[dict] = []
+        self.found: list[dict] = []  # a capacity search: one answer per scheduling
+
+    def saw(self, event) -> None:
+        if isinstance(event, ServeStarted):
+            self.run_id = event.sweep_id
+            self.status = (f"Capacity run {event.sweep_id}: raising the users until the service level breaks "
+                           "(an app starts per scheduling)." if self.spec.capacity else
+                           f"Serving run {event.sweep_id}: {event.levels} load levels (an app starts per batch limit).")
+        elif isinstance(event, LevelStarted):
+            self.status = f"Level {event.index + 1}: {_load(event.level)}, max batch {event.level['max_batch']}…"
+        elif isinstance(event, LevelFinished):
+            self.levels.append(event.summary)
+        elif isinstance(event, CapacityFound):
+            self.found.append(event.result)
+        elif isinstance(event, ServeFinished):
+            self.status = " ".join([f"{'Capacity' if self.spec.capacity else 'Serving'} run {event.sweep_id} "
+                                    f"{event.status}.", *self._findings(event.summaries)])
+
+    def _findings(self, summaries: list[dict]) -> list[str]:
+        if not self.spec.capacity:
+            return [g for u in self.spec.users if (g := batching_gain(summaries, u))]
+        sentences = [capacity_sentence(r)[0].upper() + capacity_sentence(r)[1:] for r in self.found]
+        return sentences + ([gain[0].upper() + gain[1:]] if (gain := capacity_gain(self.found)) else [])
+
+    def view(self):
+        return _view(self.status, self.levels, self.run_id) + (plots.capacity_curve(self.found),)
 
 
 def _load(level: dict) -> str:
@@ -109,15 +152,23 @@ def runs_choices(ctx: AppContext) -> list[tuple[str, int]]:
 
 
 def show_runs(ctx: AppContext, sweep_ids):
-    """Past serving runs (from any machine imported into the history) side by side."""
-    levels = serving_frame(ctx.history_db, [int(s) for s in sweep_ids or []])
-    return _table(levels), *_figures(levels)
+    """Past serving runs (from any machine imported into the history) side by side, with the capacity found."""
+    picked = [int(s) for s in sweep_ids or []]
+    levels = serving_frame(ctx.history_db, picked)
+    return _table(levels), *_figures(levels), capacity_table(ctx, picked)
+
+
+def capacity_table(ctx: AppContext, sweep_ids: list[int] | None = None) -> pd.DataFrame:
+    """Every capacity answer in the history (or the picked runs'): one row per run and scheduling, any machine."""
+    found = capacity_frame(ctx.history_db)
+    if sweep_ids and not found.empty:
+        found = found[found["sweep_id"].isin(sweep_ids)]
+    return present.rounded(found.reindex(columns=CAPACITY_TABLE)) if not found.empty else pd.DataFrame(
+        columns=CAPACITY_TABLE)
 
 
 def build_serving_tab(ctx: AppContext) -> None:
-    gr.Markdown("Many users at once against this app's `/v1/audio/speech`, with dynamic batching (batches of up "
-                "to N requests) and without (max batch 1: one request at a time). Each batch limit starts its own "
-                "copy of the app on this machine; the numbers are what its clients saw.")
+    gr.Markdown(INTRO)
     engine_choices = [APP_DEFAULT, *engines_for("cpu")]
     shown = ServeSpec()  # the panel's defaults are the spec's
     with gr.Row():
@@ -131,6 +182,10 @@ def build_serving_tab(ctx: AppContext) -> None:
         engine = gr.Dropdown(engine_choices, value=APP_DEFAULT, label="Engine", elem_id="sv-engine")
         precision = gr.Dropdown([APP_DEFAULT, *precisions_for("cpu", "lab")], value=APP_DEFAULT, label="Precision",
                                 elem_id="sv-precision")
+        batching = gr.CheckboxGroup(["continuous", "request"], value=list(shown.batching), elem_id="sv-batching",
+                                    label="Scheduling (continuous: one app; request-level: one app per max batch)")
+    capacity_inputs = _capacity_controls(shown)
+    with gr.Row():
         run = gr.Button("Run serving benchmark", variant="primary", elem_id="sv-run")
         stop = gr.Button("Stop", variant="stop", elem_id="sv-stop")
     status = gr.Markdown(elem_id="sv-status")
@@ -140,21 +195,38 @@ def build_serving_tab(ctx: AppContext) -> None:
         empty_latency, empty_throughput = _figures(pd.DataFrame())
         fig_latency = gr.Plot(empty_latency, label="Latency vs users", elem_id="sv-fig-latency")
         fig_throughput = gr.Plot(empty_throughput, label="Throughput vs users", elem_id="sv-fig-throughput")
+    fig_capacity = gr.Plot(plots.capacity_curve([]), label="Capacity search", elem_id="sv-fig-capacity")
     gr.Markdown("### Serving runs in the history")
     with gr.Row():
         pick = gr.Dropdown([], multiselect=True, label="Runs", elem_id="sv-pick")
         show = gr.Button("Show", elem_id="sv-show")
+    found = gr.DataFrame(capacity_table(ctx), label="Real-time streams held (capacity runs, every machine in the "
+                         "history; Show narrows to the picked runs)", interactive=False, elem_id="sv-capacity-table")
 
     private = dict(api_visibility="private")
-    inputs = [users, max_batch, requests, tokens, stream, engine, precision]
-    outputs = [status, table, fig_latency, fig_throughput]
+    inputs = [users, max_batch, requests, tokens, stream, engine, precision, batching, *capacity_inputs]
+    outputs = [status, table, fig_latency, fig_throughput, fig_capacity]
     ran = run.click(bind(run_clicked, ctx), inputs, outputs, concurrency_id=MODEL_QUEUE, concurrency_limit=1,
                     **private)
     refresh = dict(fn=lambda: gr.update(choices=runs_choices(ctx)), inputs=None, outputs=pick, **private)
-    ran.then(**refresh)
+    ran.then(**refresh).then(lambda: capacity_table(ctx), None, found, **private)
     stop.click(_stop, None, None, **private)
-    show.click(bind(show_runs, ctx), pick, [table, fig_latency, fig_throughput], **private)
+    show.click(bind(show_runs, ctx), pick, [table, fig_latency, fig_throughput, found], **private)
     pick.focus(**refresh)
+
+
+def _capacity_controls(shown: ServeSpec) -> list:
+    """The capacity search's switch and service level (`--capacity`, `--slo-ttfa-p99`, `--slo-continuity`,
+    `--max-users`), with the spec's defaults."""
+    with gr.Row():
+        capacity = gr.Checkbox(shown.capacity, label="Find capacity: raise the users until the service level breaks "
+                               "(the users box is not used)", elem_id="sv-capacity")
+        slo_ttfa = gr.Number(shown.slo_ttfa_p99_s, label="Service level: p99 first audio at most (s)",
+                             elem_id="sv-slo-ttfa")
+        slo_continuity = gr.Number(shown.slo_continuity_pct, label="…and streams with no stall over 100 ms at "
+                                   "least (%)", elem_id="sv-slo-continuity")
+        max_users = gr.Number(shown.max_users, precision=0, label="Most users tried", elem_id="sv-max-users")
+    return [capacity, slo_ttfa, slo_continuity, max_users]
 
 
 def _stop(request: gr.Request = None):

@@ -206,6 +206,24 @@ def serving_throughput(levels: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def capacity_curve(results: list[dict]) -> go.Figure:
+    """A capacity search's levels: p99 time to first audio against users, one line per scheduling, each level
+    marked held or broken, the service level's limit drawn; the title says how many streams each holds."""
+    title = "Capacity: p99 first audio vs real-time streams"
+    points = [{"users": c["users"], "ttfa_p99_s": c["ttfa_p99_s"], "held": "held" if c["held"] else "broke",
+               "continuity_pct": c["continuity_pct"],
+               "series": f"{r['batching'] or 'the app'} ({r['streams']} held)"}
+              for r in results for c in r.get("curve") or []]
+    if not points:
+        return _empty(title, "", "tick 'Find capacity' and run: each level tried appears here")
+    fig = px.line(pd.DataFrame(points), x="users", y="ttfa_p99_s", color="series", symbol="held", markers=True,
+                  hover_data=["continuity_pct"], title=title,
+                  labels={"users": "concurrent streams (closed-loop users)", "ttfa_p99_s": "p99 first audio (s)",
+                          "series": "scheduling", "held": "service level", "continuity_pct": "continuity %"})
+    fig.add_hline(y=results[0]["slo_ttfa_p99_s"], line_dash="dot", annotation_text="first-audio limit")
+    return fig
+
+
 # ------------------------------------------------------------------------------------------------
 # Speed and quality in one picture (quality columns: chattts_lab.quality)
 

@@ -1,0 +1,51 @@
+"""The Serving panel's capacity search in chromium (issue 25): "Find capacity" raises the users until the service
+level breaks, says how many real-time streams this machine holds, draws every level tried, and keeps the answer in
+the history's capacity table, as `python -m bench serve --capacity` does (tests/test_capacity.py)."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from chattts_lab.serving.capacity import capacity_frame
+from tests.test_browser_benchmark import table_rows
+from tests.ui import LONG, open_tab, set_number, set_text
+
+pytestmark = pytest.mark.browser
+
+
+def test_find_capacity_says_how_many_streams_hold_draws_the_search_and_keeps_it(page, app_dir):
+    open_tab(page, "Benchmark", "Serving")
+    page.locator("#sv-batching").get_by_label("request", exact=True).uncheck()  # one app: continuous batching
+    set_text(page, "sv-max-batch", "1")
+    set_number(page, "sv-requests", 1)
+    set_number(page, "sv-tokens", 12)
+    page.check("#sv-capacity input")
+    # A service level every level meets (600 s, 0 %): the search doubles the users to the most tried, 2.
+    set_number(page, "sv-slo-ttfa", 600)
+    set_number(page, "sv-slo-continuity", 0)
+    set_number(page, "sv-max-users", 2)
+    page.click("#sv-run")
+
+    status = page.locator("#sv-status")
+    expect(status).to_contain_text("finished", timeout=LONG * 2)
+    expect(status).to_contain_text("This machine holds 2 real-time stream(s) of this configuration")
+    expect(status).to_contain_text("continuous batching, 12 rows")
+    levels = table_rows(page, "sv-table")
+    assert [r["users"] for r in levels] == ["1", "2"]
+    curve = page.locator("#sv-fig-capacity .js-plotly-plot")
+    curve.wait_for(timeout=LONG)
+    users = curve.evaluate("el => el._fullData.flatMap(t => Array.from(t.x))")
+    assert sorted(users) == [1, 2]
+    kept = capacity_frame(app_dir / "history.sqlite")
+    assert list(kept["streams"])[-1] == 2 and list(kept["batching"])[-1] == "continuous"
+    found = table_rows(page, "sv-capacity-table")
+    assert found[-1]["streams"] == "2" and found[-1]["batching"] == "continuous"
+
+
+def test_capacity_without_streaming_is_refused_in_one_line(page):
+    open_tab(page, "Benchmark", "Serving")
+    page.check("#sv-capacity input")
+    page.uncheck("#sv-stream input")
+    page.click("#sv-run")
+    expect(page.locator(".toast-body").filter(has_text="needs streamed requests")).to_be_visible(timeout=LONG)
