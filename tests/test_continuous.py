@@ -151,3 +151,29 @@ def test_a_caller_that_hangs_up_frees_its_row_for_the_next_request(model):
     assert gone.measurements.interrupted and gone.measurements.tokens[0] < 2048
     # with no queue at all, the next request is accepted only because the row is free again
     assert scheduler.submit(Part(request(1, 8), threading.Event())).result(timeout=600).measurements.tokens == [8]
+
+
+def streamed_and_whole(model, req: SynthesisRequest) -> tuple[np.ndarray, np.ndarray, int]:
+    """The request streamed (its chunks joined) and then whole, on one scheduler: the same seeded tokens."""
+    scheduler = ContinuousScheduler(lambda: model, SchedulerPolicy(max_rows=1, max_queue=1))
+    chunks = []
+    streamed = scheduler.submit(Part(req, threading.Event(), on_chunk=chunks.append)).result()
+    whole = scheduler.submit(Part(req, threading.Event())).result()
+    assert streamed.measurements.tokens == whole.measurements.tokens
+    return streamed.audio[0], whole.audio[0], len(chunks)
+
+
+def test_a_streamed_clip_is_the_whole_clip_within_the_seam_bound(model, monkeypatch):
+    """Chunks join without clicks: each decodes LEFT_CONTEXT tokens before its new ones, more than the decoder's
+    and vocoder's convolutions reach, so the joined chunks are the whole clip's decode within float rounding
+    (docs/serving.md states the bound). Without that context the seams break the bound by orders of magnitude."""
+    from chattts_lab.engines.lab.stream import SEAM_BOUND
+    from chattts_lab.serving import scheduler
+
+    req = request(0, 200)
+    streamed, whole, chunks = streamed_and_whole(model, req)
+    assert chunks >= 5 and len(streamed) == len(whole) == samples_for_tokens(200)
+    assert np.abs(streamed - whole).max() <= SEAM_BOUND * np.abs(whole).max()
+    monkeypatch.setattr(scheduler, "LEFT_CONTEXT", 0)
+    streamed, whole, _ = streamed_and_whole(model, req)
+    assert np.abs(streamed - whole).max() > 100 * SEAM_BOUND * np.abs(whole).max()

@@ -47,8 +47,9 @@ STREAM_EVERY = 48  # tokens per chunk once a stream is well ahead of its listene
 def chunk_due(tokens: int) -> bool:
     """A streamed row sends a chunk after 24 tokens (its first audio), every 24 until 144, then every 48.
 
-    Measured on full-size weights, lab int8, 2 AVX2 cores (docs/measurements/2026-12-01-streams.md): a chunk's decode
-    costs about 90 ms whatever its size, plus about 1.7 ms a token, in the loop every row waits for. A first chunk
+    Measured on full-size weights, lab int8, 2 AVX2 cores (docs/measurements/2026-12-01-streams.md, with 24 tokens of
+    left context then): a chunk's decode cost about 90 ms whatever its new tokens, plus about 1.7 ms a new token, in
+    the loop every row waits for (most of the 90 ms was the re-decoded context, now 8 tokens: stream.LEFT_CONTEXT). A first chunk
     at 12 tokens leaves the listener 6 (128 ms of audio; HOLD tokens wait for their right context) while the next
     takes about 200 ms to arrive: a stall at every early chunk. From 24 tokens the listener holds 18 (383 ms) and
     each 24-token chunk brings 511 ms of audio in about 300 ms, so the buffer grows; once it is large, larger
