@@ -198,13 +198,16 @@ def test_synthesis_keeps_results_on_a_mistake_streams_cleanly_and_takes_long_spl
     wait_result(page)
     close_toasts(page)
 
-    # Streaming: the previous result leaves the player while the new one streams (interrupted once it plays).
+    # Streaming: the previous result leaves the view while the new one streams (interrupted once it plays), and the
+    # streamed one then stays in view.
     page.check("#stream input[type=checkbox]")
     generate(page, "Streaming replaces the last result.", tokens=2048, min_tokens=2048)
     page.locator("#metrics").filter(has_text="time to first audio").wait_for(timeout=LONG)
-    assert audio_href(page) is None
+    expect(page.locator("#audio")).to_be_hidden()
+    assert audio_href(page, "streamed-audio") is None
     page.click("#interrupt")
     assert "interrupted" in wait_result(page)
+    assert audio_href(page, "streamed-audio")
     page.uncheck("#stream input[type=checkbox]")
     close_toasts(page)
 

@@ -61,8 +61,9 @@ class SynthesisTab:
     generate: gr.Button
     interrupt: gr.Button
     banner: gr.HTML
-    stream_audio: gr.Audio
-    audio: gr.Audio
+    stream_audio: gr.Audio  # plays a stream as it comes (with ffmpeg)
+    audio: gr.Audio  # a result made whole; autoplays
+    streamed: gr.Audio  # a streamed result, whole, once its stream ends; never autoplays
     metrics: gr.Markdown
     measurements: gr.JSON
 
@@ -70,7 +71,10 @@ class SynthesisTab:
         return {getattr(self, f.name) for f in fields(Form)}
 
     def results(self) -> set:
-        return {self.stream_audio, self.audio, self.measurements, self.metrics, self.banner}
+        return {*self.players(), self.measurements, self.metrics, self.banner}
+
+    def players(self) -> set:
+        return {self.stream_audio, self.audio, self.streamed}
 
     def runtime_controls(self) -> set:
         return {self.device, self.engine, self.precision, self.threads, self.runtime, self.in_use}

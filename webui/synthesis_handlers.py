@@ -64,7 +64,7 @@ async def _generate_batches(ctx: AppContext, ui: SynthesisTab, settings: Runtime
     joined = outs[0] if len(outs) == 1 else replace(outs[0], audio=[a for o in outs for a in o.audio],
                                                     measurements=_merged([o.measurements for o in outs]))
     path, m = _result(ctx, joined, model, {"batches": len(outs)} if len(outs) > 1 else None)
-    return {ui.audio: gr.update(value=path, autoplay=True), ui.measurements: m,
+    return {ui.audio: path, ui.measurements: m,
             ui.metrics: present.metrics_markdown(m),
             ui.banner: present.banner_html(joined.synthetic, model.source.note)}
 
@@ -85,11 +85,22 @@ def live_playback() -> bool:
     return shutil.which("ffmpeg") is not None
 
 
+def stream_players(ui: SynthesisTab, live: bool, stream: bool) -> dict:
+    """Streaming on (and playing live): the Stream player, then the whole result in a player that stays quiet, since
+    the Stream player has played it; otherwise the one player that plays each result as it is made."""
+    streaming = bool(stream and live)
+    return {ui.stream_audio: gr.update(visible=streaming), ui.streamed: gr.update(visible=streaming),
+            ui.audio: gr.update(visible=not streaming)}
+
+
 async def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeSettings, texts: list[str],
                            req: SynthesisRequest, session, live: bool):
     # Sentences stream one after another, so playback follows the text's order. Time to first audio is
     # what the person waited: the queue included. The last result leaves the player: it is not this one.
-    yield {ui.audio: gr.update(value=None, autoplay=False)}
+    # Played live, the whole result goes to a player that never autoplays (the Stream player has played it);
+    # without ffmpeg nothing played yet, so it goes to the player that autoplays.
+    player = ui.streamed if live else ui.audio
+    yield {player: None}
     parts, measurements, ttfa, started = [], [], None, time.perf_counter()
     for text in texts:
         async for item in speech.serve_stream(ctx, settings, replace(req, texts=(text,)), session):
@@ -110,7 +121,7 @@ async def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeS
     joined = replace(parts[0], audio=[audio_io.join([a for p in parts for a in p.audio])])
     extra = {"parts": measurements} if len(measurements) > 1 else {}
     path, m = _result(ctx, joined, model, extra)
-    yield {ui.audio: gr.update(value=path, autoplay=not live), ui.measurements: m,
+    yield {player: path, ui.measurements: m,
            ui.metrics: present.metrics_markdown(m), ui.banner: present.banner_html(model.synthetic, model.source.note)}
 
 

@@ -15,8 +15,8 @@ from webui.runtime import ServingChoice, default_settings, devices, engines_for,
 from webui.synthesis_components import SynthesisTab
 from webui.synthesis_form import DEFAULT_REFINE, DEFAULT_REQUEST, DEFAULT_SAMPLING, VOICE_MODES
 from webui.synthesis_handlers import (api_synthesize, apply_settings, change_device, change_engine, generate,
-                                      fastest_label, fastest_offer, in_use_note, interrupt,
-                                      update_settings)
+                                      fastest_label, fastest_offer, in_use_note, interrupt, live_playback,
+                                      stream_players, update_settings)
 from webui.voice_handlers import (export_card, import_card, pick_preset, pick_saved, roll_dice, sample_uploaded,
                                   save_to_library, show_speaker)
 
@@ -148,6 +148,12 @@ def _results_panel(c: dict) -> None:
     c["stream_audio"] = gr.Audio(label="Stream", streaming=True, autoplay=True, visible=False, elem_id="stream-audio")
     c["audio"] = gr.Audio(label="Audio", type="filepath", autoplay=True, buttons=["download"], elem_id="audio",
                           interactive=False)
+    # A streamed result, whole, to play again or download: a player of its own that never autoplays, since the
+    # Stream player above has played it (Gradio 6 reads `autoplay` once, when a player mounts: an update to it is
+    # ignored, so the autoplaying player above cannot be told to stay quiet for one result).
+    c["streamed"] = gr.Audio(label="Audio (the whole stream: play it again or download it)", type="filepath",
+                             autoplay=False, buttons=["download"], elem_id="streamed-audio", interactive=False,
+                             visible=False)
     c["metrics"] = gr.Markdown(elem_id="metrics")
     with gr.Accordion("Raw measurements (JSON)", open=False):
         c["measurements"] = gr.JSON(label="Measurements", elem_id="measurements")
@@ -162,11 +168,11 @@ def _wire(ctx: AppContext, ui: SynthesisTab) -> None:
     synthesis_work = dict(concurrency_id=SYNTHESIS_QUEUE, concurrency_limit=synthesis_concurrency(ctx), **PRIVATE)
     for trigger in (ui.generate.click, ui.text.submit):  # the metrics are put back as they were after a mistake
         trigger(bind(generate, ctx, ui), _synthesis_inputs(ui) | {ui.metrics}, ui.results(),
-                show_progress_on=ui.audio, **synthesis_work)
+                show_progress_on=[ui.audio, ui.streamed], **synthesis_work)
     # Queued (in a group of its own, so it never waits for the model): Gradio shows a handler's gr.Info toasts
     # only for queued events, and the toast is how a person learns whether anything was interrupted.
     ui.interrupt.click(interrupt, None, None, concurrency_limit=None, **PRIVATE)
-    ui.stream.change(lambda s: gr.update(visible=s), ui.stream, ui.stream_audio, queue=False, **PRIVATE)
+    ui.stream.change(bind(stream_players, ui, live_playback()), ui.stream, ui.players(), queue=False, **PRIVATE)
     _wire_voices(ctx, ui)
     _wire_runtime(ui)
 
