@@ -13,6 +13,7 @@ import sys
 from html.parser import HTMLParser
 
 import pytest
+from playwright.sync_api import expect
 
 from chattts_lab.history.compare import timed_by_pass
 from chattts_lab.history.report import TABLE_COLUMNS
@@ -20,7 +21,7 @@ from chattts_lab.history.store import Store
 from chattts_lab.sweep.spec import SweepSpec
 from tests.conftest import ROOT, SCREENSHOTS
 from tests.test_sweep_spec_parity import QUICK_ARGV, cli_spec
-from tests.ui import LONG, open_accordion, open_tab, pick_option, wait_toast
+from tests.ui import LONG, close_toasts, no_error_badges, open_accordion, open_tab, pick_option, wait_toast
 
 pytestmark = pytest.mark.browser
 
@@ -256,13 +257,27 @@ def test_stop_during_interleaved_passes_keeps_every_finished_pass(page, app_dir)
         assert result.status == "cancelled"
 
 
-def test_history_compares_two_machines_via_a_bundle(page, tmp_path, finished_sweep):
-    open_tab(page, "Benchmark", "History")
+def mistake(page, button: str, message: str) -> None:
+    """Click `button`, get a warning with `message` (not an error), then close it (the next one must be seen)."""
+    page.click(button)
+    toast = page.locator(".toast-body").filter(has_text=message)
+    toast.first.wait_for(timeout=LONG)
+    assert "Warning" in toast.first.inner_text() and "Error" not in toast.first.inner_text()
+    close_toasts(page)
+
+
+def test_history_compares_two_machines_via_a_bundle_and_mistakes_keep_what_is_shown(page, tmp_path, finished_sweep):
+    # Reports with no sweep on the page: a warning, and no badge over the files box.
+    open_tab(page, "Benchmark", "Sweep")
+    mistake(page, "#sw-reports", "Download: run a sweep, or Show one from the History tab, first")
+    no_error_badges(page, "sw-report-files")
+    open_tab(page, "History")
     page.click("#h-refresh")
     pick_option(page, "h-pick", "^" + finished_sweep)
     page.click("#h-export")
     link = page.locator("#h-bundle-out a[href*='.json']").first
     link.wait_for(timeout=LONG)
+    exported = link.get_attribute("href")
     bundle = json.loads(page.request.get(link.get_attribute("href")).body())
     # The same sweep as if measured on a second machine.
     other = bundle["sweeps"][0]
@@ -287,12 +302,29 @@ def test_history_compares_two_machines_via_a_bundle(page, tmp_path, finished_swe
     assert "Other CPU" in compared
     # each configuration's speed ratio from its raw timed calls, with its interval (or why there is none)
     assert "Speed, sweep #" in compared and ("95% CI" in compared or "too few timed calls" in compared), compared
-    assert len(table_rows(page, "cmp-table")) >= 1
+    compared_rows = table_rows(page, "cmp-table")
+    assert len(compared_rows) >= 1
+
+    # Mistakes: each a warning, and every output keeps what it showed (no red "Error" badges).
+    pick_option(page, "cmp-b", "^" + finished_sweep)
+    mistake(page, "#cmp-run", "Compare: pick two different sweeps")
+    no_error_badges(page, "cmp-table", "cmp-fig", "cmp-envs")
+    assert page.locator("#cmp-envs").inner_text() == compared and table_rows(page, "cmp-table") == compared_rows
+    expect(page.locator("#cmp-fig .js-plotly-plot")).to_be_visible()
+    page.locator("#h-pick .remove-all").click()  # nothing picked
+    mistake(page, "#h-export", "Export bundle: pick the sweeps to export")
+    no_error_badges(page, "h-bundle-out")
+    assert page.locator("#h-bundle-out a[href*='.json']").first.get_attribute("href") == exported
+    mistake(page, "#h-load", "Show in the Sweep tab: pick one or more sweeps")
+    expect(page.locator("#h-pick")).to_be_visible()  # still on History: nothing to show in the Sweep tab
+    no_error_badges(page, "sw-table", "sw-status", "sw-progress", "sw-gain", "fig-latency")
 
     bad = tmp_path / "broken.json"
     bad.write_text('{"format": "chattts-lab-bundle", "version": 1, "sweeps": [')
     page.locator("#h-bundle-in input[type=file]").set_input_files(str(bad))
     wait_toast(page, "Could not import that bundle")
+    # and it closes by itself (after present.WARNING_S, 12 s), unlike an error's toast
+    expect(page.locator(".toast-body").filter(has_text="Could not import")).to_have_count(0, timeout=60_000)
 
 
 def test_recommendation_applies_to_the_synthesis_tab(page, finished_sweep):

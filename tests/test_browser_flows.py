@@ -14,8 +14,8 @@ from playwright.sync_api import expect
 from tests.conftest import start_app, stop_app
 from tests.test_browser_benchmark import finished_sweep_id, table_rows
 from tests.test_browser_synthesis import generate, wait_result
-from tests.ui import (LONG, audio_href, close_toasts, open_accordion, open_tab, pick_option, set_number, set_text,
-                      wait_new_audio, wait_toast)
+from tests.ui import (LONG, audio_href, close_toasts, no_error_badges, open_accordion, open_tab, pick_option,
+                      set_number, set_text, wait_new_audio, wait_toast)
 
 pytestmark = pytest.mark.browser
 
@@ -41,12 +41,6 @@ def option_texts(page, elem_id: str) -> list[str]:
     texts = page.get_by_role("option").all_inner_texts()
     page.keyboard.press("Escape")
     return [t.replace("✓", "").strip() for t in texts]  # the chosen option carries a check mark
-
-
-def no_error_badges(page, *elem_ids: str) -> None:
-    """Gradio marks each output of a failed event with an "Error" badge; a mistake must leave them as they were."""
-    for elem_id in elem_ids:
-        expect(page.locator(f"#{elem_id} .error")).to_have_count(0)
 
 
 def test_use_the_fastest_keeps_its_precision_across_an_engine_change_and_int4_is_offered_once(page):

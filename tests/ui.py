@@ -43,6 +43,14 @@ def close_toasts(page) -> None:
             pass
 
 
+def no_error_badges(page, *elem_ids: str) -> None:
+    """Gradio marks each output of a failed event with an "Error" badge; a mistake must leave them as they were."""
+    from playwright.sync_api import expect
+
+    for elem_id in elem_ids:
+        expect(page.locator(f"#{elem_id} .error")).to_have_count(0)
+
+
 def audio_href(page, elem_id: str = "audio") -> str | None:
     links = page.locator(f"#{elem_id} a[href*='.wav']")
     return links.first.get_attribute("href") if links.count() else None

@@ -185,6 +185,11 @@ QUICK_NOTE = ("**Quick sweep filled in** (stock against lab, fp32 and int8, batc
               "below the settings; press **Run sweep** to start it.")
 
 
+def show_clicked(ctx: AppContext, view: SweepView, tabs: gr.Tabs, sweep_ids) -> dict:
+    """History's "Show in the Sweep tab": the sweeps picked, in the Sweep tab, switched to."""
+    return {**view.show(load_sweeps(ctx, sweep_ids)), tabs: gr.Tabs(selected="sweep")}
+
+
 def recommend_clicked(view: SweepView, rec: RecommendView, values: dict):
     return rec.show(values[view.results], values[rec.budget])
 
@@ -215,7 +220,8 @@ def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView,
     filters = [view.results, c["f_devices"], c["f_precisions"], c["f_status"]]
     for f in filters[1:]:
         f.change(view.filtered, filters, {view.table, view.filter_note, *view.plots.values()}, queue=False, **private)
-    c["reports_btn"].click(bind(download_reports, ctx), [view.results, view.sweep_id], c["reports"], **private)
+    c["reports_btn"].click(present.warns(bind(download_reports, ctx)), [view.results, view.sweep_id], c["reports"],
+                           **private)
     c["recommend"].click(**recommended)
     return done
 
@@ -224,18 +230,19 @@ def _wire_history(ctx: AppContext, c: dict, view: SweepView, history: HistoryVie
     private = dict(api_visibility="private")
     refreshed = dict(fn=bind(history.refresh, ctx), inputs=None, outputs=history.outputs(), **private)
     c["refresh"].click(**refreshed)
-    # Show: the sweeps in the Sweep tab (switched to), with their recommendation.
-    c["load"].click(lambda ids: view.show(load_sweeps(ctx, ids)), c["pick"], view.outputs(), **private).success(
-        lambda: gr.Tabs(selected="sweep"), None, c["tabs"], **private).then(
-        bind(recommend_clicked, view, rec), {view.results, rec.budget}, {rec.text, rec.settings}, **private)
-    c["export"].click(bind(export_bundle_handler, ctx), c["pick"], c["bundle_out"], **private)
+    # Show: the sweeps in the Sweep tab (switched to), with their recommendation. A mistake in any of these handlers
+    # is a warning, and what their outputs show stays (present.warns).
+    c["load"].click(present.warns(bind(show_clicked, ctx, view, c["tabs"])), c["pick"], view.outputs() | {c["tabs"]},
+                    **private).then(bind(recommend_clicked, view, rec), {view.results, rec.budget},
+                                    {rec.text, rec.settings}, **private)
+    c["export"].click(present.warns(bind(export_bundle_handler, ctx)), c["pick"], c["bundle_out"], **private)
     c["bundle_in"].upload(bind(import_bundle_handler, ctx), c["bundle_in"], c["bundle_in"], **private).then(**refreshed)
 
     def compare_clicked(a, b, metric):
         cmp_df, fig, envs = compare_sweeps(ctx, a, b, metric)
         return {c["cmp_table"]: cmp_df, c["cmp_fig"]: fig, c["cmp_envs"]: envs}
 
-    c["cmp_run"].click(compare_clicked, [c["cmp_a"], c["cmp_b"], c["cmp_metric"]],
+    c["cmp_run"].click(present.warns(compare_clicked), [c["cmp_a"], c["cmp_b"], c["cmp_metric"]],
                        {c["cmp_table"], c["cmp_fig"], c["cmp_envs"]}, **private)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 
 import gradio as gr
@@ -67,6 +68,19 @@ def warn(message: str) -> None:
     """Tell a person what went wrong and what to do, in a toast that closes by itself. A handler that warns and
     returns (instead of raising gr.Error) leaves its outputs as they were: an error covers each with a badge."""
     gr.Warning(message, duration=WARNING_S)
+
+
+def warns(handler):
+    """`handler` with its mistakes (a gr.Error it raises) told in a warning that closes by itself, and every output
+    left as it was: a raised error covers each output with a red "Error" badge, and its toast stays open."""
+    @functools.wraps(handler)
+    def warned(*args, **kwargs):
+        try:
+            return handler(*args, **kwargs)
+        except gr.Error as exc:
+            warn(exc.message)
+            return gr.skip()  # one skip for every output
+    return warned
 
 
 def banner_html(synthetic: bool, note: str = "") -> str:

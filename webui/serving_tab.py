@@ -63,9 +63,15 @@ def cli_command(ctx: AppContext, spec: ServeSpec) -> str:
 
 def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, engine, precision, batching, capacity,
                 slo_ttfa, slo_continuity, max_users, request: gr.Request):
-    """Yields (status, table, latency figure, throughput figure, capacity figure) as each load level finishes."""
-    spec = serving_spec(ctx, users, max_batch, requests, tokens, stream, engine, precision, batching, capacity,
-                        slo_ttfa, slo_continuity, max_users)
+    """Yields (status, table, latency figure, throughput figure, capacity figure) as each load level finishes. A
+    mistake, or an app that would not start, is a warning and a status line: the run on screen stays (an error
+    would cover it)."""
+    try:
+        spec = serving_spec(ctx, users, max_batch, requests, tokens, stream, engine, precision, batching, capacity,
+                            slo_ttfa, slo_continuity, max_users)
+    except gr.Error as exc:
+        present.warn(exc.message)
+        return
     session = request.session_hash if request else uuid.uuid4().hex
     flag = STOPS.start(session)
     run = _Run(spec, f"Starting: `{cli_command(ctx, spec)}`")
@@ -76,7 +82,9 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
                 run.saw(event)
                 yield run.view()
     except RuntimeError as exc:  # an app that would not start or serve: its log tail says why
-        raise gr.Error(str(exc)) from None
+        run.status = f"The serving run stopped: {exc}"
+        present.warn(run.status)
+        yield run.view()
     finally:
         STOPS.done(session)
 

@@ -37,7 +37,7 @@ def _sweep_choices(frame: pd.DataFrame, kinds=("sweep", "serve")) -> list[tuple[
 def load_sweeps(ctx: AppContext, sweep_ids) -> SweepUpdate:
     """Stored sweeps, to show in the results table and plots."""
     if not sweep_ids:
-        raise gr.Error("Pick one or more sweeps from the history first.")
+        raise gr.Error("Show in the Sweep tab: pick one or more sweeps in the Sweeps box first.")
     ids = [int(i) for i in sweep_ids]
     df = cells_frame(ctx.history_db, ids)
     with Store(ctx.history_db) as store:  # the same rows in the same order as cells_frame, with their timed calls
@@ -49,7 +49,7 @@ def compare_sweeps(ctx: AppContext, a, b, metric: str):
     """(side-by-side table, figure, markdown naming each sweep's machine and giving each configuration's speed
     ratio, B against A, with its interval)."""
     if a is None or b is None or a == b:
-        raise gr.Error("Pick two different sweeps to compare.")
+        raise gr.Error("Compare: pick two different sweeps, as Sweep A and Sweep B.")
     ids = [int(a), int(b)]
     table = present.rounded(compare_frame(ctx.history_db, ids, metric))
     fig = plots.compare_machines(cells_frame(ctx.history_db, ids), metric)
@@ -70,7 +70,7 @@ def import_bundle_handler(ctx: AppContext, file):
     try:
         new, skipped = import_bundle(ctx.history_db, file)
     except BundleError as exc:
-        gr.Warning(f"Could not import that bundle: {exc}", duration=None)
+        present.warn(f"Could not import that bundle: {exc}")
         return None
     gr.Info(f"Imported sweep(s) {', '.join(map(str, new)) or 'none'}; {len(skipped)} already present.")
     return None
@@ -78,14 +78,14 @@ def import_bundle_handler(ctx: AppContext, file):
 
 def export_bundle_handler(ctx: AppContext, sweep_ids):
     if not sweep_ids:
-        raise gr.Error("Pick the sweeps to export from the history first.")
+        raise gr.Error("Export bundle: pick the sweeps to export in the Sweeps box first.")
     out = ctx.files_dir / f"bundle-{uuid.uuid4().hex[:8]}" / "chattts-lab-bundle.json"
     return str(export_bundle(ctx.history_db, out, [int(i) for i in sweep_ids]))
 
 
 def download_reports(ctx: AppContext, df: pd.DataFrame | None, sweep_id):
     if df is None or len(df) == 0:
-        raise gr.Error("Run or load a sweep first.")
+        raise gr.Error("Download: run a sweep, or Show one from the History tab, first.")
     env, fidelity, meta, comparisons = {}, [], None, None
     ids = sorted(set(df["sweep_id"])) if "sweep_id" in df else [sweep_id] if sweep_id else []
     if len(ids) == 1:
