@@ -117,3 +117,34 @@ def test_a_resumed_sweep_is_estimated_for_the_cells_it_still_has_to_measure(tmp_
     # its one cell and the bandwidth read before it (a resumed sweep reads before each cell)
     assert rest.seconds == pytest.approx(grid.estimate_cell_s(second, grid.machine_history(db)) + grid.READ_BANDWIDTH_S)
     assert whole.seconds > rest.seconds
+
+
+def test_the_quick_preset_is_estimated_from_what_its_run_measures(tmp_path):
+    """The quick preset as the app builds it (its engines, batch 1, warm-up, passes), two of its cells at 8 tokens,
+    against a real run, without the machine's speed: the calls and bandwidth reads the estimate counts are the ones
+    the run made, and rebuilt from the run's own step times and process overheads (what the estimate is made of), its
+    cells come within 25 % of their own work. The reference figures used before any history are one machine's, so
+    the wall time of a run elsewhere is not compared (README: the quick preset, measured)."""
+    from dataclasses import replace
+
+    from webui.sweep_form import quick_form, spec_from_form
+
+    quick = spec_from_form("synthetic-tiny", quick_form(), None)
+    spec = replace(quick, precisions=("fp32",), tokens=(8,))  # stock and lab: the preset's two engines
+    db = tmp_path / "lab.sqlite"
+    events = list(run_sweep(spec, db))
+    with Store(db) as store:
+        rows, environment = store.results(1), store.sweep(1)["environment"]
+    assert [r.status for r in rows] == ["ok", "ok"] and events
+    passes = spec.interleaved_passes(len(rows))
+    assert passes == quick.passes > 1
+    for row in rows:  # a cold call, the warm-up, one untimed call once all are loaded, then one timed call a pass
+        phases = [s["phase"] for s in row.samples]
+        assert phases.count("cold") == 1 and phases.count("timed") == passes, phases
+        assert len(phases) == 1 + spec.warmup + 1 + passes, phases
+    assert len(environment["mem_read_gbps_reads"]["cpu"]) == grid._bandwidth_reads(spec, len(rows), passes, False)
+    history = grid.machine_history(db)
+    estimated = sum(grid.estimate_cell_s(r.config, history, passes) for r in rows)
+    measured = sum(r.elapsed_s for r in rows)
+    print(f"cells estimated {estimated:.1f} s from the run's own figures, measured {measured:.1f} s")
+    assert _within(estimated, measured, 1.25), (estimated, measured)

@@ -423,7 +423,10 @@ def test_the_quick_sweep_is_the_one_described():
     from webui.benchmark_tab import quick_form
 
     form = quick_form()
-    assert says("fills the form with stock against lab at fp32 and int8, batch 1 (four cells, a few minutes on 2 cores")
+    assert says("fills the form with stock against lab at fp32 and int8, batch 1 (four cells: 2 minutes on 2 quiet "
+                "cores with the default weights, 70 s on synthetic-tiny")
+    run = (ROOT / "docs/measurements/2026-12-02-quick-preset.md").read_text(encoding="utf-8")
+    assert "| synthetic (full size) | 1.7-3.8 | **119.7 s**" in run and "| synthetic-tiny | 1.2-1.5 | **69.8 s**" in run
     assert (form.engines, form.precisions, form.batches) == (("stock", "lab"), ("fp32", "int8"), "1")
     assert len(re.findall(r"(?i)quick sweep[^.]*minutes", README)) == 1  # its duration, stated once
 

@@ -25,7 +25,7 @@ from webui.runtime import devices
 from webui.quality_panel import build_quality_panel
 from webui.serving_tab import build_serving_tab
 from webui.sweep_form import (SweepControls, SweepForm, build_sweep_controls, cli_command, estimate, offered_precisions,
-                              quick_form, spec_from_form)
+                              quick_form, quick_label, spec_from_form)
 from webui.sweep_history import (COMPARE_METRICS, HISTORY_COLUMNS, HistoryView, RecommendView, compare_sweeps,
                                  download_reports, export_bundle_handler, import_bundle_handler, load_sweeps,
                                  recommended_or_latest)
@@ -52,7 +52,7 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
     c = {}
     with gr.Tabs() as c["tabs"]:
         with gr.Tab("Sweep", id="sweep"):
-            _sweep_panel(c)
+            _sweep_panel(c, quick_label(ctx))
             _results_panel(c)
             _recommend_panel(c)
             quality = build_quality_panel()
@@ -73,8 +73,9 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
     sweep_done = _wire_sweep(ctx, c, view, history, rec)
     _wire_history(ctx, c, view, history, rec)
     _build_api(ctx)
-    on_load = bind(page_loaded, ctx, c["hw_md"], c["hw_json"], history)
-    return BenchmarkTab(rec.settings, c["apply_best"], on_load, {c["hw_md"], c["hw_json"], *history.outputs()},
+    on_load = bind(page_loaded, ctx, c["hw_md"], c["hw_json"], history, c["quick"])
+    return BenchmarkTab(rec.settings, c["apply_best"], on_load,
+                        {c["hw_md"], c["hw_json"], c["quick"], *history.outputs()},
                         c["controls"], view.results, rec.budget, sweep_done)
 
 
@@ -84,11 +85,11 @@ EMPTY = figures.all_figures(results_frame([]), "Run a sweep (or Show one from Hi
                                                "here")
 
 
-def _sweep_panel(c: dict) -> None:
+def _sweep_panel(c: dict, quick: str) -> None:
     c["controls"] = build_sweep_controls(SweepForm())
     c["estimate"] = gr.Markdown(elem_id="sw-estimate")
     with gr.Row():
-        c["quick"] = gr.Button("Fill in the quick sweep (stock vs lab)", elem_id="sw-quick")
+        c["quick"] = gr.Button(quick, elem_id="sw-quick")  # its estimate follows the sweeps (page_loaded, _wire_sweep)
         c["run"] = gr.Button("Run sweep", variant="primary", elem_id="sw-run")
         c["stop"] = gr.Button("Stop", variant="stop", elem_id="sw-stop")
     c["progress"] = gr.HTML(elem_id="sw-progress")
@@ -194,10 +195,12 @@ def recommend_clicked(view: SweepView, rec: RecommendView, values: dict):
     return rec.show(values[view.results], values[rec.budget])
 
 
-def page_loaded(ctx: AppContext, hw_md: gr.Markdown, hw_json: gr.JSON, history: HistoryView):
-    """The hardware panel (this machine, as a sweep would record it) and the sweep history."""
+def page_loaded(ctx: AppContext, hw_md: gr.Markdown, hw_json: gr.JSON, history: HistoryView, quick: gr.Button):
+    """The hardware panel (this machine, as a sweep would record it), the sweep history and the quick preset's
+    estimate from it."""
     env = lab_env.capture_environment()
-    return {hw_md: "\n".join(f"- {line}" for line in environment_lines(env)), hw_json: env, **history.refresh(ctx)}
+    return {hw_md: "\n".join(f"- {line}" for line in environment_lines(env)), hw_json: env, **history.refresh(ctx),
+            quick: quick_label(ctx)}
 
 
 def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView, rec: RecommendView):
@@ -216,6 +219,7 @@ def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView,
     recommended = dict(fn=bind(recommend_clicked, view, rec), inputs={view.results, rec.budget},
                        outputs={rec.text, rec.settings}, **private)
     done = sweep_run.then(bind(history.refresh, ctx), None, history.outputs(), **private).then(**recommended)
+    sweep_run.then(bind(quick_label, ctx), None, c["quick"], **private)  # now estimated from this sweep too
     c["stop"].click(stop_handler, None, None, queue=False, **private)
     filters = [view.results, c["f_devices"], c["f_precisions"], c["f_status"]]
     for f in filters[1:]:

@@ -12,7 +12,7 @@ import gradio as gr
 from chattts_lab.devices import parse_device
 from chattts_lab import engines as engine_registry
 from chattts_lab.engines import ENGINES, PRECISIONS, unsupported_reason
-from chattts_lab.sweep.grid import estimate_grid, int_list, refuse_huge_grid
+from chattts_lab.sweep.grid import describe, estimate_grid, int_list, refuse_huge_grid
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError, SweepSpec
@@ -68,13 +68,20 @@ class SweepForm:
 
 
 def quick_form() -> SweepForm:
-    """The newcomer's question (how much faster is the lab engine here?) in about two minutes on 2 cores:
-    stock against lab at the precisions a CPU runs well (fp32, int8), batch 1, short clips, no fidelity pass."""
+    """The newcomer's question (how much faster is the lab engine here?) in about two minutes on 2 quiet cores (the
+    default, full-size weights; about 70 s on synthetic-tiny): stock against lab at the precisions a CPU runs well
+    (fp32, int8), batch 1, short clips, no fidelity pass. `quick_label` says how long it takes here."""
     quick_engines, quick_precisions = engine_registry.QUICK_SWEEP
     engines = [e for e in quick_engines if e in runnable_engines()]
     precisions = [p for p in quick_precisions if any(p in precisions_for("cpu", e) for e in engines)]
     return SweepForm(devices=("cpu",), engines=tuple(engines), precisions=tuple(precisions), batches="1",
                      tokens="32", repeats=2, warmup=1, min_time_s=0.0, fidelity=False)
+
+
+def quick_label(ctx: AppContext) -> str:
+    """The quick preset's button: how long the preset takes here, the very estimate the form shows once filled in."""
+    spec = spec_from_form(ctx.model, quick_form(), ctx.history_db)
+    return f"Fill in the quick sweep (stock vs lab, about {describe(estimate_grid(spec, ctx.history_db).seconds)} here)"
 
 
 # the list boxes' labels, so that a mistake names the box it is in

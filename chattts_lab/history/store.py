@@ -239,7 +239,8 @@ class Store:
 
     def measured_here(self) -> list[dict]:
         """Every `ok` cell of this machine's own sweeps (imported ones ran elsewhere), with `calls_s`: the
-        seconds its calls took (cold, warm-up and timed), so the rest of its wall time is process overhead, and
+        seconds its calls took (cold, warm-up and timed), so the rest of its wall time is process overhead, `cold_s`:
+        its cold call's (None where none was kept), and
         `own_elapsed`: whether `elapsed_s` is the cell's own work (0 for an interleaved row written before
         `worker_busy_s` was kept: its `elapsed_s` is its worker's lifetime, mostly waits for the other cells)."""
         with self._lock:
@@ -248,7 +249,8 @@ class Store:
                 " c.latency_p50_s, c.elapsed_s,"
                 " (COALESCE(c.passes, 0) <= 1"
                 "  OR json_extract(c.result_json, '$.extra.worker_busy_s') IS NOT NULL) AS own_elapsed,"
-                " (SELECT COALESCE(SUM(wall_s), 0) FROM samples WHERE cell_id = c.id) AS calls_s"
+                " (SELECT COALESCE(SUM(wall_s), 0) FROM samples WHERE cell_id = c.id) AS calls_s,"
+                " (SELECT SUM(wall_s) FROM samples WHERE cell_id = c.id AND phase = 'cold') AS cold_s"
                 " FROM cells c JOIN sweeps s ON s.id = c.sweep_id"
                 " WHERE s.origin = 'local' AND c.status = 'ok' AND c.step_ms > 0 AND c.elapsed_s > 0").fetchall()
         return [dict(r) for r in rows]

@@ -4,8 +4,8 @@
 
 Estimates come from this machine's own history when the store holds finished `ok` cells: the nearest
 measured configuration calibrates the reference step times below (so an int8 grid is estimated from a
-measured fp32 cell too), and its process overhead (start, imports, model load) and the time its calls spend
-outside the GPT steps are taken as measured. A cell costs what its own worker did (an interleaved cell's waits
+measured fp32 cell too), and its process overhead (start, imports, model load), its cold call's extra time and the
+time its calls spend outside the GPT steps are taken as measured. A cell costs what its own worker did (an interleaved cell's waits
 while the others are timed are theirs); cells the rule table stops, and those a resumed sweep has, cost nothing.
 Without history, the reference figures are those measured in the README (stock and lab engines, full-size
 weights, 2 cores of an AVX2 EPYC): a CPU, so a GPU grid is overestimated until it has run once.
@@ -45,7 +45,11 @@ TINY_FACTOR = 0.1  # synthetic-tiny keeps 2 of the GPT's 20 layers
 DECODE_S_PER_AUDIO_S = 0.15  # decoder + vocoder + prompt per item: p50 latency minus the steps, README tables
 START_S = 8.0  # a fresh worker: Python, torch and ChatTTS imported
 COLD_EXTRA_S = 1.5  # the first call also compiles the text normaliser (numba)
-READ_BANDWIDTH_S = 1.5  # one read of the memory bandwidth (roofline.measure_read_bandwidth): 1-2.6 s on 2 cores
+# A read of the memory bandwidth (roofline.measure_read_bandwidth) and the sweep's own work around it, outside every
+# cell's worker: (the sweep's wall time - its cells' own work) / its reads, the quick preset on 2 quiet cores
+# (AVX-512 Xeon, 2026-12-02): 16.2 s / 4 on synthetic-tiny, 20.4 s / 4 on full-size synthetic weights. A read alone
+# takes 1.1 s in a warm process (5.2 s in a fresh one); beside four loaded workers it takes longer.
+READ_BANDWIDTH_S = 4.5
 
 
 def reference_step_ms(cfg: RunConfig) -> float:
@@ -82,6 +86,7 @@ class MeasuredCell:
     # say (an interleaved row stored before its workers' own work was kept apart from their waits)
     overhead_s: float | None
     rest_s_per_audio_s: float | None = None  # a timed call's time outside the GPT steps, per second of audio made
+    cold_extra_s: float | None = None  # what the first call took beyond a timed one (None where not kept)
 
 
 def machine_history(db_path: str | Path | None) -> list[MeasuredCell]:
@@ -92,8 +97,16 @@ def machine_history(db_path: str | Path | None) -> list[MeasuredCell]:
         rows = store.measured_here()
     return [MeasuredCell(RunConfig(r["model"], r["device"], r["precision"], r["batch_size"], r["threads"], r["tokens"],
                                    r["engine"]), r["step_ms"],
-                         max(0.0, r["elapsed_s"] - r["calls_s"]) if r["own_elapsed"] else None, _rest_rate(r))
+                         max(0.0, r["elapsed_s"] - r["calls_s"]) if r["own_elapsed"] else None, _rest_rate(r),
+                         _cold_extra(r))
             for r in rows]
+
+
+def _cold_extra(row: dict) -> float | None:
+    """Seconds the cold call took beyond a timed call's median (the text normaliser's JIT, first-call costs)."""
+    if row.get("cold_s") is None or not row.get("latency_p50_s"):
+        return None
+    return max(0.0, row["cold_s"] - row["latency_p50_s"])
 
 
 def _rest_rate(row: dict) -> float | None:
@@ -132,13 +145,23 @@ def step_ms_and_overhead(cfg: RunConfig, history: list[MeasuredCell]) -> tuple[f
 def _measured_overhead_s(cfg: RunConfig, nearest: list[MeasuredCell], history: list[MeasuredCell]) -> float:
     """The nearest cells' process overhead; else that of any cell of the same model, device and engine (starting
     and loading hardly depend on the batch or the threads); else the reference figure."""
+    return _measured(cfg, nearest, history, "overhead_s", _reference_overhead_s(cfg))
+
+
+def _cold_extra_s(cfg: RunConfig, history: list[MeasuredCell]) -> float:
+    """What the cold call costs beyond a warm one here, found as the process overhead is; else COLD_EXTRA_S."""
+    return _measured(cfg, _nearest(cfg, history), history, "cold_extra_s", COLD_EXTRA_S)
+
+
+def _measured(cfg: RunConfig, nearest: list[MeasuredCell], history: list[MeasuredCell], name: str,
+              reference: float) -> float:
     same_engine = [h for h in history if (h.config.model, h.config.device, h.config.engine)
                    == (cfg.model, cfg.device, cfg.engine)]
     for pool in (nearest, same_engine):
-        known = [h.overhead_s for h in pool if h.overhead_s is not None]
+        known = [getattr(h, name) for h in pool if getattr(h, name) is not None]
         if known:
             return statistics.median(known)
-    return _reference_overhead_s(cfg)
+    return reference
 
 
 def call_s(cfg: RunConfig, history: list[MeasuredCell] = ()) -> float:
@@ -167,7 +190,7 @@ def estimate_cell_s(cfg: RunConfig, history: list[MeasuredCell] = (), passes: in
         calls = 1 + cfg.warmup + 1 + passes
     else:
         calls = 1 + cfg.warmup + min(cfg.max_repeats, max(cfg.repeats, math.ceil(cfg.min_time_s / one)))
-    return overhead_s + COLD_EXTRA_S + calls * one
+    return overhead_s + _cold_extra_s(cfg, list(history)) + calls * one
 
 
 @dataclass(frozen=True)
