@@ -166,6 +166,11 @@ def estimate_changed(ctx: AppContext, controls: SweepControls, values: dict):
     return estimate(ctx, controls.form(values))
 
 
+def estimates_refreshed(ctx: AppContext, controls: SweepControls, quick: gr.Button, estimate_md: gr.Markdown,
+                        values: dict) -> dict:
+    return {quick: quick_label(ctx), estimate_md: estimate(ctx, controls.form(values))}
+
+
 def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, values: dict, request: gr.Request):
     """Run sweep: a mistake in the form is a warning, and the sweep on screen stays (an error would cover it)."""
     try:
@@ -219,7 +224,9 @@ def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView,
     recommended = dict(fn=bind(recommend_clicked, view, rec), inputs={view.results, rec.budget},
                        outputs={rec.text, rec.settings}, **private)
     done = sweep_run.then(bind(history.refresh, ctx), None, history.outputs(), **private).then(**recommended)
-    sweep_run.then(bind(quick_label, ctx), None, c["quick"], **private)  # now estimated from this sweep too
+    # The estimates (the quick preset's button, the one under the form) now count this sweep's cells too.
+    sweep_run.then(bind(estimates_refreshed, ctx, controls, c["quick"], c["estimate"]), controls.inputs(),
+                   {c["quick"], c["estimate"]}, **private)
     c["stop"].click(stop_handler, None, None, queue=False, **private)
     filters = [view.results, c["f_devices"], c["f_precisions"], c["f_status"]]
     for f in filters[1:]:
