@@ -96,10 +96,6 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
                 from chattts_lab.quality.sweep import run_quality
 
                 yield from run_quality(spec, sweep_id, store, stop, python, Path(db_path).parent / "quality")
-            if spec.quality and not stop():
-                from chattts_lab.quality.sweep import run_quality
-
-                yield from run_quality(spec, sweep_id, store, stop, python, Path(db_path).parent / "quality")
             status = "cancelled" if stop() else "finished"
     finally:
         store.set_status(sweep_id, status)
