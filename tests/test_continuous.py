@@ -177,3 +177,24 @@ def test_a_streamed_clip_is_the_whole_clip_within_the_seam_bound(model, monkeypa
     monkeypatch.setattr(scheduler, "LEFT_CONTEXT", 0)
     streamed, whole, _ = streamed_and_whole(model, req)
     assert np.abs(streamed - whole).max() > 100 * SEAM_BOUND * np.abs(whole).max()
+
+
+def test_a_longer_prompt_joining_never_reads_what_an_unwritten_cache_slot_held(model):
+    """A cache comes from torch.empty: whatever memory held is there until written. Filled with NaN here, a row
+    that a longer prompt overtakes must still compute what it computes alone (its next slot, never written,
+    becomes masked for it when the longer row joins)."""
+    short, long = request(2, 12), request(1, 12)
+    decoder = RowDecoder(engine_of(model), model.chat, rows=2)
+    for k, v in decoder._caches:
+        k.fill_(float("nan"))
+        v.fill_(float("nan"))
+    a = decoder.admit(prompt(model, short))
+    decoder.step()
+    b_prompt = prompt(model, long)
+    assert b_prompt.length > a.length  # the joining prompt overtakes the running row
+    b = decoder.admit(b_prompt)
+    while decoder.active:
+        for row in decoder.step():
+            decoder.release(row)
+    assert torch.equal(a.tokens[: a.generated], alone(model, short))
+    assert torch.equal(b.tokens[: b.generated], alone(model, long))

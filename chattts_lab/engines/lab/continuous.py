@@ -162,14 +162,16 @@ class RowDecoder:
         return row
 
     def _keep_masked_slots_finite(self, index: int, L: int) -> None:
-        """Every active row's slots below the window (the longest row's length + 1) hold finite values: its own,
-        or zeros, or what a step wrote there. A new row of prompt length L zeroes its slots L..window-1; a prompt
-        longer than every row widens the window, and the others zero their slots up to it."""
-        window = self._window()
+        """Every active row's slots below the longest row's length s hold finite values: its own, or zeros, or what a
+        step wrote there (slot s itself is written by the next step, for every row). A new row of prompt length L
+        zeroes its slots L..s. A prompt longer than every row moves s to L: the others zero their slots s..L, slot s
+        included, which no step has written yet and which is masked for them once s moves (a cache comes from
+        torch.empty, and a masked slot's weight 0 times a NaN left there in memory is NaN)."""
+        window = self._window()  # s + 1
         for k, v in self._caches:
             for cache in (k, v):
                 cache[index, :, L:window].zero_()
-                cache[:index, :, window : L + 1].zero_()
+                cache[:index, :, window - 1 : L + 1].zero_()
 
     def _new_row(self, prompt: RowPrompt, owner) -> Row:
         device, num_vq, n = self.engine.device, self.heads.num_vq, prompt.max_new_token
