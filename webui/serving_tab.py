@@ -116,11 +116,15 @@ class _Run:
     def _findings(self, summaries: list[dict]) -> list[str]:
         if not self.spec.capacity:
             return [g for u in self.spec.users if (g := batching_gain(summaries, u))]
-        sentences = [capacity_sentence(r)[0].upper() + capacity_sentence(r)[1:] for r in self.found]
-        return sentences + ([gain[0].upper() + gain[1:]] if (gain := capacity_gain(self.found)) else [])
+        gain = capacity_gain(self.found)
+        return [_capitalized(capacity_sentence(r)) for r in self.found] + ([_capitalized(gain)] if gain else [])
 
     def view(self):
         return _view(self.status, self.levels, self.run_id) + (plots.capacity_curve(self.found),)
+
+
+def _capitalized(sentence: str) -> str:
+    return sentence[:1].upper() + sentence[1:]
 
 
 def _load(level: dict) -> str:
