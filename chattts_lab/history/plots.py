@@ -208,7 +208,7 @@ def serving_throughput(levels: pd.DataFrame) -> go.Figure:
 
 def capacity_curve(results: list[dict]) -> go.Figure:
     """A capacity search's levels: p99 time to first audio against users, one line per scheduling, each level
-    marked held or broken, the service level's limit drawn; the title says how many streams each holds."""
+    marked held or broken, the service level's limit drawn; each line's name says how many streams it holds."""
     title = "Capacity: p99 first audio vs real-time streams"
     points = [{"users": c["users"], "ttfa_p99_s": c["ttfa_p99_s"], "held": "held" if c["held"] else "broke",
                "continuity_pct": c["continuity_pct"],

@@ -22,12 +22,13 @@ log = logging.getLogger(__name__)
 SAMPLES_PER_TOKEN = 2 * SAMPLES_PER_STEP_PAIR  # one GPT step = 2 mel frames
 FIRST_CHUNK = 12  # steps before the first audio (~0.25 s of audio)
 # Tokens re-decoded before each chunk. The decoder's and vocoder's convolutions reach fewer than 8 tokens back: with 8,
-# a streamed clip is its whole decode within float rounding (full-size weights, 256 tokens, the continuous loop's chunk
-# schedule: the same largest difference at 8, 12, 16 and 24 tokens, 0.02 % of the clip's peak at lab int8, 1e-6 at
-# fp32; with 4 it is ten times larger, with none 77 %). Each token of context costs decode time in every chunk.
+# a streamed clip is its whole decode within rounding (docs/measurements/probes/seam_bound.py: full-size weights at lab
+# int8, 256 tokens, the continuous loop's chunk schedule: the same largest difference, 0.02 % of the clip's peak, at 8,
+# 12, 16 and 24 tokens, so not from the seams; 10x that with 4, 77 % with none. Tiny weights at fp32: 1e-6 of the
+# peak, the tested bound below). Each token of context costs decode time in every chunk.
 LEFT_CONTEXT = 8
 HOLD = 6  # trailing tokens kept back until their right context exists
-SEAM_BOUND = 1e-4  # the largest difference between a streamed clip and its whole decode, as a fraction of its peak
+SEAM_BOUND = 1e-4  # fp32: the largest difference between a streamed clip and its whole decode, a fraction of its peak
 
 
 def stream_infer(chat, engine, texts: list[str], params_refine, params_code, skip_refine_text: bool = True,
