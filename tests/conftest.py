@@ -17,8 +17,9 @@ import pytest
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for the network
 # Two test processes, each with its app, bench and worker subprocesses, share two cores: OpenMP threads that spin
-# while they wait for work take the core another process needs (two tiny sweeps side by side: 84 s spinning, 72 s
-# passive). Tests time nothing they assert on, so their processes wait passively; a user's runs keep the default.
+# while they wait for work take the core another process needs (two tiny sweeps side by side, once, on a busy
+# machine: 84 s spinning, 72 s passive). Tests time nothing they assert on, so their processes wait passively; a
+# user's runs keep the default.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 TINY = "synthetic-tiny"
