@@ -127,7 +127,7 @@ def add_spec_options(group, spec_cls, name: str) -> None:
                 shape["type"] = _argument(meta["parse"])
             if meta["argparse"].get("action"):  # a switch: no value, so neither a metavar nor a type
                 shape = {}
-            group.add_argument(meta["flag"], dest=f.name, default=argparse.SUPPRESS, help=said,
+            group.add_argument(meta["flag"], dest=f.name, default=argparse.SUPPRESS, help=said.replace("%", "%%"),
                                **{**shape, **meta["argparse"]})
 
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.cli import build_parser, main
 from chattts_lab.sweep.results import CellResult, Latency, RunConfig
 from chattts_lab.history.store import Store
@@ -69,6 +71,16 @@ def test_help_shows_defaults_as_they_are_typed_and_once():
     assert "torch.compile off,on (default: off)" in text
     assert "(default: every usable core)" in text and "(default: None)" not in text
     assert "--fidelity-tokens FIDELITY_TOKENS audio tokens of the fidelity check's decode (default: 32)" in text
+
+
+def test_every_command_prints_its_help(capsys):
+    """A help text holding a bare % (the continuity limit's) once made `bench serve --help` a traceback."""
+    for argv in (["--help"], ["serve", "--help"]):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--slo-continuity SLO_CONTINUITY ...and at least this % of streams" in text
 
 
 def test_list_into_a_reader_that_stops_ends_without_a_traceback(tmp_path):
