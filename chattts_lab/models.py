@@ -21,6 +21,7 @@ import torch
 from chattts_lab import synthetic
 from chattts_lab.devices import parse_device
 from chattts_lab.limits import out_of_memory_boundary
+from chattts_lab.torch_thread import on_torch_thread
 from chattts_lab import engines
 from chattts_lab.engines import EngineRuntime, module_dtype
 
@@ -192,6 +193,7 @@ def loaded(config: LoadConfig) -> LoadedModel | None:
     return _cache.get(replace(config, threads=None))
 
 
+@on_torch_thread
 def load_model(config: LoadConfig) -> LoadedModel:
     """Load (or reuse) ChatTTS for this configuration. Raises a clear error for what cannot run."""
     device = validate(config)
@@ -218,6 +220,7 @@ def _evict(config: LoadConfig) -> None:
         torch.cuda.empty_cache()
 
 
+@on_torch_thread
 def unload_all() -> None:
     with _cache_lock:
         for config in list(_cache):

@@ -21,6 +21,7 @@ from chattts_lab.limits import out_of_memory_boundary
 from chattts_lab.trackers.measure import PeakMemory, Stopwatch
 from chattts_lab.models import LoadedModel, set_threads
 from chattts_lab.requests import InvalidRequest, SynthesisRequest, decode_speaker, validate_request
+from chattts_lab.torch_thread import on_torch_thread, relay
 from chattts_lab.trackers.stages import StageRecorder, StageTimes
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class _Call:
     ttfa_s: float | None = None
 
 
+@on_torch_thread
 def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | None = None,
                stop: threading.Event | None = None, checked: bool = False,
                row_speakers: tuple[str, ...] | None = None) -> SynthesisOutput:
@@ -134,7 +136,12 @@ def synthesize_stream(
     checked: bool = False, row_speakers: tuple[str, ...] | None = None,
 ) -> Iterator[StreamChunk | SynthesisOutput]:
     """Yield StreamChunk as audio arrives, then one final SynthesisOutput with the whole audio (`stop`,
-    `checked` and `row_speakers` as in synthesize)."""
+    `checked` and `row_speakers` as in synthesize). The generation runs on the torch thread."""
+    return relay(_synthesize_stream, model, request, threads, stop, checked, row_speakers)
+
+
+def _synthesize_stream(model: LoadedModel, request: SynthesisRequest, threads: int | None,
+                       stop: threading.Event | None, checked: bool, row_speakers: tuple[str, ...] | None):
     request = request if checked else validate_request(request)
     with model.lock, memory_errors_of(model, request), _speakers_per_row(model, row_speakers):
         call = _begin(model, request, threads, stop)
@@ -264,6 +271,7 @@ def _params(model: LoadedModel, request: SynthesisRequest):
     return code, refine
 
 
+@on_torch_thread
 def speaker_from_seed(model: LoadedModel, seed: int) -> str:
     """The speaker string ChatTTS draws for a seed (as the official demo does with its audio seed)."""
     with torch.random.fork_rng(devices=[]):
@@ -271,6 +279,7 @@ def speaker_from_seed(model: LoadedModel, seed: int) -> str:
         return model.chat.sample_random_speaker()
 
 
+@on_torch_thread
 def encode_sample_audio(model: LoadedModel, wav: np.ndarray, sample_rate: int) -> str:
     """Turn a voice clip into ChatTTS's sample-audio code (resampled to 24 kHz, mono)."""
     wav = np.asarray(wav, dtype=np.float32)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from chattts_lab import torch_thread
 from chattts_lab.trackers.fidelity import compare, trace
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.models import LoadConfig, load_model, unload_all
@@ -138,7 +139,7 @@ def test_int8_keeps_int8_text_tables_and_torch_runs_one_thread_only_while_the_gp
     finally:
         del heads.code_logits
     assert seen and set(seen) == {1}
-    assert torch.get_num_threads() == 2  # the decoder and vocoder ran with the call's threads again
+    assert torch_thread.run(torch.get_num_threads) == 2  # the decoder and vocoder ran with the call's threads again
 
 
 def test_onnx_engine_streams_with_the_lab_loop_first_chunk_early():

@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 import psutil
 
-from chattts_lab import engines, metrics
+from chattts_lab import engines, metrics, torch_thread
 from chattts_lab.serving.batch import Part
 from chattts_lab.engines.lab.continuous import Row, RowDecoder, capture_prompt
 from chattts_lab.engines.lab.stream import FIRST_CHUNK, HOLD, LEFT_CONTEXT, SAMPLES_PER_TOKEN, _decode_span, prepare_text
@@ -119,16 +119,16 @@ class _Job:
 
 
 class ContinuousScheduler:
-    """`submit(part)` -> a Future of the part's SynthesisOutput; one thread generates every admitted row.
+    """`submit(part)` -> a Future of the part's SynthesisOutput; the torch thread generates every admitted row.
 
-    `load()` gives the model (called in that thread, inside `hold()`); `hold()` is held while any row generates,
+    `load()` gives the model (called on the torch thread, inside `hold()`); `hold()` is held while any row generates,
     so that other model work (a sweep) waits for it, and it for them."""
 
     def __init__(self, load: Callable[[], LoadedModel], policy: SchedulerPolicy = SchedulerPolicy(),
                  hold: Callable[[], AbstractContextManager] = nullcontext):
         self.load, self.policy, self.hold = load, policy, hold
         self._arrivals: queue.Queue[_Job] = queue.Queue()
-        self._waiting: list[_Job] = []  # arrived, not yet (fully) admitted: the loop thread's own
+        self._waiting: list[_Job] = []  # arrived, not yet (fully) admitted: the loop thread's and its busy spells' own
         self._lock = threading.Lock()
         self._queued = 0  # requests submitted and not yet admitted (any thread reads it)
         self._busy_rows = 0
@@ -160,18 +160,14 @@ class ContinuousScheduler:
         """(requests waiting for a row, rows generating, rows in all)."""
         return self._queued, self._busy_rows, self.policy.max_rows
 
-    # ---- the loop thread
+    # ---- the loop thread (it waits for arrivals; its busy spells run on the torch thread)
 
     def _serve(self) -> None:
         while True:
             self._waiting.append(self._arrivals.get())  # idle until something arrives
             try:
                 with self.hold():
-                    model = self.load()
-                    set_threads(model.config.threads)
-                    with model.lock, memory_errors_explained(f"on {model.device} generating up to "
-                                                             f"{self.policy.max_rows} rows at once"):
-                        self._run_while_busy(model)
+                    torch_thread.run(self._busy_spell)
             except Exception as exc:  # the model would not load, or a step failed: every caller hears why
                 log.exception("continuous batching: generation failed")
                 for job in self._waiting:
@@ -182,6 +178,15 @@ class ContinuousScheduler:
                 self._waiting, self._live_rows = [], []
                 with self._lock:
                     self._busy_rows = 0
+
+    def _busy_spell(self) -> None:
+        """Load, then generate until no row is busy and nothing waits: on the torch thread, with every other call
+        that runs the model (one OpenMP pool: chattts_lab.torch_thread)."""
+        model = self.load()
+        set_threads(model.config.threads)
+        with model.lock, memory_errors_explained(f"on {model.device} generating up to "
+                                                 f"{self.policy.max_rows} rows at once"):
+            self._run_while_busy(model)
 
     def _run_while_busy(self, model: LoadedModel) -> None:
         reason = continuous_unsupported_reason(model)

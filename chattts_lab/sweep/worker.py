@@ -235,7 +235,9 @@ def main() -> int:
         sys.stdout.write("\n" + PASS_MARKER + json.dumps(message, default=str) + "\n")
         sys.stdout.flush()
 
-    payload = run_task(task, sys.stdin, say)
+    from chattts_lab import torch_thread
+
+    payload = torch_thread.run(run_task, task, sys.stdin, say)  # all of it on one thread: one OpenMP pool
     sys.stdout.write("\n" + RESULT_MARKER + json.dumps(payload, default=str) + "\n")
     sys.stdout.flush()
     return 0

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from chattts_lab.devices import DeviceUnavailable, parse_device, synchronize
+from chattts_lab.torch_thread import on_torch_thread
 from chattts_lab.trackers.env import usable_cores
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ def _read_bytes(device: torch.device) -> int:
     return max(MIN_READ_BYTES, CACHE_MULTIPLE * (cache or 0))
 
 
+@on_torch_thread  # torch's reader runs where the model's own OpenMP pool is
 def read_gbps(device: str | torch.device = "cpu", nbytes: int | None = None, repeats: int = READ_REPEATS,
               threads: int | None = None) -> dict:
     """Read bandwidth of one device: a sum over an array far larger than its caches, median of `repeats`.
