@@ -198,3 +198,18 @@ def test_a_longer_prompt_joining_never_reads_what_an_unwritten_cache_slot_held(m
             decoder.release(row)
     assert torch.equal(a.tokens[: a.generated], alone(model, short))
     assert torch.equal(b.tokens[: b.generated], alone(model, long))
+
+
+def test_a_stream_sends_large_chunks_while_its_listener_is_ahead_and_what_it_has_when_it_runs_low():
+    from chattts_lab.engines.lab.stream import HOLD
+    from chattts_lab.serving.scheduler import FIRST_AT, MAX_CHUNK, MIN_CHUNK, chunk_due
+
+    low = 0.2
+    assert not chunk_due(FIRST_AT - 1, 0, None, low) and chunk_due(FIRST_AT, 0, None, low)  # the first audio
+    sent = FIRST_AT - HOLD
+    waiting = sent + HOLD  # generated tokens at which MIN_CHUNK or MAX_CHUNK tokens wait to be sent
+    assert not chunk_due(waiting + MAX_CHUNK - 1, sent, 5.0, low)  # far ahead: waits for a large chunk
+    assert chunk_due(waiting + MAX_CHUNK, sent, 5.0, low)
+    assert chunk_due(waiting + MIN_CHUNK, sent, low - 0.01, low)  # about to run dry: sends what it has
+    assert not chunk_due(waiting + MIN_CHUNK - 1, sent, low - 0.01, low)  # but not a chunk too small to pay
+

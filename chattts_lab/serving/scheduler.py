@@ -21,6 +21,7 @@ import math
 import queue
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -40,23 +41,31 @@ from chattts_lab.synthesis import (SAMPLE_RATE, Measurements, StreamChunk, Synth
 
 log = logging.getLogger(__name__)
 FIRST_AT = 2 * FIRST_CHUNK  # tokens before a row's first audio
-EARLY_EVERY, EARLY_UNTIL = 24, 144  # tokens per chunk while the listener's buffer is being built
-STREAM_EVERY = 48  # tokens per chunk once a stream is well ahead of its listener
+MIN_CHUNK = 12  # tokens: each chunk decodes 14 tokens more and a call; at 8, three listeners stalled more (docs/measurements)
+MAX_CHUNK = 48  # tokens a stream well ahead of its listener sends at a time
+LOW_WATER_LOOPS, LOW_WATER_MIN_S = 2.5, 0.12  # a stream whose listener is this close to running dry sends now
 
 
-def chunk_due(tokens: int) -> bool:
-    """A streamed row sends a chunk after 24 tokens (its first audio), every 24 until 144, then every 48.
+def chunk_due(generated: int, sent: int, ahead_s: float | None, low_water_s: float) -> bool:
+    """Whether a streamed row sends a chunk now: its first after FIRST_AT tokens, then when MAX_CHUNK tokens wait
+    or when its listener is about to run dry (less than `low_water_s` of audio ahead) and MIN_CHUNK tokens wait.
 
-    Measured on full-size weights, lab int8, 2 AVX2 cores (docs/measurements/2026-12-01-streams.md, with 24 tokens of
-    left context then): a chunk's decode cost about 90 ms whatever its new tokens, plus about 1.7 ms a new token, in
-    the loop every row waits for (most of the 90 ms was the re-decoded context, now 8 tokens: stream.LEFT_CONTEXT). A first chunk
-    at 12 tokens leaves the listener 6 (128 ms of audio; HOLD tokens wait for their right context) while the next
-    takes about 200 ms to arrive: a stall at every early chunk. From 24 tokens the listener holds 18 (383 ms) and
-    each 24-token chunk brings 511 ms of audio in about 300 ms, so the buffer grows; once it is large, larger
-    chunks cost less decode."""
-    if tokens < EARLY_UNTIL:
-        return tokens >= FIRST_AT and tokens % EARLY_EVERY == 0
-    return tokens % STREAM_EVERY == 0
+    `generated`: the row's tokens; `sent`: tokens whose audio has been sent; `ahead_s`: audio sent beyond what a
+    real-time player that started at the first chunk has played by now (None before the first chunk).
+    `low_water_s`: the loop's own (ContinuousScheduler.low_water_s), LOW_WATER_LOOPS of its slowest recent
+    iterations: the time until this row's next chance to send, with room for its own decode.
+
+    Why by the listener's buffer, not a fixed schedule: a chunk's decode runs in the loop every row waits for
+    and costs about 1 ms a token plus a fixed part (stream.LEFT_CONTEXT tokens of context, HOLD of right context,
+    the call), so few large chunks cost least, while a listener whose buffer is short needs the next chunk now.
+    A fixed schedule (every 24 tokens, then 48) left the 18 tokens (383 ms) of a first chunk to cover the next
+    24 tokens' steps and every other row's decodes: with two listeners on 2 cores, stalls up to 185 ms at the
+    second chunk (docs/measurements/2026-12-02-engine-thread.md). Once a chunk leaves a listener at the low water,
+    the next can be larger by the ratio of real time to the step time, so chunks grow as fast as the load allows."""
+    if ahead_s is None:
+        return generated >= FIRST_AT
+    waiting = generated - HOLD - sent
+    return waiting >= MAX_CHUNK or (ahead_s < low_water_s and waiting >= MIN_CHUNK)
 
 
 class Overloaded(Exception):
@@ -135,6 +144,7 @@ class ContinuousScheduler:
         self._mean_request_s = 5.0  # for Retry-After, updated as requests finish
         self._live_rows: list[Row] = []  # the decoder's rows, for failing their callers when a step fails
         self._thread: threading.Thread | None = None
+        self._loops: deque[float] = deque([0.0], maxlen=32)  # seconds of the latest loop iterations (step, decodes)
 
     # ---- any thread
 
@@ -201,8 +211,10 @@ class ContinuousScheduler:
                 if not self._waiting and self._arrivals.empty():
                     return  # idle: release the model (and `hold`) until the next request
                 continue
+            began = time.perf_counter()
             ended = decoder.step()
             self._after_step(model, decoder, ended)
+            self._loops.append(time.perf_counter() - began)
 
     def _decoder(self, model: LoadedModel) -> RowDecoder:
         decoder = getattr(model, "_continuous_decoder", None)
@@ -308,8 +320,8 @@ class ContinuousScheduler:
         if not job.stream:
             return
         n = row.generated
-        sent = row.meta.setdefault("sent", 0)
-        if not (row.ended or chunk_due(n)):
+        sent = row.meta.setdefault("sent", 0)  # samples
+        if not (row.ended or chunk_due(n, sent // SAMPLES_PER_TOKEN, self._ahead_s(row), self.low_water_s())):
             return
         upto = metrics.samples_for_tokens(n) if row.ended else SAMPLES_PER_TOKEN * max(0, n - HOLD)
         if upto <= sent:
@@ -318,6 +330,7 @@ class ContinuousScheduler:
         audio = _decode_span(model.chat, [row.hiddens[:n]], [n], sent, upto, LEFT_CONTEXT)[0]
         job.decode_s += time.perf_counter() - t0
         row.meta["sent"] = upto
+        row.meta.setdefault("first_sent_at", time.perf_counter())
         job.audio.setdefault(index, []).append(audio)
         elapsed = time.perf_counter() - job.admitted
         job.first_audio_s = elapsed if job.first_audio_s is None else job.first_audio_s
@@ -329,6 +342,17 @@ class ContinuousScheduler:
             job.part.on_chunk(replace(chunk, scheduling="continuous"))
         except Exception:  # the caller's own failure (a closed queue): its row carries on until it is stopped
             log.exception("continuous batching: a chunk could not be handed over")
+
+    def low_water_s(self) -> float:
+        return max(LOW_WATER_MIN_S, LOW_WATER_LOOPS * max(self._loops))
+
+    @staticmethod
+    def _ahead_s(row: Row) -> float | None:
+        """Seconds of this row's audio sent beyond what a real-time player, started at its first chunk, has played."""
+        started = row.meta.get("first_sent_at")
+        if started is None:
+            return None
+        return row.meta["sent"] / SAMPLE_RATE - (time.perf_counter() - started)
 
     def _whole_audio(self, model: LoadedModel, job: _Job, row: Row) -> np.ndarray:
         n = row.generated
