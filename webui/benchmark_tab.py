@@ -215,8 +215,11 @@ def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView,
     for control in controls.inputs():
         control.change(bind(estimate_changed, ctx, controls), controls.inputs(), c["estimate"], queue=False,
                        **private)
+    refresh_estimates = dict(fn=bind(estimates_refreshed, ctx, controls, c["quick"], c["estimate"]),
+                             inputs=controls.inputs(), outputs={c["quick"], c["estimate"]}, **private)
+    # The button's figure and the form's come from one reading of the history (sweeps may have ended since the load).
     c["quick"].click(bind(quick_clicked, controls, c["status"]), None, controls.inputs() | {c["status"]}, queue=False,
-                     **private)
+                     **private).then(**refresh_estimates)
     sweep_run = c["run"].click(bind(run_clicked, ctx, controls, view), controls.inputs(), view.outputs(),
                                concurrency_id=MODEL_QUEUE, concurrency_limit=1, show_progress="minimal", **private)
     # A finished (or stopped) sweep is in the history at once: no page reload before History, compare or
@@ -225,8 +228,7 @@ def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView,
                        outputs={rec.text, rec.settings}, **private)
     done = sweep_run.then(bind(history.refresh, ctx), None, history.outputs(), **private).then(**recommended)
     # The estimates (the quick preset's button, the one under the form) now count this sweep's cells too.
-    sweep_run.then(bind(estimates_refreshed, ctx, controls, c["quick"], c["estimate"]), controls.inputs(),
-                   {c["quick"], c["estimate"]}, **private)
+    sweep_run.then(**refresh_estimates)
     c["stop"].click(stop_handler, None, None, queue=False, **private)
     filters = [view.results, c["f_devices"], c["f_precisions"], c["f_status"]]
     for f in filters[1:]:

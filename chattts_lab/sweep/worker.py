@@ -27,6 +27,7 @@ from typing import Callable
 
 import psutil
 
+from chattts_lab import torch_thread
 from chattts_lab.trackers.env import load_average
 from chattts_lab.limits import OutOfMemory, apply_memory_budget, out_of_memory_boundary
 from chattts_lab.trackers.measure import repeat_until
@@ -234,8 +235,6 @@ def main() -> int:
     def say(message: dict) -> None:
         sys.stdout.write("\n" + PASS_MARKER + json.dumps(message, default=str) + "\n")
         sys.stdout.flush()
-
-    from chattts_lab import torch_thread
 
     payload = torch_thread.run(run_task, task, sys.stdin, say)  # all of it on one thread: one OpenMP pool
     sys.stdout.write("\n" + RESULT_MARKER + json.dumps(payload, default=str) + "\n")
