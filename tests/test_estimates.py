@@ -7,11 +7,14 @@ resumed sweep has, and fidelity checks of pairs that never run cost nothing.
 
 from __future__ import annotations
 
+import io
 import time
+from contextlib import redirect_stderr
+from dataclasses import replace
 
 import pytest
 
-from bench.cli import main
+from bench.cli import build_parser, main
 from chattts_lab.sweep import grid
 from chattts_lab.trackers.env import usable_cores
 from chattts_lab.sweep.results import CellResult, Latency, RunConfig
@@ -30,23 +33,49 @@ def _within(a: float, b: float, factor: float) -> bool:
     return b / factor <= a <= b * factor
 
 
-def test_dry_run_after_an_interleaved_sweep_is_within_1_5x_of_that_sweep(tmp_path, capsys):
+def quick_preset_spec() -> SweepSpec:
+    """The quick preset as the app builds it (its engines, batch 1, warm-up, interleaved passes), at 8 tokens and fp32
+    only: two cells, stock and lab."""
+    from webui.sweep_form import quick_form, spec_from_form
+
+    return replace(spec_from_form("synthetic-tiny", quick_form(), None), precisions=("fp32",), tokens=(8,))
+
+
+def argv_of(spec: SweepSpec) -> list[str]:
+    return ["--model", spec.model, "--engine", ",".join(spec.engines), "--precision", ",".join(spec.precisions),
+            "--batch", "1", "--tokens", "8", "--repeats", str(spec.repeats), "--warmup", str(spec.warmup),
+            "--min-time", "0", "--fidelity", "off", "--passes", str(spec.passes), "--format", "md"]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """One real run of the quick preset's two cells from the command line: (its history, its seconds, its progress)
+    for the tests below, which each judge it in their own way."""
+    spec = quick_preset_spec()
+    assert SweepSpec.from_choices(vars(build_parser().parse_args(argv_of(spec)))) == spec  # the app's very sweep
+    folder = tmp_path_factory.mktemp("quick")
+    db, progress = folder / "lab.sqlite", io.StringIO()
+    t0 = time.perf_counter()
+    with redirect_stderr(progress):
+        assert main(argv_of(spec) + ["--db", str(db), "--out", str(folder / "out")]) == 0
+    return spec, db, time.perf_counter() - t0, progress.getvalue()
+
+
+def test_dry_run_after_an_interleaved_sweep_is_within_1_5x_of_that_sweep(quick_run, capsys):
     """The estimate is a function of the rows in the history; judged against the very sweep those rows come from,
     it is checked without the drift of a shared machine's speed from one sweep to the next (which no estimate can
     know)."""
-    db = tmp_path / "lab.sqlite"
-    t0 = time.perf_counter()
-    assert main(GRID + ["--db", str(db), "--out", str(tmp_path / "out")]) == 0
-    took = time.perf_counter() - t0
-    progress = capsys.readouterr().err  # the bar counts the cells each pass times, not only cells that ended
-    assert "pass 1 of 2" in progress and "1 of 2 cells timed, passes left ~" in progress
-    assert "pass 2 of 2" in progress and "2 of 2 cells timed, passes left ~0 s" in progress
+    spec, db, took, progress = quick_run
+    passes = spec.interleaved_passes(2)
+    # the bar counts the cells each pass times, not only cells that ended
+    assert f"pass 1 of {passes}" in progress and f"1 of 2 cells timed, passes left ~" in progress
+    assert f"pass {passes} of {passes}" in progress and "2 of 2 cells timed, passes left ~0 s" in progress
     rows = Store(db).results(1)
     assert all(r.extra.get("worker_busy_s") for r in rows)
     # One worker works at a time (the others wait for their turn), so the cells' own work fits in the sweep's time.
     assert sum(r.elapsed_s for r in rows) < took
-    assert main(GRID + ["--db", str(db), "--dry-run"]) == 0
-    predicted = grid.estimate_grid(SPEC, db).seconds
+    assert main(argv_of(spec) + ["--db", str(db), "--dry-run"]) == 0
+    predicted = grid.estimate_grid(spec, db).seconds
     assert f"roughly {grid.describe(predicted)} (estimated from this machine's past sweeps" in capsys.readouterr().err
     own = sum(r.elapsed_s for r in rows)
     print(f"estimated {predicted:.1f} s for a sweep that took {took:.1f} s, its cells {own:.1f} s")
@@ -119,25 +148,18 @@ def test_a_resumed_sweep_is_estimated_for_the_cells_it_still_has_to_measure(tmp_
     assert whole.seconds > rest.seconds
 
 
-def test_the_quick_preset_is_estimated_from_what_its_run_measures(tmp_path):
-    """The quick preset as the app builds it (its engines, batch 1, warm-up, passes), two of its cells at 8 tokens,
-    against a real run, without the machine's speed: the calls and bandwidth reads the estimate counts are the ones
-    the run made, and rebuilt from the run's own step times and process overheads (what the estimate is made of), its
-    cells come within 25 % of their own work. The reference figures used before any history are one machine's, so
-    the wall time of a run elsewhere is not compared (README: the quick preset, measured)."""
-    from dataclasses import replace
-
-    from webui.sweep_form import quick_form, spec_from_form
-
-    quick = spec_from_form("synthetic-tiny", quick_form(), None)
-    spec = replace(quick, precisions=("fp32",), tokens=(8,))  # stock and lab: the preset's two engines
-    db = tmp_path / "lab.sqlite"
-    events = list(run_sweep(spec, db))
+def test_the_quick_preset_is_estimated_from_what_its_run_measures(quick_run):
+    """The quick preset as the app builds it, two of its cells at 8 tokens, against a real run, without the
+    machine's speed: the calls and bandwidth reads the estimate counts are the ones the run made, and rebuilt from
+    the run's own step times and process overheads (what the estimate is made of), its cells come within 25 % of
+    their own work. The reference figures used before any history are one machine's, so the wall time of a run
+    elsewhere is not compared (README: the quick preset, measured)."""
+    spec, db, _, _ = quick_run
     with Store(db) as store:
         rows, environment = store.results(1), store.sweep(1)["environment"]
-    assert [r.status for r in rows] == ["ok", "ok"] and events
+    assert [r.status for r in rows] == ["ok", "ok"]
     passes = spec.interleaved_passes(len(rows))
-    assert passes == quick.passes > 1
+    assert passes == spec.passes > 1
     for row in rows:  # a cold call, the warm-up, one untimed call once all are loaded, then one timed call a pass
         phases = [s["phase"] for s in row.samples]
         assert phases.count("cold") == 1 and phases.count("timed") == passes, phases
