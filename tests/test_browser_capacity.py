@@ -8,6 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from chattts_lab.serving.capacity import capacity_frame
+from chattts_lab.serving.spec import SchedulerPolicy
 from tests.test_browser_benchmark import table_rows
 from tests.ui import LONG, open_tab, set_number, set_text
 
@@ -30,7 +31,7 @@ def test_find_capacity_says_how_many_streams_hold_draws_the_search_and_keeps_it(
     status = page.locator("#sv-status")
     expect(status).to_contain_text("finished", timeout=LONG * 2)
     expect(status).to_contain_text("This machine holds 2 real-time stream(s) of this configuration")
-    expect(status).to_contain_text("continuous batching, 12 rows")
+    expect(status).to_contain_text(f"continuous batching, {SchedulerPolicy.max_rows} rows")  # the app's own default
     levels = table_rows(page, "sv-table")
     assert [r["users"] for r in levels] == ["1", "2"]
     curve = page.locator("#sv-fig-capacity .js-plotly-plot")

@@ -32,6 +32,7 @@ import psutil
 
 from chattts_lab import engines, metrics, torch_thread
 from chattts_lab.serving.batch import Part
+from chattts_lab.serving.spec import SchedulerPolicy  # the bounds: defined with the serving spec that uses them
 from chattts_lab.engines.lab.continuous import Row, RowDecoder, capture_prompt
 from chattts_lab.engines.lab.stream import FIRST_CHUNK, HOLD, LEFT_CONTEXT, SAMPLES_PER_TOKEN, _decode_span, prepare_text
 from chattts_lab.models import LoadedModel, set_threads
@@ -74,18 +75,6 @@ class Overloaded(Exception):
     def __init__(self, message: str, retry_after_s: int):
         super().__init__(message)
         self.retry_after_s = retry_after_s
-
-
-@dataclass(frozen=True)
-class SchedulerPolicy:
-    max_rows: int = 8  # texts generated at once (KV-cache rows)
-    max_queue: int = 16  # requests waiting for a row; beyond, refused at once
-
-    def __post_init__(self):
-        if not 1 <= self.max_rows <= 64:
-            raise ValueError(f"max rows must be in 1..64, got {self.max_rows}")
-        if not 0 <= self.max_queue <= 10_000:
-            raise ValueError(f"max queue must be in 0..10000, got {self.max_queue}")
 
 
 def scheduling_for(requested: str, engine: str) -> str:

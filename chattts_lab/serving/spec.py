@@ -51,6 +51,20 @@ _APP_CHOICE = "the app's {} (default: the app's own choice)"
 
 
 @dataclass(frozen=True)
+class SchedulerPolicy:
+    """The continuous-batching loop's bounds (serving.scheduler), the app's and the serving benchmark's default."""
+
+    max_rows: int = 8  # texts generated at once (KV-cache rows)
+    max_queue: int = 16  # requests waiting for a row; beyond, refused at once
+
+    def __post_init__(self):
+        if not 1 <= self.max_rows <= 64:
+            raise ValueError(f"max rows must be in 1..64, got {self.max_rows}")
+        if not 0 <= self.max_queue <= 10_000:
+            raise ValueError(f"max queue must be in 0..10000, got {self.max_queue}")
+
+
+@dataclass(frozen=True)
 class ServeSpec:
     """One serving benchmark. Lists are levels: every `users` (and every `rates`) for every `max_batches`.
     Its fields are `python -m bench serve`'s options and the Serving panel's defaults (see spec.option)."""
@@ -79,7 +93,7 @@ class ServeSpec:
         "--max-rows rows) and/or request (request-level batches; one app per --max-batch)", "--batching",
         axes.str_list)
     max_rows: Annotated[int, Limit(ge=1, le=64)] = option(
-        12, "continuous batching: rows at once", "--max-rows", int, "max rows must be in 1..64, got {input}")
+        SchedulerPolicy.max_rows, "continuous batching: rows at once", "--max-rows", int, "max rows must be in 1..64, got {input}")
     # None: the app's own choice (its recommendation, else lab fp32)
     engine: str | None = option(None, _APP_CHOICE.format("engine"), "--engine")
     precision: str | None = option(None, _APP_CHOICE.format("precision"), "--precision")
