@@ -213,3 +213,21 @@ def test_a_stream_sends_large_chunks_while_its_listener_is_ahead_and_what_it_has
     assert chunk_due(waiting + MIN_CHUNK, sent, low - 0.01, low)  # about to run dry: sends what it has
     assert not chunk_due(waiting + MIN_CHUNK - 1, sent, low - 0.01, low)  # but not a chunk too small to pay
 
+
+
+def test_rows_sampled_together_draw_what_each_row_draws_alone(model):
+    """The loop samples every row in one set of tensor ops (sample_rows); each row's own settings and seed still
+    decide its draw: the tokens equal its own sampler's, for rows of different temperature, top-K and seed."""
+    from chattts_lab.engines.lab.sampler import sample_rows
+
+    decoder = RowDecoder(engine_of(model), model.chat, 3)
+    rows = [decoder.admit(prompt(model, request(i, 24)), owner=None) for i in range(3)]
+    for _ in range(5):  # their repetition windows hold tokens
+        decoder.step()
+    assert all(r.sampler.chain for r in rows)  # ChatTTS's usual chain: the loop samples these rows together
+    assert len({r.sampler.chain["top_k"] for r in rows}) == 3
+    seeded = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, rows[0].sampler.freq.size(0), decoder.heads.vocab, generator=seeded)
+    together = sample_rows([r.sampler for r in rows], logits, [r.steps for r in rows])  # flat: top-K decides
+    alone = [r.sampler.sample(logits[j], r.steps) for j, r in enumerate(rows)]
+    assert [t.tolist() for t in together] == [a.tolist() for a in alone]

@@ -42,7 +42,7 @@ from chattts_lab.synthesis import (SAMPLE_RATE, Measurements, StreamChunk, Synth
 
 log = logging.getLogger(__name__)
 FIRST_AT = 2 * FIRST_CHUNK  # tokens before a row's first audio
-MIN_CHUNK = 12  # tokens: each chunk decodes 14 tokens more and a call; at 8, three listeners stalled more (docs/measurements)
+MIN_CHUNK = 12  # tokens: each chunk decodes 14 more and costs a call; at 8, three listeners stalled more
 MAX_CHUNK = 48  # tokens a stream well ahead of its listener sends at a time
 LOW_WATER_LOOPS, LOW_WATER_MIN_S = 2.5, 0.12  # a stream whose listener is this close to running dry sends now
 

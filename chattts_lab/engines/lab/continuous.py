@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from chattts_lab.engines.lab.sampler import Sampler
+from chattts_lab.engines.lab.sampler import Sampler, sample_rows
 
 log = logging.getLogger(__name__)
 SLOT_STEP = 256  # the cache grows in whole blocks of slots when a longer row arrives
@@ -182,10 +182,12 @@ class RowDecoder:
         return Row(prompt, sampler, torch.zeros(n, num_vq, dtype=torch.long, device=device),
                    torch.empty(n, self.model.shape.dim, device=device), history, prompt.length, owner=owner)
 
-    def _take(self, row: Row, hidden: torch.Tensor, logits: torch.Tensor, first: bool = False) -> None:
-        """Sample the row's next token from its logits [num_vq, vocab], as `lab_generate` does for one item."""
+    def _take(self, row: Row, hidden: torch.Tensor, logits: torch.Tensor, first: bool = False,
+              idx: torch.Tensor | None = None) -> None:
+        """Sample the row's next token from its logits [num_vq, vocab], as `lab_generate` does for one item (`idx`:
+        already sampled, with the other rows)."""
         i = row.steps
-        idx = row.sampler.sample(logits, i)
+        idx = row.sampler.sample(logits, i) if idx is None else idx
         # stock regenerates an unseeded item whose very first token ends it; a fresh draw is the same thing here
         for _ in range(8):
             if not (first and row.prompt.ensure_non_empty and row.prompt.manual_seed is None
@@ -222,10 +224,11 @@ class RowDecoder:
         hidden = self.model(x, lengths.view(n, 1), s, valid.view(n, 1, 1, s + 1))
         self._copy_behind(rows, lengths, s)
         logits = self.heads.code_logits(hidden).view(n, -1, self.heads.vocab)
+        drawn = sample_rows([r.sampler for r in rows], logits, [r.steps for r in rows]) or [None] * n
         ended = []
         for j, row in enumerate(rows):
             row.length += 1
-            self._take(row, hidden[j], logits[j])
+            self._take(row, hidden[j], logits[j], idx=drawn[j])
             if row.ended:
                 ended.append(row)
         return ended
