@@ -212,6 +212,8 @@ def test_a_stream_sends_large_chunks_while_its_listener_is_ahead_and_what_it_has
     assert chunk_due(waiting + MAX_CHUNK, sent, 5.0, low)
     assert chunk_due(waiting + MIN_CHUNK, sent, low - 0.01, low)  # about to run dry: sends what it has
     assert not chunk_due(waiting + MIN_CHUNK - 1, sent, low - 0.01, low)  # but not a chunk too small to pay
+    # a loop slower than real time (no low water): its listeners fall behind whatever it sends, so full chunks only
+    assert not chunk_due(waiting + MAX_CHUNK - 1, sent, -1.0, None) and chunk_due(waiting + MAX_CHUNK, sent, -1.0, None)
 
 
 
