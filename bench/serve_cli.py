@@ -26,7 +26,7 @@ from chattts_lab.sweep.spec import SpecError
 COLUMNS = ("batching", "scheduling", "max_batch", "users", "rate", "requests", "ok", "errors", "lost", "audio_s_per_s", "queue_p50_s",
            "queue_p90_s", "ttfb_p90_s", "ttfa_p50_s", "ttfa_p90_s", "ttfa_p99_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
            "stall_worst_p50_s", "stall_worst_p90_s", "stall_worst_p99_s", "stall_total_p90_s", "continuity_pct",
-           "batch_sizes", "rss_growth_pct", "slo_broken")
+           "batch_sizes", "rss_growth_pct", "rss_late_growth_pct", "slo_broken")
 
 
 def add_parser(commands) -> argparse.ArgumentParser:

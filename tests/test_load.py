@@ -126,3 +126,12 @@ def test_app_memory_stays_flat_over_400_requests(app_url):
     curve = _rss_curve(app_url, 400, 20)
     growth = steady_growth_mb(curve)
     assert growth < 4, f"app RSS grows {growth:.1f} MB every 20 requests: {[round(c) for c in curve]}"
+
+
+def test_a_soak_tells_a_leak_from_buffers_reaching_their_size():
+    from chattts_lab.serving.loadtest import rss_figures
+
+    warmed = rss_figures([1000.0, 1400.0, 1400.0, 1400.0, 1401.0])  # grows once, early, then flat
+    assert warmed["rss_growth_pct"] == pytest.approx(40.1) and warmed["rss_late_growth_pct"] < 0.1
+    leaking = rss_figures([1000.0, 1100.0, 1200.0, 1300.0, 1400.0])
+    assert leaking["rss_late_growth_pct"] == pytest.approx(100 * 200 / 1200)
