@@ -22,7 +22,7 @@ from chattts_lab.engines import unsupported_reason  # noqa: E402
 from webui import openai_api, present, security, speech  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
 from webui.context import AppContext, bind  # noqa: E402
-from webui.runtime import RuntimeSettings, ServingChoice, describe  # noqa: E402
+from webui.runtime import CHOSEN, RuntimeSettings, ServingChoice, describe  # noqa: E402
 from webui.synthesis_handlers import apply_settings, refresh_serving  # noqa: E402
 from webui.synthesis_tab import build_synthesis_tab  # noqa: E402
 from webui.voice_handlers import saved_voices  # noqa: E402
@@ -48,7 +48,7 @@ def build_app(ctx: AppContext) -> gr.Blocks:
             button.click(bind(recommended_or_latest, ctx), [bench.results, bench.budget], bench.recommended,
                          api_visibility="private").success(bind(apply_settings, synth), bench.recommended,
                                                           synth.runtime_controls(), api_visibility="private")
-        serving = dict(fn=bind(refresh_serving, ctx, synth), inputs={synth.runtime, synth.in_use},
+        serving = dict(fn=bind(refresh_serving, ctx, synth), inputs={synth.runtime, synth.chosen, synth.in_use},
                        outputs=synth.runtime_controls() | {synth.fastest, synth.use_fastest}, api_visibility="private")
         bench.sweep_done.then(**serving)
         loaded = demo.load(bench.on_load, None, bench.load_outputs, api_visibility="private").then(**serving)
@@ -98,7 +98,7 @@ def chosen_on_command_line(serving: ServingChoice, args: argparse.Namespace) -> 
         reason = str(exc)
     if reason:
         raise SystemExit(f"cannot serve {describe(wanted)} here: {reason}")
-    return ServingChoice(wanted, "chosen on the command line")
+    return ServingChoice(wanted, f"{CHOSEN} the command line")
 
 
 def check_model_folder(model: str) -> None:

@@ -83,6 +83,32 @@ def test_cells_from_ray_nodes_or_that_cannot_run_here_are_not_served():
     assert "cannot run in this app: no CUDA device here" in chosen.reason
 
 
+def test_a_refresh_that_waited_in_the_queue_keeps_a_pick_made_since(tmp_path, monkeypatch):
+    """The page's refresh (when it opens, after a sweep) waits in Gradio's queue; a pick settles at once, outside
+    it. The refresh carries the page's copy of the "In use" note from when it was sent, so it must decide from the
+    server-side `chosen` state, which the pick has already set: otherwise it takes the pick for the default and
+    undoes it (seen in chromium on a busy machine: stock int8 picked, lab int8 served)."""
+    import gradio as gr
+
+    from webui.context import AppContext
+    from webui.runtime import RuntimeSettings
+    from webui.synthesis_handlers import in_use_note, refresh_serving
+    from webui.synthesis_tab import build_synthesis_tab
+
+    monkeypatch.setenv("CHATTTS_LAB_OUTPUTS", str(tmp_path / "outputs"))
+    monkeypatch.setenv("CHATTTS_LAB_HISTORY", str(tmp_path / "history.sqlite"))
+    ctx = AppContext.from_env(TINY)
+    with gr.Blocks():
+        ui = build_synthesis_tab(ctx)
+    picked = RuntimeSettings(device="cpu", precision="int8", threads=2, engine="stock")
+    stale_note = in_use_note(ctx.serving.settings, ctx.serving.reason)  # what the page showed when it was sent
+    kept = refresh_serving(ctx, ui, {ui.runtime: picked, ui.chosen: True, ui.in_use: stale_note})
+    assert not {ui.runtime, ui.engine, ui.precision, ui.in_use} & set(kept), kept
+    # not chosen: the page follows what the history says, controls and note together
+    followed = refresh_serving(ctx, ui, {ui.runtime: picked, ui.chosen: False, ui.in_use: stale_note})
+    assert followed[ui.runtime] == ctx.serving.settings and ui.engine in followed
+
+
 # ------------------------------------------------------------------------------------------------
 # Real sweeps, a fresh app on each, read over HTTP and in chromium
 

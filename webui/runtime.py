@@ -27,6 +27,10 @@ class RuntimeSettings:
         return asdict(self)
 
 
+CHOSEN = "chosen on"  # a reason that starts so names a person's (or the command line's) choice, kept over a sweep's
+ON_THIS_PAGE = f"{CHOSEN} this page"
+
+
 @dataclass(frozen=True)
 class ServingChoice:
     """The configuration requests run on unless a person picks another, and why (the page shows both)."""

@@ -16,6 +16,9 @@ class SynthesisTab:
     fields, so adding a control never shifts another one. The `Form` fields are here under the same names."""
 
     runtime: gr.State
+    # whether a person (or the app's command line) chose `runtime`: a refresh after a sweep then keeps it. Server-side
+    # state like `runtime`, so an event reads both as they are when it runs, never one of them as it was when it was sent
+    chosen: gr.State
     imported_code: gr.State
     # the form (see Form)
     text: gr.Textbox
@@ -77,7 +80,7 @@ class SynthesisTab:
         return {self.stream_audio, self.audio, self.streamed}
 
     def runtime_controls(self) -> set:
-        return {self.device, self.engine, self.precision, self.threads, self.runtime, self.in_use}
+        return {self.device, self.engine, self.precision, self.threads, self.runtime, self.chosen, self.in_use}
 
 
 

@@ -16,7 +16,7 @@ from chattts_lab.synthesis import SAMPLE_RATE, Measurements, StreamChunk
 from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
 from webui import present, speech
 from webui.context import AppContext
-from webui.runtime import (RuntimeSettings, ServingChoice, describe, engines_for, plural, precisions_for,
+from webui.runtime import (ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for, plural, precisions_for,
                            serving_choice, settings_from)
 from webui.synthesis_components import SynthesisTab
 from webui.synthesis_form import DEFAULT_REQUEST, DEFAULT_SAMPLING, USER_ERRORS, Form, _seed, build_requests
@@ -157,7 +157,7 @@ def update_settings(ui: SynthesisTab, values: dict):
         settings = settings_from(values[ui.device], values[ui.precision], values[ui.threads], values[ui.engine])
     except ValueError as exc:  # what cannot run here is refused with the reason, never replaced
         raise gr.Error(str(exc), duration=present.WARNING_S) from None
-    return {ui.runtime: settings, ui.in_use: in_use_note(settings, "chosen on this page")}
+    return {ui.runtime: settings, ui.chosen: True, ui.in_use: in_use_note(settings, ON_THIS_PAGE)}
 
 
 def in_use_note(settings: RuntimeSettings, why: str) -> str:
@@ -173,7 +173,7 @@ def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None):
     except ValueError as exc:
         raise gr.Error(str(exc), duration=present.WARNING_S) from None
     gr.Info(f"Applied {s.device} · {s.precision} · {plural(s.threads, 'thread')} · {s.engine} engine.")
-    return {**_controls_showing(ui, s), ui.in_use: in_use_note(s, "chosen on this page")}
+    return {**_controls_showing(ui, s), ui.chosen: True, ui.in_use: in_use_note(s, ON_THIS_PAGE)}
 
 
 def _controls_showing(ui: SynthesisTab, s: RuntimeSettings) -> dict:
@@ -196,7 +196,9 @@ def refresh_serving(ctx: AppContext, ui: SynthesisTab, values: dict) -> dict:
     page (or on the command line) is kept; otherwise the page runs on the new choice, and says why."""
     serving, current = serving_choice(ctx.history_db, ctx.model), values[ui.runtime]
     out = {}
-    if "chosen on" not in (values[ui.in_use] or ""):  # on this page, or on the app's command line
+    # `chosen`, not the note's words: the note is the page's copy from when the event was sent, and a pick made
+    # since (settled at once, outside the queue) would be undone by a refresh that waited in the queue
+    if not values[ui.chosen]:  # on this page, or on the app's command line
         # Only what changed is set: a person's first pick on a page just opened must not be undone.
         if serving.settings != current:
             current = serving.settings

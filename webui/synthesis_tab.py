@@ -11,7 +11,7 @@ from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.requests import MAX_NEW_TOKEN
 from chattts_lab.voices import PRESET_VOICES, saved_card_names
 from webui.context import MODEL_QUEUE, SYNTHESIS_QUEUE, AppContext, bind
-from webui.runtime import ServingChoice, default_settings, devices, engines_for, max_threads, precisions_for
+from webui.runtime import CHOSEN, ServingChoice, default_settings, devices, engines_for, max_threads, precisions_for
 from webui.synthesis_components import SynthesisTab
 from webui.synthesis_form import DEFAULT_REFINE, DEFAULT_REQUEST, DEFAULT_SAMPLING, VOICE_MODES
 from webui.synthesis_handlers import (api_synthesize, apply_settings, change_device, change_engine, generate,
@@ -32,7 +32,8 @@ EXAMPLES = [
 
 def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:
     serving = ctx.serving or ServingChoice(default_settings(), "the defaults")
-    c = {"runtime": gr.State(serving.settings), "imported_code": gr.State(None)}
+    c = {"runtime": gr.State(serving.settings), "chosen": gr.State(serving.reason.startswith(CHOSEN)),
+         "imported_code": gr.State(None)}
     with gr.Row():
         with gr.Column(scale=3):
             _text_panel(c)
@@ -204,7 +205,8 @@ def _wire_runtime(ui: SynthesisTab) -> None:
     # On a person's pick only (`.input`): Apply, "Use the fastest" and a refresh after a sweep set the controls, the
     # state and the note together, and a `.change` listener would then call their choice the person's own.
     choice = {ui.device, ui.engine, ui.precision}
-    settle = dict(fn=bind(update_settings, ui), inputs=choice | {ui.threads}, outputs={ui.runtime, ui.in_use},
+    settle = dict(fn=bind(update_settings, ui), inputs=choice | {ui.threads},
+                  outputs={ui.runtime, ui.chosen, ui.in_use},
                   queue=False, **PRIVATE)
     ui.device.input(bind(change_device, ui), choice, {ui.engine, ui.precision}, queue=False, **PRIVATE).then(**settle)
     ui.engine.input(bind(change_engine, ui), choice, ui.precision, queue=False, **PRIVATE).then(**settle)
