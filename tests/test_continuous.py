@@ -216,6 +216,21 @@ def test_a_stream_sends_large_chunks_while_its_listener_is_ahead_and_what_it_has
     assert not chunk_due(waiting + MAX_CHUNK - 1, sent, -1.0, None) and chunk_due(waiting + MAX_CHUNK, sent, -1.0, None)
 
 
+def test_the_low_water_follows_the_loops_slowest_recent_iterations_and_is_gone_when_it_is_slower_than_real_time():
+    from chattts_lab.serving.scheduler import LOW_WATER_LOOPS, LOW_WATER_MIN_S, ContinuousScheduler
+
+    scheduler = ContinuousScheduler(load=lambda: None)  # never started: only its bookkeeping runs
+    assert scheduler.low_water_s() == LOW_WATER_MIN_S  # nothing measured yet
+    for seconds in [0.005] * 31 + [0.1]:  # fast on average (a token's audio is 21.3 ms), one slow iteration
+        scheduler.loop_took(seconds)
+    assert scheduler.low_water_s() == pytest.approx(LOW_WATER_LOOPS * 0.1)
+    for _ in range(32):  # only the latest 32 count
+        scheduler.loop_took(0.001)
+    assert scheduler.low_water_s() == LOW_WATER_MIN_S
+    for _ in range(32):
+        scheduler.loop_took(0.03)  # slower than real time: no small chunks at all
+    assert scheduler.low_water_s() is None
+
 
 def test_rows_sampled_together_draw_what_each_row_draws_alone(model):
     """The loop samples every row in one set of tensor ops (sample_rows); each row's own settings and seed still

@@ -7,6 +7,7 @@ and between the continuous loop's steps, so a recording event names the thread t
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -34,24 +35,14 @@ class StepWitness(threading.Event):
 
 
 def from_threads(call, count: int = 2) -> list[StepWitness]:
-    """Run call(witness) on `count` fresh threads, one after another, and return their witnesses."""
+    """Run call(witness) on `count` fresh threads (a pool of one each), one after another; their witnesses."""
     witnesses = []
     for _ in range(count):
         witness = StepWitness()
-        failure = []
-        thread = threading.Thread(target=lambda: _catching(call, witness, failure))
-        thread.start()
-        thread.join(600)
-        assert not failure, failure
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(call, witness).result(timeout=600)  # a failure in the thread is raised here
         witnesses.append(witness)
     return witnesses
-
-
-def _catching(call, witness, failure):
-    try:
-        call(witness)
-    except Exception as exc:
-        failure.append(exc)
 
 
 @pytest.fixture(scope="module")

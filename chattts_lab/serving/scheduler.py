@@ -135,7 +135,7 @@ class ContinuousScheduler:
         self._mean_request_s = 5.0  # for Retry-After, updated as requests finish
         self._live_rows: list[Row] = []  # the decoder's rows, for failing their callers when a step fails
         self._thread: threading.Thread | None = None
-        self._loops: deque[float] = deque([0.0], maxlen=32)  # seconds of the latest loop iterations (step, decodes)
+        self._loops: deque[float] = deque(maxlen=32)  # seconds of the latest loop iterations (step, decodes)
 
     # ---- any thread
 
@@ -205,7 +205,7 @@ class ContinuousScheduler:
             began = time.perf_counter()
             ended = decoder.step()
             self._after_step(model, decoder, ended)
-            self._loops.append(time.perf_counter() - began)
+            self.loop_took(time.perf_counter() - began)
 
     def _decoder(self, model: LoadedModel) -> RowDecoder:
         decoder = getattr(model, "_continuous_decoder", None)
@@ -334,11 +334,17 @@ class ContinuousScheduler:
         except Exception:  # the caller's own failure (a closed queue): its row carries on until it is stopped
             log.exception("continuous batching: a chunk could not be handed over")
 
+    def loop_took(self, seconds: float) -> None:
+        """One loop iteration (a step and the chunks it decoded) took this long: what low_water_s reads."""
+        self._loops.append(seconds)
+
     def low_water_s(self) -> float | None:
         """How little audio ahead makes a listener's row send what it has (chunk_due): LOW_WATER_LOOPS of the
         loop's slowest recent iterations. None while the loop's iterations take longer than a token's audio on
         average: every listener falls behind whatever is sent, and small chunks would slow every row further
         (eight rows that start together streamed in 11.9 s with them, against 9.7 s in 48-token chunks)."""
+        if not self._loops:  # before the first iteration: nothing measured yet
+            return LOW_WATER_MIN_S
         if statistics.fmean(self._loops) > SAMPLES_PER_TOKEN / SAMPLE_RATE:
             return None
         return max(LOW_WATER_MIN_S, LOW_WATER_LOOPS * max(self._loops))
