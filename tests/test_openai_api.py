@@ -58,8 +58,9 @@ def same_clip(a: np.ndarray, b: np.ndarray) -> bool:
     plus a sample's rounding to 16 bits."""
     if len(a) != len(b):
         return False
+    a, b = a.astype(np.int32), b.astype(np.int32)  # |-32768| does not fit in 16 bits
     peak = max(np.abs(a).max(), np.abs(b).max())
-    return np.abs(a.astype(np.int32) - b).max() <= 2 * SEAM_BOUND * peak + 1
+    return np.abs(a - b).max() <= 2 * SEAM_BOUND * peak + 1
 
 
 def app_log(app_dir, app_url) -> str:
