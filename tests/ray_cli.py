@@ -7,8 +7,10 @@ on the machine, another test run's included).
 Test-only differences from the README, each for isolation or a shared machine: the token file is a temporary one
 (RAY_AUTH_TOKEN_PATH, Ray's own variable for it, instead of ~/.ray/auth_token), every port is a free one, Ray's
 files go to a temporary folder, the dashboard loads no modules (its API server still runs), and Ray's own
-settings (RAY_<name> variables) make a lost node noticed in about a second and turn its memory monitor off (on a
-machine whose memory other work fills, it would kill cells and replicas).
+settings (RAY_<name> variables) make a lost node noticed within about five seconds (Ray's default is about a
+minute) and turn its memory monitor off (on a machine whose memory other work fills, it would kill cells and
+replicas). Five seconds, not one: with three test processes on 2 cores a live raylet missed two 500 ms health
+checks and was marked dead, and Ray Serve's deployment never came up (docs/measurements/2026-12-02-test-run.md).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from chattts_lab.serving.loadtest import free_port
 
 RAY = str(Path(sys.executable).parent / "ray")
 WAIT_S = 300  # an upper bound for a slow shared machine, never a synchronisation: each wait ends on its condition
-RAY_TEST_SETTINGS = {"RAY_health_check_initial_delay_ms": "0", "RAY_health_check_period_ms": "500",
-                     "RAY_health_check_timeout_ms": "500", "RAY_health_check_failure_threshold": "2",
+RAY_TEST_SETTINGS = {"RAY_health_check_initial_delay_ms": "0", "RAY_health_check_period_ms": "1000",
+                     "RAY_health_check_timeout_ms": "1000", "RAY_health_check_failure_threshold": "5",
                      "RAY_memory_monitor_refresh_ms": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 NODE_CPUS = 1
 

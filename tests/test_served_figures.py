@@ -53,6 +53,8 @@ def test_a_serving_run_against_a_url_records_the_apps_own_model_and_batch_limit(
         levels = store.notes(sweep["id"])["serving"]["levels"]
     assert sweep["spec"]["model"] == "synthetic-tiny"  # what the app runs, not --model's default (synthetic)
     assert sweep["spec"]["served"]["max_batch"] == 8 and levels[0]["max_batch"] == 8
+    # the app schedules continuously (lab engine): its bound is rows and a queue, not a batch's wait
+    assert sweep["spec"]["served"]["scheduling"] == "continuous" and "max_wait_ms" not in sweep["spec"]["served"]
 
 
 def test_run_sweep_returns_the_drift_and_says_which_settings_took_no_effect(tmp_path):
@@ -89,3 +91,24 @@ def test_v1_refusals_name_the_field_they_are_about_and_a_long_whole_file_suggest
     assert many["param"] == "input" and "input splits into 66 sentences" in many["message"]
     assert '"stream": true' in many["message"]
     assert client.get("/v1/audio/voices").json()["server"]["model"] == "synthetic-tiny"
+
+
+def test_the_server_listing_names_the_scheduling_in_use_and_its_own_bounds(tmp_path):
+    """GET /v1/audio/voices' "server": continuous batching's rows and queue, or a request-level batch and its wait."""
+    from chattts_lab.serving.batcher import BatchPolicy
+    from chattts_lab.serving.spec import SchedulerPolicy
+    from webui.openai_api import AppSpeech
+    from webui.runtime import ServingChoice
+
+    lab = ServingChoice(RuntimeSettings(threads=1, engine="lab"), "the default")
+
+    def served(**how) -> dict:
+        return AppSpeech(AppContext(model="synthetic-tiny", outputs_dir=tmp_path, serving=lab, **how)).served()
+
+    rows = served(rows=SchedulerPolicy(max_rows=3, max_queue=5), batching=BatchPolicy(max_batch=6))
+    assert {k: rows[k] for k in ("scheduling", "max_batch", "max_queue")} == {
+        "scheduling": "continuous", "max_batch": 3, "max_queue": 5}
+    assert "max_wait_ms" not in rows and rows["config"] == "lab · fp32 · cpu · 1 thread"
+    batches = served(scheduling="request", batching=BatchPolicy(max_batch=6, max_wait_ms=40))
+    assert {k: batches[k] for k in ("scheduling", "max_batch", "max_wait_ms")} == {
+        "scheduling": "request", "max_batch": 6, "max_wait_ms": 40}

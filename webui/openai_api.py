@@ -80,7 +80,8 @@ class SpeechBackend(Protocol):
 
     def served(self) -> dict:
         """What this server runs, for a client that measures it (`GET /v1/audio/voices` says it as "server"):
-        "model" (the --model it loaded), "max_batch" (texts per batched generation), "config"; None where unknown."""
+        "model" (the --model it loaded), "scheduling" ("continuous" or "request"), "max_batch" (texts generated at
+        once: continuous batching's rows, or a request-level batch's texts), "config"; None where unknown."""
 
     async def whole(self, req: SynthesisRequest) -> SynthesisOutput:
         """The request's whole result."""
@@ -110,8 +111,14 @@ class AppSpeech:
         return describe(speech.serving_settings(self.ctx))
 
     def served(self) -> dict:
-        return {"model": self.ctx.model, "max_batch": self.ctx.batching.max_batch,
-                "max_wait_ms": self.ctx.batching.max_wait_ms, "config": self.config()}
+        """Continuous batching's rows and queue, or request-level batching's batch and wait: whichever is in use."""
+        settings = speech.serving_settings(self.ctx)
+        if speech.scheduling(self.ctx, settings) == "continuous":
+            bounds = {"max_batch": self.ctx.rows.max_rows, "max_queue": self.ctx.rows.max_queue}
+        else:
+            bounds = {"max_batch": self.ctx.batching.max_batch, "max_wait_ms": self.ctx.batching.max_wait_ms}
+        return {"model": self.ctx.model, "scheduling": speech.scheduling(self.ctx, settings), **bounds,
+                "config": describe(settings)}
 
     async def whole(self, req: SynthesisRequest) -> SynthesisOutput:
         out, _ = await speech.serve(self.ctx, speech.serving_settings(self.ctx), req)
