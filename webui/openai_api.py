@@ -113,12 +113,12 @@ class AppSpeech:
     def served(self) -> dict:
         """Continuous batching's rows and queue, or request-level batching's batch and wait: whichever is in use."""
         settings = speech.serving_settings(self.ctx)
-        if speech.scheduling(self.ctx, settings) == "continuous":
+        scheduling = speech.scheduling(self.ctx, settings)
+        if scheduling == "continuous":
             bounds = {"max_batch": self.ctx.rows.max_rows, "max_queue": self.ctx.rows.max_queue}
         else:
             bounds = {"max_batch": self.ctx.batching.max_batch, "max_wait_ms": self.ctx.batching.max_wait_ms}
-        return {"model": self.ctx.model, "scheduling": speech.scheduling(self.ctx, settings), **bounds,
-                "config": describe(settings)}
+        return {"model": self.ctx.model, "scheduling": scheduling, **bounds, "config": describe(settings)}
 
     async def whole(self, req: SynthesisRequest) -> SynthesisOutput:
         out, _ = await speech.serve(self.ctx, speech.serving_settings(self.ctx), req)

@@ -108,8 +108,8 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
 
 
 def served_by(url: str) -> dict:
-    """What a running app says it serves (GET /v1/audio/voices, "server"): model, max_batch, config; {} when it
-    does not say (an older app), so that nothing false is recorded in its place."""
+    """What a running app says it serves (GET /v1/audio/voices, "server"): model, scheduling, max_batch, config; {}
+    when it does not say (an older app), so that nothing false is recorded in its place."""
     try:
         with urllib.request.urlopen(url.rstrip("/") + "/v1/audio/voices", timeout=30) as response:
             return json.loads(response.read()).get("server") or {}
