@@ -7,10 +7,10 @@ on the machine, another test run's included).
 Test-only differences from the README, each for isolation or a shared machine: the token file is a temporary one
 (RAY_AUTH_TOKEN_PATH, Ray's own variable for it, instead of ~/.ray/auth_token), every port is a free one, Ray's
 files go to a temporary folder, the dashboard loads no modules (its API server still runs), and Ray's own
-settings (RAY_<name> variables) mark a lost node dead after five missed health checks a second apart (sooner
-than Ray's defaults) and turn its memory monitor off (on a machine whose memory other work fills, it would kill cells and
-replicas). Five misses a second apart, not two half a second apart: with three test processes on 2 cores a live raylet missed two 500 ms health
-checks and was marked dead, and Ray Serve's deployment never came up (docs/measurements/2026-12-02-test-run.md).
+settings (RAY_<name> variables) mark a lost node dead after five missed health checks a second apart and turn
+its memory monitor off (on a machine whose memory other work fills, it would kill cells and replicas). Five misses,
+not two half a second apart: with three test processes on 2 cores a live raylet missed two 500 ms checks and was
+marked dead, and Ray Serve's deployment never came up (docs/measurements/2026-12-02-test-run.md).
 """
 
 from __future__ import annotations
