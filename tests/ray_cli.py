@@ -109,7 +109,8 @@ class CliCluster:
     def log_lines(self, pattern: str) -> list[str]:
         """The lines of the cluster's Ray logs (every node writes under the head's temporary folder) matching a
         file pattern, e.g. `serve/replica_*.log`."""
-        return [line for path in sorted((self.folder / "ray").glob(f"session_*/logs/{pattern}"))
+        paths = {path.resolve() for path in (self.folder / "ray").glob(f"session_*/logs/{pattern}")}  # once each:
+        return [line for path in sorted(paths)  # session_latest links to the session's own folder
                 for line in path.read_text(errors="replace").splitlines()]
 
 

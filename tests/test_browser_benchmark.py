@@ -38,8 +38,10 @@ TABLE_JS = """(id) => {
 }"""
 
 
-def table_rows(page, elem_id: str) -> list[dict[str, str]]:
-    data = page.wait_for_function(TABLE_JS, arg=elem_id, timeout=LONG).json_value()
+def table_rows(page, elem_id: str, at_least: int = 0) -> list[dict[str, str]]:
+    """The table's rows once it has rendered `at_least` of them (a table can render before the update that fills it)."""
+    js = f"(a) => {{ const t = ({TABLE_JS})(a.id); return t && t.rows.length >= a.n ? t : null; }}"
+    data = page.wait_for_function(js, arg={"id": elem_id, "n": at_least}, timeout=LONG).json_value()
     return [dict(zip(data["heads"], row)) for row in data["rows"]]
 
 
@@ -176,7 +178,7 @@ def test_quick_preset_states_the_gain_and_every_panel_sees_the_sweep_without_rel
     page.click("#sw-run")
     sweep_id = finished_sweep_id(page, r"Sweep \d+ finished")
 
-    rows = table_rows(page, "sw-table")
+    rows = table_rows(page, "sw-table", at_least=4)
     assert [(r["engine"], r["precision"], r["status"]) for r in rows] == [
         ("stock", "fp32", "ok"), ("stock", "int8", "ok"), ("lab", "fp32", "ok"), ("lab", "int8", "ok")]
     assert {r["batch_size"] for r in rows} == {"1"}
@@ -252,7 +254,7 @@ def test_stop_during_interleaved_passes_keeps_every_finished_pass(page, app_dir)
     page.click("#sw-stop")
     sweep_id = finished_sweep_id(page, r"Sweep \d+ stopped")
 
-    rows = table_rows(page, "sw-table")
+    rows = table_rows(page, "sw-table", at_least=3)
     assert [r["status"] for r in rows] == ["cancelled"] * 3  # no cell ran its last pass
     with Store(app_dir / "history.sqlite") as store:
         assert store.sweep(sweep_id)["status"] == "cancelled"  # resumable with `python -m bench --resume`

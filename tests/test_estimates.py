@@ -125,6 +125,20 @@ def test_an_interleaved_row_costs_its_workers_own_work_and_older_rows_their_step
     assert grid.machine_history(_store(tmp_path / "one.sqlite", [one_pass]))[0].overhead_s == pytest.approx(28.0)
 
 
+def test_bandwidth_reads_are_counted_at_what_this_machines_sweeps_timed_them(tmp_path):
+    """Before any sweep here a read costs the reference machine's READ_BANDWIDTH_S; after, the mean of the reads
+    this machine's own sweeps timed (a bundle's imported sweeps ran elsewhere and count for nothing)."""
+    spec = SweepSpec(model="synthetic-tiny", precisions=("int8",), threads=(usable_cores() + 1,), tokens=(8,),
+                     fidelity=False)  # a ruled cell: the estimate is its sweep's one read at the start
+    db = tmp_path / "lab.sqlite"
+    assert grid.read_s_here(db) == grid.estimate_grid(spec, db).seconds == grid.READ_BANDWIDTH_S
+    with Store(db) as store:
+        store.create_sweep({}, {"mem_read_s": [1.5, 0.5, 0.4]})
+        store.create_sweep({}, {"mem_read_s": [0.6]})
+        store.create_sweep({}, {"mem_read_s": [90.0]}, origin="imported")
+    assert grid.read_s_here(db) == grid.estimate_grid(spec, db).seconds == pytest.approx(0.75)
+
+
 def test_a_grid_whose_every_cell_is_skipped_costs_next_to_nothing_and_starts_no_fidelity(tmp_path):
     spec = SweepSpec(model="synthetic-tiny", precisions=("int8", "fp32"), threads=(usable_cores() + 1,),
                      tokens=(8,), fidelity=True)
@@ -164,7 +178,8 @@ def test_the_quick_preset_is_estimated_from_what_its_run_measures(quick_run):
         phases = [s["phase"] for s in row.samples]
         assert phases.count("cold") == 1 and phases.count("timed") == passes, phases
         assert len(phases) == 1 + spec.warmup + 1 + passes, phases
-    assert len(environment["mem_read_gbps_reads"]["cpu"]) == grid._bandwidth_reads(spec, len(rows), passes, False)
+    reads = grid._bandwidth_reads(spec, len(rows), passes, False)
+    assert len(environment["mem_read_gbps_reads"]["cpu"]) == len(environment["mem_read_s"]) == reads  # each timed
     history = grid.machine_history(db)
     estimated = sum(grid.estimate_cell_s(r.config, history, passes) for r in rows)
     measured = sum(r.elapsed_s for r in rows)

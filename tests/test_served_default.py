@@ -2,15 +2,13 @@
 machine, model and device replaces it, and the page never claims a configuration that is not in use.
 
 The first tests are the rule itself over canonical rows (chattts_lab.history.recommend.served_default); the last runs real
-one-cell sweeps (`python -m bench`, tiny weights), starts a fresh app on each history and reads what it serves
+one-cell sweeps (`run_sweep`, what `python -m bench` runs, here in the test's process; tiny weights), starts a fresh app on each history and reads what it serves
 over `/v1/audio/speech` (X-ChatTTS-Config) and in chromium (the Synthesis tab's "In use").
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -19,7 +17,9 @@ import pytest
 from playwright.sync_api import expect
 
 from chattts_lab.history.recommend import served_default
-from tests.conftest import ROOT, TINY, start_app, stop_app
+from chattts_lab.sweep.runner import run_sweep
+from chattts_lab.sweep.spec import SweepSpec
+from tests.conftest import TINY, start_app, stop_app
 from tests.ui import LONG
 
 DEFAULT = {"device": "cpu", "precision": "fp32", "threads": 2, "engine": "lab"}
@@ -114,11 +114,10 @@ def test_a_refresh_that_waited_in_the_queue_keeps_a_pick_made_since(tmp_path, mo
 
 
 def one_cell_sweep(db, engine: str, precision: str) -> None:
-    run = subprocess.run([sys.executable, "-m", "bench", "--model", TINY, "--engine", engine, "--precision",
-                          precision, "--batch", "1", "--threads", "1", "--tokens", "8", "--passes", "1",
-                          "--repeats", "1", "--warmup", "0", "--min-time", "0", "--fidelity", "off", "--db", str(db)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
+    spec = SweepSpec(model=TINY, engines=(engine,), precisions=(precision,), batches=(1,), threads=(1,), tokens=(8,),
+                     passes=1, repeats=1, warmup=0, min_time_s=0.0, fidelity=False)
+    final = list(run_sweep(spec, db))[-1]
+    assert [r.status for r in final.results] == ["ok"], final.results  # its reason may note a busy machine
 
 
 def served_config(url: str) -> str:

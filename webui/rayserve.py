@@ -193,7 +193,8 @@ class ReplicaSpeech:
             try:
                 async for item in call:
                     if isinstance(item, BatchStarted):
-                        replica = item.replica
+                        replica = item.replica  # from here on a death of that replica is this request's failure
+                        log.info("running on %s", replica)
                     else:
                         yield item
                 return

@@ -36,6 +36,7 @@ class _Environment(_Open):
     mem_read_method: dict | None = None
     mem_read_gbps_reads: dict | None = None
     mem_read_before: StrictStr | None = None
+    mem_read_s: list[Number] | None = None
 
 
 class _ServingLevel(_Open):  # what plots and tables read from a serving run's levels: numbers where present

@@ -255,6 +255,12 @@ class Store:
                 " WHERE s.origin = 'local' AND c.status = 'ok' AND c.step_ms > 0 AND c.elapsed_s > 0").fetchall()
         return [dict(r) for r in rows]
 
+    def read_seconds_here(self) -> list[float]:
+        """Seconds each memory bandwidth read of this machine's own sweeps took (roofline: `mem_read_s`)."""
+        with self._lock:
+            rows = self.conn.execute("SELECT env_json FROM sweeps WHERE origin = 'local'").fetchall()
+        return [float(s) for (env,) in rows for s in (json.loads(env or "{}").get("mem_read_s") or [])]
+
     def count_cells(self, sweep_id: int, status: str | None = None) -> int:
         query, args = "SELECT COUNT(*) FROM cells WHERE sweep_id = ?", [sweep_id]
         if status:

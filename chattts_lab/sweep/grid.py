@@ -46,9 +46,10 @@ DECODE_S_PER_AUDIO_S = 0.15  # decoder + vocoder + prompt per item: p50 latency 
 START_S = 8.0  # a fresh worker: Python, torch and ChatTTS imported
 COLD_EXTRA_S = 1.5  # the first call also compiles the text normaliser (numba)
 # A read of the memory bandwidth (roofline.measure_read_bandwidth) and the sweep's own work around it, outside every
-# cell's worker: (the sweep's wall time - its cells' own work) / its reads, the quick preset on 2 quiet cores
-# (AVX-512 Xeon, 2026-12-02): 16.2 s / 4 on synthetic-tiny, 20.4 s / 4 on full-size synthetic weights. A read alone
-# takes 1.1 s in a warm process (5.2 s in a fresh one); beside four loaded workers it takes longer.
+# cell's worker, before this machine has timed any of its own (`read_s_here`): (the sweep's wall time - its cells'
+# own work) / its reads, the quick preset on 2 quiet cores (AVX-512 Xeon, 2026-12-02): 16.2 s / 4 on synthetic-tiny,
+# 20.4 s / 4 on full-size synthetic weights. Machines differ by more than the 1.5x an estimate may miss by: on a quiet
+# AVX2 EPYC (2026-12-03) the same two-cell sweep spent 1.6 s beyond its cells' own work for its 4 reads.
 READ_BANDWIDTH_S = 4.5
 
 
@@ -221,7 +222,7 @@ def estimate_grid(spec: SweepSpec, db_path: str | Path | None = None, resume: in
     runnable = [c for c in cells if cell_rule(c) is None and c.key not in done]
     passes = spec.interleaved_passes(len(runnable))
     seconds = sum(estimate_cell_s(c, history, passes) for c in runnable)
-    seconds += READ_BANDWIDTH_S * _bandwidth_reads(spec, len(runnable), passes, resume is not None)
+    seconds += read_s_here(db_path) * _bandwidth_reads(spec, len(runnable), passes, resume is not None)
     if spec.fidelity:
         measured = pairs_with_runnable_cells(c for c in cells if c.key not in done)
         seconds += sum(_fidelity_s(spec, *pair, history) for pair in spec.fidelity_pairs() if pair in measured)
@@ -229,6 +230,16 @@ def estimate_grid(spec: SweepSpec, db_path: str | Path | None = None, resume: in
     from_history = any((h.config.model, h.config.device) in model_devices for h in history)
     return GridEstimate(len(cells), sum(1 for c in cells if cell_rule(c)), seconds, from_history,
                         sum(1 for c in cells if c.key in done))
+
+
+def read_s_here(db_path: str | Path | None) -> float:
+    """Seconds a bandwidth read costs a sweep here: the mean over the reads this machine's sweeps timed (the first in
+    a fresh process costs more than the next, and a sweep makes both), else READ_BANDWIDTH_S."""
+    if db_path is None or not Path(db_path).exists():
+        return READ_BANDWIDTH_S
+    with Store(db_path) as store:
+        seconds = store.read_seconds_here()
+    return statistics.fmean(seconds) if seconds else READ_BANDWIDTH_S
 
 
 def _done_keys(db_path: str | Path | None, resume: int | None) -> set[str]:

@@ -127,10 +127,12 @@ def _torch_reader(nbytes: int, device: torch.device):
 def measure_read_bandwidth(devices) -> dict:
     """Bandwidth of each present device of a sweep, keyed as the cells record their effective device.
 
-    Returns {"mem_read_gbps": {device: GB/s}, "mem_read_method": {device: how}}, merged into the sweep's
-    environment. A device that is absent is left out (its cells are skipped rows anyway).
+    Returns {"mem_read_gbps": {device: GB/s}, "mem_read_method": {device: how}, "mem_read_s": [seconds]}, merged
+    into the sweep's environment; `mem_read_s` is what the read cost the sweep (every device, set-up included), kept
+    so that an estimate of the next sweep here counts its reads at this machine's own price (`grid.read_s_here`).
+    A device that is absent is left out (its cells are skipped rows anyway).
     """
-    gbps, method = {}, {}
+    gbps, method, t0 = {}, {}, time.perf_counter()
     for name in dict.fromkeys(devices):
         try:
             device = str(parse_device(name))
@@ -140,7 +142,7 @@ def measure_read_bandwidth(devices) -> dict:
             measured = read_gbps(device)
             gbps[device], method[device] = measured["gbps"], measured["method"]
             log.info("memory read bandwidth of %s: %.1f GB/s (%s)", device, measured["gbps"], measured["method"])
-    return {"mem_read_gbps": gbps, "mem_read_method": method}
+    return {"mem_read_gbps": gbps, "mem_read_method": method, "mem_read_s": [round(time.perf_counter() - t0, 3)]}
 
 
 def with_another_read(environment: dict, measured: dict) -> dict:
@@ -159,7 +161,8 @@ def with_another_read(environment: dict, measured: dict) -> dict:
         if device in gbps:  # a device the sweep measured at its start
             reads[device] = [*reads.get(device, [gbps[device]]), value]
             gbps[device] = statistics.median(reads[device])
-    return {**environment, "mem_read_gbps": gbps, "mem_read_gbps_reads": reads}
+    seconds = [*(environment.get("mem_read_s") or []), *(measured.get("mem_read_s") or [])]
+    return {**environment, "mem_read_gbps": gbps, "mem_read_gbps_reads": reads, "mem_read_s": seconds}
 
 
 def with_bandwidth(result, environment: dict):

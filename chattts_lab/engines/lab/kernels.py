@@ -4,7 +4,9 @@ glue (`kernels.cpp`) and, on AVX-512 VNNI CPUs, the int8 and int4 GEMMs and the 
 Optional by design: where there is no compiler (or ninja), where the build fails, or with
 CHATTTS_LAB_KERNELS=off, `load()` returns None and the lab engine runs the same maths as torch ops.
 The build is cached by torch under ~/.cache/torch_extensions (its name carries a hash of the source,
-the torch version and the CPU's flags, because it is compiled for this CPU).
+the torch version and the CPU's flags, because it is compiled for this CPU, and where that torch is installed:
+ninja rebuilds a build whose include paths changed, so two environments sharing one name would rebuild it in
+turn, a minute of compiling each time).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ CFLAGS = ["-O3", "-march=native", "-fopenmp"]  # -fopenmp: at::parallel_for is i
 
 def _build_name(source: str) -> str:
     cpu = _cpu_flags()
-    key = hashlib.sha1(f"{source}{torch.__version__}{cpu}{CFLAGS}".encode()).hexdigest()[:12]
+    where = Path(torch.__file__).parent  # the build's include paths
+    key = hashlib.sha1(f"{source}{torch.__version__}{where}{cpu}{CFLAGS}".encode()).hexdigest()[:12]
     return f"chattts_lab_kernels_{key}"
 
 
