@@ -51,7 +51,8 @@ x86_64_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "a
 # Parallel runs (pytest-xdist, `-n 3` in pytest.ini). Most of a test's time is one Python process importing torch
 # and ChatTTS, which uses one core, so two test processes use a 2-core machine twice as well; a third fills the time
 # the others spend waiting on a server, a browser or Ray (on one AVX2 machine: 158 % CPU and 12.4-12.8 min, against
-# 150 % and 16.8 min with two; docs/measurements/2026-12-02-test-run.md). Each file runs whole in
+# 150 % and 16.8 min with two; docs/measurements/2026-12-02-test-run.md; a fourth gained nothing, 13.5 min at 155 %:
+# 2026-12-03-test-run.md). Each file runs whole in
 # one test process (its module fixtures start once); the Ray files share one, and one Ray cluster (`ray_cluster`),
 # stopped once the last of them ends. The longest files start first, so no long one is left to run alone at the end.
 RAY_FILES = ("tests/test_fleet_sweep.py", "tests/test_ray_serve.py")
