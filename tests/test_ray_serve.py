@@ -5,8 +5,8 @@ README starts one: `ray start` in subprocesses, two nodes, token authentication 
 returns once both replicas are ready (one per node: each asks for its one CPU); `--stop` takes it down. A replica
 is killed while its batch runs, known from the replicas' own Serve logs, where each line carries its request's id
 (sent as X-Request-ID): a request waits for a batch, then starts in one of N requests. Long clips (LONG tokens) keep
-the batch running for seconds, so the kill usually lands while it runs; what it cut is judged from the answers. Audio of random weights is noise, but its length is exact: N audio tokens are
-(2N-1)*256 samples at 24 kHz.
+the batch running for seconds, so the kill usually lands while it runs; what it cut is judged from the answers.
+Audio of random weights is noise, but its length is exact: N audio tokens are (2N-1)*256 samples at 24 kHz.
 """
 
 from __future__ import annotations
@@ -90,9 +90,9 @@ def replica_log(cluster, ids: dict[str, str]) -> dict[str, dict]:
     by_id = {request_id: word for word, request_id in ids.items()}
     for line in cluster.log_lines(REPLICA_LOG):
         word = next((by_id[token] for token in line.split() if token in by_id), None)
-        said = seen.setdefault(word, {"waiting": [], "started": [], "running": []}) if word else None
-        if said is None:
+        if word is None:
             continue
+        said = seen.setdefault(word, {"waiting": [], "started": [], "running": []})
         if m := re.search(r"-- waiting for a batch on (\S+)", line):
             said["waiting"].append(m[1])
         elif m := re.search(r"-- started on (\S+) in a batch of (\d+) request", line):
