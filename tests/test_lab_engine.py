@@ -121,13 +121,31 @@ def test_fused_cpu_kernels_compute_what_the_torch_ops_compute(stock_runs, lab_fp
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_fused_attention_reads_a_bf16_cache_as_the_widened_fp32_values():
-    """The bf16 KV cache (lab int8/int4) against an fp32 cache holding the same bf16-rounded values."""
-    from chattts_lab.engines.lab import kernels
+def levels_here():
+    """Every kernel level this CPU runs (an AVX-512 VNNI machine runs all four), each built once per machine."""
+    from chattts_lab.engines.lab import cpu
 
-    fused = kernels.load()
+    return cpu.runnable_levels()
+
+
+def kernels_at(level):
+    from chattts_lab.engines.lab import cpu, kernels
+
+    if level not in cpu.runnable_levels():
+        pytest.skip(f"this CPU cannot run the {level} level")
+    fused = kernels.load(level)
     if fused is None:
-        pytest.skip("no C++ toolchain here: the torch path widens the bf16 cache itself")
+        pytest.skip("no C++ toolchain here: the lab runs its torch-op path")
+    return fused
+
+
+ALL_LEVELS = ("avx512_vnni", "avx_vnni", "avx2", "portable")
+
+
+@pytest.mark.parametrize("level", ALL_LEVELS)
+def test_fused_attention_reads_a_bf16_cache_as_the_widened_fp32_values(level):
+    """The bf16 KV cache (lab int8/int4) against an fp32 cache holding the same bf16-rounded values."""
+    fused = kernels_at(level)
     torch.manual_seed(0)
     B, H, T, Dh, slot = 2, 3, 10, 8, 6
     qkv = torch.randn(B, 3 * H * Dh)
@@ -158,15 +176,12 @@ def _attention_reference(qkv, rot, k_cache, v_cache, slot, end, valid):
     return torch.einsum("bht,bhtd->bhd", scores.softmax(-1), v_cache[:, :, :end].float()).reshape(B, H * Dh)
 
 
+@pytest.mark.parametrize("level", ALL_LEVELS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fused_attention_of_64_dim_heads_computes_softmax_attention(dtype):
-    """ChatTTS's heads are 64 wide: the kernel's path that scores 16 cached positions at a time and keeps the output
-    in registers, against torch ops, at lengths that leave partial groups of 16 and with a padded prompt."""
-    from chattts_lab.engines.lab import kernels
-
-    fused = kernels.load()
-    if fused is None:
-        pytest.skip("no C++ toolchain here: the lab runs its torch-op path")
+def test_fused_attention_of_64_dim_heads_computes_softmax_attention(dtype, level):
+    """ChatTTS's heads are 64 wide: the kernel's path that scores 16 (AVX2: 8) cached positions at a time and keeps
+    the output in registers, against torch ops, at lengths that leave partial groups and with a padded prompt."""
+    fused = kernels_at(level)
     torch.manual_seed(0)
     B, H, T, Dh = 3, 2, 50, 64
     for end in (1, 15, 16, 17, 33, 50):
@@ -185,7 +200,31 @@ def test_fused_kernels_can_be_switched_off(monkeypatch):
 
     monkeypatch.setenv("CHATTTS_LAB_KERNELS", "off")
     assert "CHATTTS_LAB_KERNELS=off" in kernels.disabled_reason()
-    assert kernels.load.__wrapped__() is None  # uncached: what a fresh process with the switch off gets
+    assert kernels._load.__wrapped__("avx2") is None  # uncached: what a fresh process with the switch off gets
+
+
+def test_a_lower_kernel_level_can_be_forced_and_an_impossible_one_is_refused(monkeypatch):
+    """CHATTTS_LAB_ISA picks the level (so an AVX-512 machine runs the AVX2 code); FAKE CPU flags stand for CPUs
+    this machine is not: a level the CPU cannot run is refused with the reason, never built (it would crash)."""
+    from chattts_lab.engines.lab import cpu
+
+    avx2_only = cpu.CpuFeatures(frozenset({"avx2", "fma", "f16c", "sse4_2"}))
+    intel_hybrid = cpu.CpuFeatures(avx2_only.flags | {"avx_vnni"})
+    assert cpu.runnable_levels(avx2_only)[0] == "avx2"
+    assert cpu.runnable_levels(intel_hybrid)[:2] == ("avx_vnni", "avx2")
+    monkeypatch.delenv(cpu.FORCE_ENV, raising=False)
+    assert cpu.kernel_level(avx2_only) == "avx2"
+    monkeypatch.setenv(cpu.FORCE_ENV, "portable")
+    assert cpu.kernel_level(avx2_only) == "portable"
+    monkeypatch.setenv(cpu.FORCE_ENV, "avx512_vnni")
+    with pytest.raises(ValueError, match="cannot run that level; it runs avx2, portable"):
+        cpu.kernel_level(avx2_only)
+    monkeypatch.setenv(cpu.FORCE_ENV, "sse9")
+    with pytest.raises(ValueError, match="not a kernel level; choose one of avx512_vnni, avx_vnni, avx2, portable"):
+        cpu.kernel_level(avx2_only)
+    # the AVX2 build is compiled without AVX-512 (the tuning is the CPU's, the instructions only the level's)
+    flags = cpu.level_cflags("avx2", avx2_only)
+    assert "-mavx2" in flags and not any("512" in f or "march" in f for f in flags)
 
 
 def test_lab_engine_reports_what_took_effect(lab_fp32):
@@ -194,21 +233,24 @@ def test_lab_engine_reports_what_took_effect(lab_fp32):
     assert lab_fp32.engine.compiled is False
     from chattts_lab.engines.lab.linear import fp32_rows_kernels
 
-    decode_kernel = "lab-fp32-rows avx512" if fp32_rows_kernels() is not None else "float32-matmul "
+    rows = fp32_rows_kernels()
+    decode_kernel = f"lab-fp32-rows {rows.simd()}" if rows is not None else "float32-matmul "
     assert eff["kernels"].startswith(decode_kernel) and eff["kernels"].endswith("kv-cache fp32")
 
 
-def test_fp32_decode_rows_compute_what_torch_linear_computes():
-    """The lab's fp32 kernel for a decode step's 1-8 rows (AVX-512) against F.linear, on shapes that leave a partial
-    block of 16 output rows; a prompt's 9+ rows go to torch's own GEMM."""
-    from chattts_lab.engines.lab.linear import FloatLinear, fp32_rows_kernels
+@pytest.mark.parametrize("level", ["avx512_vnni", "avx_vnni", "avx2"])
+def test_fp32_decode_rows_compute_what_torch_linear_computes(level, monkeypatch):
+    """The lab's fp32 kernel for a decode step's 1-8 rows (AVX-512 and AVX2) against F.linear, on shapes that leave a
+    partial block of 16 (8) output rows; a prompt's 9+ rows go to torch's own GEMM."""
+    from chattts_lab.engines.lab import cpu
+    from chattts_lab.engines.lab.linear import FloatLinear
 
-    if fp32_rows_kernels() is None:
-        pytest.skip("no AVX-512 build of the kernels here: fp32 runs torch's matmul")
+    fused = kernels_at(level)
+    monkeypatch.setenv(cpu.FORCE_ENV, level)
     torch.manual_seed(0)
-    for n, k in [(16, 32), (17, 64), (100, 96), (2304, 768), (768, 3072)]:
+    for n, k in [(8, 32), (16, 32), (17, 64), (100, 96), (2304, 768), (768, 3072)]:
         module = FloatLinear(torch.randn(n, k), torch.float32)
-        assert module.kernel == "lab-fp32-rows avx512"
+        assert module.kernel == f"lab-fp32-rows {fused.simd()}"
         for m in range(1, 9):
             x = torch.randn(1, m, k)
             torch.testing.assert_close(module(x), F.linear(x, module.weight), rtol=1e-5, atol=1e-5 * k**0.5)
@@ -224,46 +266,46 @@ def test_lab_int8_records_the_int8_kernel_this_cpu_runs():
     isa = cpu.detect().int8_isa
     if isa is None:
         pytest.skip("this CPU has no AVX2: lab int8 runs weight-only int8 (see the fake-CPU test below)")
-    own = isa == "avx512_vnni" and kernels.load() is not None
-    assert (int8_kernels() is not None) == own  # a VNNI CPU's build has the kernel
+    fused = kernels.load()
     unload_all()
     eff = load("lab", "int8").effective
-    lab_kernel = "lab-int8 avx512_vnni" if own else f"fbgemm-int8 {isa}"
+    lab_kernel = f"lab-int8 {cpu.kernel_level()}" if fused is not None else f"fbgemm-int8 {isa}"
     assert eff["kernels"].startswith(f"{lab_kernel}; ") and eff["kernels"].endswith("kv-cache bf16")
     assert load("stock", "int8").effective["kernels"] == f"fbgemm-int8 {isa}"
     unload_all()
 
 
-def test_int8_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
-    """The lab's VNNI int8 GEMM (int8_gemm.cpp) against x @ dequantized W, on shapes that leave partial blocks
-    and tiles: output rows not a multiple of 16 or 64, 1 to 33 rows of x."""
+@pytest.mark.parametrize("level", ALL_LEVELS)
+def test_int8_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch(level):
+    """The lab's int8 GEMM at each level (gemm_*.cpp) against x @ dequantized W and against the portable level, on
+    shapes that leave partial blocks and tiles: output rows not a multiple of 16 or 64, 1 to 33 rows of x."""
     from chattts_lab.engines.lab.linear import per_channel_int8
 
-    fused = int8_kernels()
-    if fused is None:
-        pytest.skip("no AVX-512 VNNI here (or no compiler): lab int8 runs fbgemm")
+    fused = kernels_at(level)
     torch.manual_seed(0)
     for n, k in [(16, 16), (17, 32), (100, 64), (130, 768), (2504, 768)]:
         w = torch.randn(n, k)
         q, scales = per_channel_int8(w)
         module = PackedInt8Linear(w, fused)
         assert module.packed.numel() == -(-n // 16) * 16 * k  # one packed copy, rows padded to 16
-        for m in (1, 3, 4, 5, 8, 9, 33):
+        for m in (1, 2, 3, 4, 5, 7, 8, 9, 16, 33):
             x = torch.randn(2, m, k)
             want = x @ (q.float() * scales[:, None]).T
             got = module(x)
             assert got.shape == (2, m, n)
             assert float((got - want).norm() / want.norm()) < 0.02, (n, k, m)  # 8-bit activations' rounding
+            # the same 8-bit activations and int32 sums at every level: equal to the portable loops within fp32
+            portable = fused.int8_linear_portable(x, *module.tensors, n)
+            torch.testing.assert_close(got, portable, rtol=1e-5, atol=1e-5)
 
 
-def test_int4_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
-    """The lab's VNNI int4 GEMM (int8_gemm.cpp's int4_linear) against x @ dequantized W (groups of 128), on shapes
-    that leave partial blocks: output rows not a multiple of 16, 1 to 33 rows of x, weights not centred on 0."""
+@pytest.mark.parametrize("level", ALL_LEVELS)
+def test_int4_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch(level):
+    """The lab's int4 GEMM at each level against x @ dequantized W (groups of 128) and against the portable level,
+    on shapes that leave partial blocks: output rows not a multiple of 16, 1 to 33 rows of x, weights not centred."""
     from chattts_lab.engines.lab.linear import PackedInt4Linear, per_group_uint4
 
-    fused = int8_kernels()
-    if fused is None:
-        pytest.skip("no AVX-512 VNNI here (or no compiler): lab int4 runs torch's int4 kernel")
+    fused = kernels_at(level)
     torch.manual_seed(0)
     group = fused.int4_group()
     for n, k in [(16, 128), (17, 256), (100, 768), (2504, 768), (768, 3072)]:
@@ -274,25 +316,34 @@ def test_int4_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch():
         assert float((dequantized - w).norm() / w.norm()) < 0.1
         module = PackedInt4Linear(w, fused)
         assert module.packed.numel() == -(-n // 16) * 16 * k // 2  # two weights a byte, rows padded to 16
-        for m in (1, 2, 5, 8, 9, 33):
+        for m in (1, 2, 3, 5, 8, 9, 16, 33):
             x = torch.randn(2, m, k)
             want = x @ dequantized.T
             got = module(x)
             assert got.shape == (2, m, n)
             assert float((got - want).norm() / want.norm()) < 0.02, (n, k, m)  # 8-bit activations' rounding
+            # same integer sums; only the order the fp32 group sums are added in differs between levels
+            portable = fused.int4_linear_portable(x, *module.tensors, n)
+            torch.testing.assert_close(got, portable, rtol=1e-4, atol=1e-4 * float(portable.abs().max()))
 
 
+@pytest.mark.parametrize("level", ["best", "avx2"])
 @pytest.mark.parametrize("precision", ["int8", "int4"])
-def test_packed_step_in_one_call_computes_what_the_layer_loop_computes(precision):
-    """Lab int8 and int4 on a VNNI CPU run each decode step as one C++ call (decode_step_packed); the per-layer
-    Python loop over the same kernels gives the same tokens and hidden states."""
+def test_packed_step_in_one_call_computes_what_the_layer_loop_computes(precision, level, monkeypatch):
+    """Lab int8 and int4 run each decode step as one C++ call (decode_step_packed), at this CPU's best level and at
+    AVX2 forced; the per-layer Python loop over the same kernels gives the same tokens and hidden states."""
+    from chattts_lab.engines.lab import cpu
+
+    monkeypatch.setenv(cpu.FORCE_ENV, level)
+    if level != "best":
+        kernels_at(level)
     if int8_kernels() is None:
-        pytest.skip("no AVX-512 VNNI here (or no compiler): the step runs layer by layer")
+        pytest.skip("no compiler here: the step runs torch's and fbgemm's kernels layer by layer")
     unload_all()
     model = load("lab", precision)
     gpt = model.engine.gpt_module
     assert gpt.packed_step is not None
-    assert model.effective["kernels"].startswith(f"lab-{precision} avx512_vnni; ")
+    assert model.effective["kernels"].startswith(f"lab-{precision} {cpu.kernel_level()}; ")
     one_call = code_tokens(model, TEXTS, 24, seed=7)
     saved, gpt.packed_step = gpt.packed_step, None
     try:
@@ -336,12 +387,19 @@ def test_int8_isa_follows_fbgemm_dispatch_order():
     assert CpuFeatures(frozenset({"asimd"})).int8_isa is None
 
 
-def test_fake_cpu_without_avx2_gets_weight_only_int8(monkeypatch):
-    """FAKE CPU flags (this machine has AVX2): where fbgemm has only reference loops, int8 is weight-only."""
+def test_fake_cpu_without_avx2_runs_the_portable_kernels_or_weight_only_int8(monkeypatch):
+    """FAKE CPU flags (this machine has AVX2): a CPU without AVX2 (or ARM64) runs the lab's portable kernels; with the
+    kernels off, where fbgemm has only reference loops, int8 is weight-only."""
     from chattts_lab.engines.lab import cpu
     from chattts_lab.engines.lab.linear import make_linear
 
     monkeypatch.setattr(cpu, "detect", lambda: cpu.CpuFeatures(frozenset({"asimd"})))
+    assert cpu.kernel_level() == "portable"
+    module = make_linear(torch.randn(16, 16), "int8", CPU, torch.float32)
+    assert isinstance(module, PackedInt8Linear) and module.kernel == "lab-int8 portable"
+    from chattts_lab.engines.lab import kernels
+
+    monkeypatch.setattr(kernels, "load", lambda level=None: None)  # what a machine without a compiler gets
     module = make_linear(torch.randn(16, 8), "int8", CPU, torch.float32)
     assert isinstance(module, WeightOnlyInt8Linear) and module.kernel == "weight-only-int8"
 

@@ -51,10 +51,11 @@ class LabEngine(Engine):
             return "this torch build has no oneDNN, so float16 matmuls on CPU are unavailable"
         if precision == "int4":
             if device.type != "cpu":
-                return ("lab int4 runs a CPU int4 kernel (the lab's own on AVX-512 VNNI, else torch's); "
+                return ("lab int4 runs a CPU int4 kernel (the lab's own where its kernels build, else torch's); "
                         "on GPUs use int8 or bf16")
             if not int4_available() and int8_kernels() is None:  # the lab's own kernel is asked for only where torch has none
-                return "this torch build lacks the CPU int4 kernel (_weight_int4pack_mm_for_cpu) and this CPU the lab's own"
+                return ("this torch build lacks the CPU int4 kernel (_weight_int4pack_mm_for_cpu), and the lab's own kernels "
+                        "could not be built here (no C++ compiler, or CHATTTS_LAB_KERNELS=off)")
         return None
 
     def install(self, chat, device, precision, *, compile, threads) -> LabRuntime:

@@ -1,17 +1,21 @@
-"""What this CPU offers the lab's decode step, and the kernel names a result records.
+"""What this CPU offers the lab's decode step, the dispatch level its kernels run at, and the kernel names a result
+records.
 
-The machines of this project differ (one with AVX-512, VNNI and bf16, another with AVX2 only), and the
-same configuration runs different code on each: fbgemm's int8 GEMM dispatches by itself to its AVX-512
-VNNI, AVX-512 or AVX2 code (without AVX2 it only has slow reference loops), and the lab's fused C++
-kernels are compiled for the machine they run on. The lab chooses where the choice is its own (int8
-through its own VNNI GEMM on AVX-512 VNNI CPUs, else through fbgemm where fbgemm has a SIMD path, else
-weight-only int8) and names what ran, e.g. `lab-int8 avx512_vnni` or `fbgemm-int8 avx2`, so a row says
-which kernels its timings came from.
+The machines of this project differ (one with AVX-512, VNNI and bf16, another with AVX2 only), and the same
+configuration runs different code on each. The lab's own C++ kernels (kernels.py) are built for one dispatch level
+of `LEVELS`, the best this CPU runs, chosen once: AVX-512 VNNI, AVX-VNNI (256-bit `vpdpbusd`: Intel's desktop and
+laptop chips since the 12th generation), AVX2 (with FMA and F16C: AMD Zen 1-3, Intel since Haswell), or portable
+C++ (ARM64, where the compiler vectorises it with NEON; older x86). CHATTTS_LAB_ISA=<level> forces a lower level, so
+that an AVX-512 machine builds, tests and measures the AVX2 code too. fbgemm's int8 GEMM (stock int8) dispatches by
+itself to its AVX-512 VNNI, AVX-512 or AVX2 code. Every result names what ran, e.g. `lab-int8 avx2` or
+`fbgemm-int8 avx512_vnni`.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import platform
 from dataclasses import dataclass
 
 from chattts_lab.trackers.env import cpu_info
@@ -34,10 +38,6 @@ class CpuFeatures:
         return next((name for name, needs in _INT8_ISAS if needs <= self.flags), None)
 
     @property
-    def amx(self) -> bool:
-        return "amx_int8" in self.flags or "amx_bf16" in self.flags
-
-    @property
     def native_bf16(self) -> bool:
         """bf16 dot products in hardware (oneDNN's bf16 matmuls run natively rather than emulated)."""
         return "avx512_bf16" in self.flags or "amx_bf16" in self.flags
@@ -46,6 +46,73 @@ class CpuFeatures:
 @functools.cache
 def detect() -> CpuFeatures:
     return CpuFeatures(frozenset(cpu_info()["flags"]))
+
+
+@dataclass(frozen=True)
+class KernelLevel:
+    """One dispatch level of the lab's kernels: the ways to build it, each the CPU flags its code executes and the
+    compiler flags that build it (the first whose flags this CPU has is used)."""
+
+    name: str
+    builds: tuple[tuple[frozenset, tuple[str, ...]], ...]
+
+    def cflags(self, flags: frozenset) -> tuple[str, ...] | None:
+        """The compiler flags that build this level for a CPU with `flags`, or None where it cannot run."""
+        return next((cflags for needs, cflags in self.builds if needs <= flags), None)
+
+
+_AVX2 = frozenset({"avx2", "fma", "f16c"})
+_AVX2_FLAGS = ("-mavx2", "-mfma", "-mf16c")
+_AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
+_AVX512_FLAGS = ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq")
+# Best first. The tuning is this CPU's (-mtune=native); the instructions are only the level's, never -march=native,
+# which would let the compiler use AVX-512 in an AVX2 build on an AVX-512 machine and so test nothing of AVX2.
+LEVELS = (
+    KernelLevel("avx512_vnni", ((_AVX2 | _AVX512 | {"avx512_vnni"},
+                                 (*_AVX2_FLAGS, *_AVX512_FLAGS, "-mavx512vnni", "-DLAB_ISA_AVX512_VNNI")),)),
+    KernelLevel("avx_vnni", ((_AVX2 | {"avx_vnni"}, (*_AVX2_FLAGS, "-mavxvnni", "-DLAB_ISA_AVX_VNNI")),
+                             # an AVX-512 VNNI CPU runs the same 256-bit vpdpbusd in its EVEX form: tests there
+                             (_AVX2 | {"avx512vl", "avx512_vnni"},
+                              (*_AVX2_FLAGS, "-mavx512vl", "-mavx512vnni", "-DLAB_ISA_AVX_VNNI")))),
+    KernelLevel("avx2", ((_AVX2, (*_AVX2_FLAGS, "-DLAB_ISA_AVX2")),)),
+    KernelLevel("portable", ((frozenset(), ("-DLAB_ISA_PORTABLE",)),)),
+)
+LEVEL_NAMES = tuple(level.name for level in LEVELS)
+FORCE_ENV = "CHATTTS_LAB_ISA"
+
+
+def tuning_flags() -> tuple[str, ...]:
+    """Tune for this CPU without widening its instruction set (aarch64: -mcpu=native also enables NEON dotprod
+    where the CPU has it, which the portable level's byte dot products vectorise to)."""
+    return ("-mcpu=native",) if platform.machine() in ("aarch64", "arm64") else ("-mtune=native",)
+
+
+def runnable_levels(features: CpuFeatures | None = None) -> tuple[str, ...]:
+    """The levels this CPU can run, best first (portable always)."""
+    flags = (features or detect()).flags
+    x86 = platform.machine() in ("x86_64", "AMD64", "i686")
+    return tuple(level.name for level in LEVELS if level.cflags(flags) is not None and (x86 or level.name == "portable"))
+
+
+def kernel_level(features: CpuFeatures | None = None) -> str:
+    """The level the lab's kernels are built for: the best this CPU runs, or the one CHATTTS_LAB_ISA names.
+
+    A level the CPU cannot run is refused with the reason (its instructions would crash the process), not ignored.
+    """
+    runnable = runnable_levels(features)
+    forced = os.environ.get(FORCE_ENV, "").strip().lower()
+    if not forced or forced in ("auto", "native", "best"):
+        return runnable[0]
+    if forced not in LEVEL_NAMES:
+        raise ValueError(f"{FORCE_ENV}={forced!r} is not a kernel level; choose one of {', '.join(LEVEL_NAMES)}")
+    if forced not in runnable:
+        raise ValueError(f"{FORCE_ENV}={forced}: this CPU cannot run that level; it runs {', '.join(runnable)}")
+    return forced
+
+
+def level_cflags(name: str, features: CpuFeatures | None = None) -> tuple[str, ...]:
+    level = next(level for level in LEVELS if level.name == name)
+    return (*level.cflags((features or detect()).flags), *tuning_flags())
 
 
 def torch_capability() -> str:

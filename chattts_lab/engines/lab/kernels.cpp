@@ -20,16 +20,27 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
+// The dispatch level this build is for: kernels.py compiles one build per level, passing one -DLAB_ISA_* with the
+// compiler flags of that level (cpu.py's LEVELS), so an AVX-512 machine can build and test the AVX2 code too.
+#if defined(LAB_ISA_AVX512_VNNI)
+#define LAB_512 1     // 512-bit code: AVX-512 F/BW/VL/DQ + VNNI
+#elif defined(LAB_ISA_AVX_VNNI)
+#define LAB_256 1     // 256-bit code: AVX2 + FMA + F16C
+#define LAB_VNNI256 1 // ... with vpdpbusd on 256-bit registers
+#elif defined(LAB_ISA_AVX2)
+#define LAB_256 1
+#endif
+
+#if defined(LAB_512) || defined(LAB_256)
 #include <immintrin.h>
 #include <sleef.h>  // torch's libtorch_cpu exports these; its own Vectorized<float>::exp calls them
 #endif
 
-// The SIMD width this build compiled to (it is built with -march=native for the machine it runs on).
+// The SIMD width of this build's glue kernels (norms, attention, fp32 rows).
 std::string simd() {
-#if defined(__AVX512F__)
+#if defined(LAB_512)
   return "avx512";
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(LAB_256)
   return "avx2";
 #else
   return "scalar";
@@ -38,13 +49,13 @@ std::string simd() {
 
 // Cache rows are fp32 or bf16; a bf16 value is the top half of the fp32 it widens to (exactly), so a
 // row is widened in registers as it is read, 16 (or 8) values at a time, with no scalar pass over it.
-#if defined(__AVX512F__)
+#if defined(LAB_512)
 static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 static inline __m512 load16(const at::BFloat16* p) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(LAB_256)
 static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 static inline __m256 load8(const at::BFloat16* p) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -58,14 +69,14 @@ template <typename T>
 static inline float dot(const float* a, const T* b, int64_t n) {
   int64_t i = 0;
   float sum = 0.f;
-#if defined(__AVX512F__)
+#if defined(LAB_512)
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   for (; i + 32 <= n; i += 32) {
     acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load16(b + i), acc0);
     acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), load16(b + i + 16), acc1);
   }
   sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(LAB_256)
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (; i + 16 <= n; i += 16) {
     acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8(b + i), acc0);
@@ -85,11 +96,11 @@ static inline float dot(const float* a, const T* b, int64_t n) {
 template <typename T>
 static inline void axpy(float* out, float w, const T* v, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512F__)
+#if defined(LAB_512)
   const __m512 wv = _mm512_set1_ps(w);
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(out + i, _mm512_fmadd_ps(wv, load16(v + i), _mm512_loadu_ps(out + i)));
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(LAB_256)
   const __m256 wv = _mm256_set1_ps(w);
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(out + i, _mm256_fmadd_ps(wv, load8(v + i), _mm256_loadu_ps(out + i)));
@@ -157,14 +168,14 @@ torch::Tensor silu_mul(const torch::Tensor& gate_up) {
       const float *g = pg + n * 2 * F, *u = g + F;
       float* o = po + n * F;
       int64_t i = 0;
-#if defined(__AVX512F__)
+#if defined(LAB_512)
       const __m512 one = _mm512_set1_ps(1.f);
       for (; i + 16 <= F; i += 16) {  // x / (1 + exp(-x)), as torch's vectorised silu
         const __m512 x = _mm512_loadu_ps(g + i);
         const __m512 e = Sleef_expf16_u10(_mm512_sub_ps(_mm512_setzero_ps(), x));
         _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
       }
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(LAB_256)
       const __m256 one = _mm256_set1_ps(1.f);
       for (; i + 8 <= F; i += 8) {
         const __m256 x = _mm256_loadu_ps(g + i);
@@ -178,7 +189,24 @@ torch::Tensor silu_mul(const torch::Tensor& gate_up) {
   return out;
 }
 
-#if defined(__AVX512F__)
+// f(std::integral_constant<int, MT>{}) for MT = rows, 1 to 8: a kernel templated on its row count, picked at run
+// time (the fp32 rows here, the int8 and int4 tiles of int8_gemm.cpp).
+template <typename F>
+static void with_rows(int64_t rows, F&& f) {
+  switch (rows) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+  }
+  TORCH_CHECK(false, "no kernel for ", rows, " rows (1 to 8)");
+}
+
+#if defined(LAB_512)
 // The mask of a vector's first n lanes (all 16 from n = 16 on): the stores of a last, partial block of 16 outputs.
 static inline __mmask16 first_lanes(int64_t n) {
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
@@ -254,23 +282,6 @@ static inline void weighted_sum64(const float* w, const T* vbase, int64_t end, f
   for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(_mm512_add_ps(a[c], b[c]), nv));
 }
 
-// f(std::integral_constant<int, MT>{}) for MT = rows, 1 to 8: a kernel templated on its row count, picked at run
-// time (the fp32 rows here, the int8 and int4 tiles of int8_gemm.cpp).
-template <typename F>
-static void with_rows(int64_t rows, F&& f) {
-  switch (rows) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    case 5: return f(std::integral_constant<int, 5>{});
-    case 6: return f(std::integral_constant<int, 6>{});
-    case 7: return f(std::integral_constant<int, 7>{});
-    case 8: return f(std::integral_constant<int, 8>{});
-  }
-  TORCH_CHECK(false, "no kernel for ", rows, " rows (1 to 8)");
-}
-
 // One block of 16 output rows n0..n0+16 (fewer at the end) for MT rows of x: each weight row is read once, in
 // order, and dotted with every row of x (2 accumulators per row of x: consecutive FMAs do not wait on each other).
 template <int MT>
@@ -296,6 +307,97 @@ static void fp32_rows_block(const float* x, const float* w, float* y, int64_t K,
   }
   for (int m = 0; m < MT; ++m) _mm512_mask_storeu_ps(y + m * N + n0, first_lanes(rows), sum_lanes16(sums[m]));
 }
+#elif defined(LAB_256)
+// Stores the first n (1..8) of 8 floats: the last, partial block of output rows.
+static inline void store_first(float* y, __m256 v, int64_t n) {
+  if (n >= 8) return _mm256_storeu_ps(y, v);
+  alignas(32) float tmp[8];
+  _mm256_store_ps(tmp, v);
+  std::copy(tmp, tmp + n, y);
+}
+
+static inline float max_lanes(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+// The sums of 8 vectors' lanes, as one vector: out[j] = sum of v[j]'s 8 lanes (two rounds of pairwise adds, then
+// the 128-bit halves swapped and added), instead of 8 horizontal reductions.
+static inline __m256 sum_lanes8(const __m256 v[8]) {
+  const __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+// As the AVX-512 scores64 above, 8 cached positions at a time (q held in 8 registers).
+template <typename T>
+static inline float scores64(const float* q, const T* kbase, const bool* valid, int64_t end, float scale, float* p) {
+  __m256 qv[8];
+  for (int c = 0; c < 8; ++c) qv[c] = _mm256_loadu_ps(q + 8 * c);
+  const __m256 sv = _mm256_set1_ps(scale);
+  __m256 top = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t t = 0;
+  for (; t + 8 <= end; t += 8) {
+    __m256 acc[8];
+    for (int j = 0; j < 8; ++j) {
+      const T* k = kbase + (t + j) * 64;
+      __m256 a = _mm256_mul_ps(qv[0], load8(k));
+      for (int c = 1; c < 8; ++c) a = _mm256_fmadd_ps(qv[c], load8(k + 8 * c), a);
+      acc[j] = a;
+    }
+    _mm256_storeu_ps(p + t, _mm256_mul_ps(sum_lanes8(acc), sv));
+    if (valid)
+      for (int j = 0; j < 8; ++j)
+        if (!valid[t + j]) p[t + j] = -std::numeric_limits<float>::infinity();
+    top = _mm256_max_ps(top, _mm256_loadu_ps(p + t));
+  }
+  float best = max_lanes(top);
+  for (; t < end; ++t) {
+    p[t] = valid && !valid[t] ? -std::numeric_limits<float>::infinity() : dot(q, kbase + t * 64, 64) * scale;
+    best = std::max(best, p[t]);
+  }
+  return best;
+}
+
+// As the AVX-512 weighted_sum64 above: the 64 outputs in 8 registers, one FMA chain each.
+template <typename T>
+static inline void weighted_sum64(const float* w, const T* vbase, int64_t end, float norm, float* o) {
+  __m256 a[8];
+  for (int c = 0; c < 8; ++c) a[c] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < end; ++t) {
+    const __m256 wt = _mm256_set1_ps(w[t]);
+    for (int c = 0; c < 8; ++c) a[c] = _mm256_fmadd_ps(wt, load8(vbase + t * 64 + 8 * c), a[c]);
+  }
+  const __m256 nv = _mm256_set1_ps(norm);
+  for (int c = 0; c < 8; ++c) _mm256_storeu_ps(o + 8 * c, _mm256_mul_ps(a[c], nv));
+}
+
+// As the AVX-512 fp32_rows_block above, for a block of 8 output rows (two accumulators per row of x up to 4 rows;
+// past that the rows' own chains are independent enough, and registers run out).
+template <int MT>
+static void fp32_rows_block(const float* x, const float* w, float* y, int64_t K, int64_t N, int64_t n0) {
+  constexpr int ACC = MT <= 4 ? 2 : 1;
+  __m256 sums[MT][8];
+  const int64_t rows = std::min<int64_t>(8, N - n0);
+  for (int64_t r = 0; r < 8; ++r) {
+    if (r >= rows) {
+      for (int m = 0; m < MT; ++m) sums[m][r] = _mm256_setzero_ps();
+      continue;
+    }
+    const float* wr = w + (n0 + r) * K;
+    __m256 a[MT][ACC];
+    for (int m = 0; m < MT; ++m)
+      for (int i = 0; i < ACC; ++i) a[m][i] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k += 8 * ACC)
+      for (int i = 0; i < ACC; ++i) {
+        const __m256 wv = _mm256_loadu_ps(wr + k + 8 * i);
+        for (int m = 0; m < MT; ++m) a[m][i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + m * K + k + 8 * i), a[m][i]);
+      }
+    for (int m = 0; m < MT; ++m) sums[m][r] = ACC == 2 ? _mm256_add_ps(a[m][0], a[m][ACC - 1]) : a[m][0];
+  }
+  for (int m = 0; m < MT; ++m) store_first(y + m * N + n0, sum_lanes8(sums[m]), rows);
+}
 #endif
 
 // y [M, N] = x [M, K] . w [N, K]^T in fp32, for the few rows of a decode step (M <= 8, K a multiple of 32), with w
@@ -303,7 +405,12 @@ static void fp32_rows_block(const float* x, const float* w, float* y, int64_t K,
 // Zen 5 machine that reads 55-88; one pass over w per call, every row of x at once, reads at the memory's pace.
 // Larger M (a prompt) stays with torch's GEMM, which is compute-bound there and good at it.
 torch::Tensor fp32_linear_rows(const torch::Tensor& x, const torch::Tensor& w) {
-#if defined(__AVX512F__)
+#if defined(LAB_512) || defined(LAB_256)
+#if defined(LAB_512)
+  constexpr int64_t BLOCK = 16;  // output rows a block reduces into one vector
+#else
+  constexpr int64_t BLOCK = 8;
+#endif
   check_fp32(w, "fp32_linear_rows");
   const auto xc = x.contiguous();
   TORCH_CHECK(xc.scalar_type() == at::kFloat, "fp32_linear_rows: fp32 activations");
@@ -312,15 +419,15 @@ torch::Tensor fp32_linear_rows(const torch::Tensor& x, const torch::Tensor& w) {
   auto y = rows_of(xc, N);
   const float *px = xc.data_ptr<float>(), *pw = w.data_ptr<float>();
   float* py = y.data_ptr<float>();
-  at::parallel_for(0, (N + 15) / 16, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, (N + BLOCK - 1) / BLOCK, 1, [&](int64_t begin, int64_t end) {
     for (int64_t blk = begin; blk < end; ++blk) {
-      const int64_t n0 = blk * 16;
+      const int64_t n0 = blk * BLOCK;
       with_rows(M, [&](auto rows) { fp32_rows_block<rows()>(px, pw, py, K, N, n0); });
     }
   });
   return y;
 #else
-  TORCH_CHECK(false, "fp32_linear_rows: this build has no AVX-512 (see simd())");
+  TORCH_CHECK(false, "fp32_linear_rows: this build has no AVX2 or AVX-512 (see simd())");
 #endif
 }
 
@@ -357,7 +464,7 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
 
       const bool* valid = pvalid ? pvalid + b * valid_stride : nullptr;
       float top = -std::numeric_limits<float>::infinity();
-#if defined(__AVX512F__)
+#if defined(LAB_512) || defined(LAB_256)
       if (Dh == 64) {
         top = scores64(q.data(), kbase, valid, end, scale, p.data());
       } else
@@ -372,7 +479,7 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
       }
       float sum = 0.f;
       int64_t t = 0;
-#if defined(__AVX512F__)
+#if defined(LAB_512)
       // exp 16 scores at a time (SLEEF, as torch's own vectorised exp): at batch 8 the scalar exp of every cached
       // position, head and layer took about a third of the step's attention. A masked score, -inf, becomes 0.
       const __m512 shift = _mm512_set1_ps(top);
@@ -383,13 +490,24 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
         acc = _mm512_add_ps(acc, e);
       }
       sum = _mm512_reduce_add_ps(acc);
+#elif defined(LAB_256)
+      const __m256 shift = _mm256_set1_ps(top);
+      __m256 acc = _mm256_setzero_ps();
+      for (; t + 8 <= end; t += 8) {
+        const __m256 e = Sleef_expf8_u10(_mm256_sub_ps(_mm256_loadu_ps(p.data() + t), shift));
+        _mm256_storeu_ps(p.data() + t, e);
+        acc = _mm256_add_ps(acc, e);
+      }
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, acc);
+      for (float lane : lanes) sum += lane;
 #endif
       for (; t < end; ++t) {
         p[t] = std::isinf(p[t]) ? 0.f : std::exp(p[t] - top);
         sum += p[t];
       }
       float* o = po + b * H * Dh + h * Dh;
-#if defined(__AVX512F__)
+#if defined(LAB_512) || defined(LAB_256)
       if (Dh == 64) {
         weighted_sum64(p.data(), vbase, end, 1.f / sum, o);
         continue;

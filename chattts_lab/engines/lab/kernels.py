@@ -1,12 +1,18 @@
-"""The lab engine's C++ CPU kernels, built on first use with the local C++ compiler: the fused decode step's
-glue (`kernels.cpp`) and, on AVX-512 VNNI CPUs, the int8 and int4 GEMMs and the one-call step (`int8_gemm.cpp`).
+"""The lab engine's C++ CPU kernels, built on first use with the local C++ compiler, for one dispatch level
+(cpu.py's LEVELS: avx512_vnni, avx_vnni, avx2, portable): the fused decode step's glue and fp32 rows
+(`kernels.cpp`), the packed int8 and int4 GEMMs (`gemm_formats.cpp`, one file per level: `gemm_avx512.cpp`,
+`gemm_avx2.cpp`, `gemm_portable.cpp`) and the one-call step (`int8_gemm.cpp`). The sources are one translation
+unit, in SOURCES' order.
+
+`load()` builds the level this CPU runs best (or the one CHATTTS_LAB_ISA forces); `load(level)` any level the CPU
+runs, so tests compare every level with the same reference in one process.
 
 Optional by design: where there is no compiler (or ninja), where the build fails, or with
 CHATTTS_LAB_KERNELS=off, `load()` returns None and the lab engine runs the same maths as torch ops.
 The build is cached by torch under ~/.cache/torch_extensions (its name carries a hash of the source,
-the torch version and the CPU's flags, because it is compiled for this CPU, and where that torch is installed:
-ninja rebuilds a build whose include paths changed, so two environments sharing one name would rebuild it in
-turn, a minute of compiling each time).
+the torch version, the level's compiler flags and the CPU's flags, because it is compiled for this CPU, and where
+that torch is installed: ninja rebuilds a build whose include paths changed, so two environments sharing one name
+would rebuild it in turn, a minute of compiling each time).
 """
 
 from __future__ import annotations
@@ -20,21 +26,23 @@ from pathlib import Path
 
 import torch
 
+from chattts_lab.engines.lab import cpu
+
 log = logging.getLogger(__name__)
 
-# kernels.cpp: the fused decode step's glue; int8_gemm.cpp: the int8 and int4 matrix multiplies for AVX-512 VNNI CPUs
-SOURCES = [Path(__file__).with_name("kernels.cpp"), Path(__file__).with_name("int8_gemm.cpp")]
+# one translation unit, in this order: the glue first (the GEMM files use its helpers), the step last
+SOURCES = [Path(__file__).with_name(name) for name in
+           ("kernels.cpp", "gemm_formats.cpp", "gemm_portable.cpp", "gemm_avx512.cpp", "gemm_avx2.cpp", "int8_gemm.cpp")]
 FUNCTIONS = ["simd", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention", "fp32_linear_rows", "int8_isa",
-             "int8_pack", "int8_linear", "int4_group", "int4_pack", "int4_linear", "decode_step_packed"]
-# -march=native: the build is for this machine only (its cache name carries the CPU flags)
-CFLAGS = ["-O3", "-march=native", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP
+             "int8_pack", "int8_linear", "int8_linear_portable", "int4_group", "int4_pack", "int4_linear",
+             "int4_linear_portable", "decode_step_packed"]
+CFLAGS = ["-O3", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP; the level adds its own (cpu.py)
 
 
-def _build_name(source: str) -> str:
-    cpu = _cpu_flags()
+def _build_name(source: str, level: str, cflags: list[str]) -> str:
     where = Path(torch.__file__).parent  # the build's include paths
-    key = hashlib.sha1(f"{source}{torch.__version__}{where}{cpu}{CFLAGS}".encode()).hexdigest()[:12]
-    return f"chattts_lab_kernels_{key}"
+    key = hashlib.sha1(f"{source}{torch.__version__}{where}{_cpu_flags()}{cflags}".encode()).hexdigest()[:12]
+    return f"chattts_lab_kernels_{level}_{key}"
 
 
 def _cpu_flags() -> str:
@@ -53,23 +61,33 @@ def disabled_reason() -> str | None:
     return None
 
 
+def load(level: str | None = None):
+    """The compiled kernels module at `level` (default: cpu.kernel_level(), this CPU's best or the forced one), or
+    None (with the reason logged) where they cannot be built here. A level this CPU cannot run raises ValueError."""
+    if level is None:
+        level = cpu.kernel_level()
+    elif level not in cpu.runnable_levels():
+        raise ValueError(f"kernel level {level!r}: this CPU runs {', '.join(cpu.runnable_levels())}")
+    return _load(level)
+
+
 @functools.cache
-def load():
-    """The compiled kernels module, or None (with the reason logged) where they cannot be built here."""
+def _load(level: str):
     reason = disabled_reason()
     if reason:
         log.info(reason)
         return None
+    cflags = [*CFLAGS, *cpu.level_cflags(level)]
     try:
         # torch warns at import about a missing CUDA toolkit, even for a CPU-only build: not news here
         logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
         from torch.utils.cpp_extension import load_inline
 
         sources = [path.read_text() for path in SOURCES]
-        log.info("loading the lab's fused CPU kernels (built first where this machine has no cached build: about a "
-                 "minute)")
-        return load_inline(name=_build_name("".join(sources)), cpp_sources=sources, functions=FUNCTIONS,
-                           extra_cflags=CFLAGS, verbose=False)
+        log.info("loading the lab's CPU kernels at level %s (built first where this machine has no cached build: "
+                 "about a minute)", level)
+        return load_inline(name=_build_name("".join(sources), level, cflags), cpp_sources=sources,
+                           functions=FUNCTIONS, extra_cflags=cflags, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the torch path computes the same
         log.warning("lab fused CPU kernels unavailable, using torch ops: %s: %s", type(exc).__name__,
                     str(exc).strip().splitlines()[-1] if str(exc).strip() else "")

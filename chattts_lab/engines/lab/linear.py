@@ -4,11 +4,12 @@ Every module here takes fp32 (or the compute dtype's) activations of shape [...,
 computes in through `effective_dtype`, which `precision.module_dtype` reports. Builders take one fp32
 weight at a time, so a caller can free each source weight as soon as it is converted (flat peak RSS).
 
-int8 on CPU (per-channel int8 weights, activations quantized per call) runs the lab's own GEMM on CPUs with
-AVX-512 VNNI (int8_gemm.cpp), else fbgemm's dynamic-quantized GEMM through the core C++ ops
-`torch.ops.quantized.linear_prepack` / `linear_dynamic`, which do not go through the deprecated Python
-`torch.ao.quantization` API. Elsewhere int8 is weight-only (gpt-fast's recipe: int8 weights scaled per
-output channel, activations in the compute dtype).
+int8 and int4 on CPU (activations quantized per call and row) run the lab's own packed GEMMs at the level this CPU
+runs (AVX-512 VNNI, AVX-VNNI, AVX2 or portable C++: cpu.py, kernels.py). Where the kernels cannot be built (no
+compiler, CHATTTS_LAB_KERNELS=off), int8 runs fbgemm's dynamic-quantized GEMM through the core C++ ops
+`torch.ops.quantized.linear_prepack` / `linear_dynamic` (not the deprecated Python `torch.ao.quantization` API)
+and int4 torch's int4 CPU kernel. Off CPU int8 is weight-only (gpt-fast's recipe: int8 weights scaled per output
+channel, activations in the compute dtype).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 class FloatLinear(nn.Module):
-    """Float weights as torch holds them. On an AVX-512 CPU in fp32, a decode step's few rows (at most
+    """Float weights as torch holds them. On an AVX2 or AVX-512 CPU in fp32, a decode step's few rows (at most
     `FP32_ROWS_MAX`) go through the lab's own fp32 kernel (`kernels.cpp`'s fp32_linear_rows): torch's fp32 GEMV
     (MKL's in the PyPI build) read the weights at about 19 GB/s on a Zen 5 machine that reads 55-88, the lab's
     kernel at 80 (full-size GPT, one step's 80 projections, batch 1, 2 threads: 36 -> 9.5 ms; batch 8: 65 -> 29).
@@ -53,11 +54,11 @@ class FloatLinear(nn.Module):
 
 
 def fp32_rows_kernels():
-    """The compiled kernels when their build has AVX-512 (fp32_linear_rows), else None."""
+    """The compiled kernels when their build has SIMD fp32 rows (AVX2 or AVX-512), else None."""
     from chattts_lab.engines.lab import kernels
 
     fused = kernels.load()
-    return fused if fused is not None and fused.simd() == "avx512" else None
+    return fused if fused is not None and fused.simd() != "scalar" else None
 
 
 def per_channel_int8(weight: torch.Tensor, rows_per_chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,7 +115,8 @@ class FbgemmInt8Linear(nn.Module):
 
 
 class PackedInt8Linear(nn.Module):
-    """int8 weights, int8 dynamic activations, fp32 in/out: the lab's own AVX-512 VNNI kernel (int8_gemm.cpp).
+    """int8 weights, int8 dynamic activations, fp32 in/out: the lab's own packed GEMM (gemm_*.cpp) at this CPU's
+    level.
 
     One packed copy of the weights (fbgemm keeps a second, unpacked one), every weight byte read once per call
     whatever the batch; per-row 8-bit activations. Full-size GPT, one decode step's projections, 2 threads,
@@ -146,7 +148,7 @@ class PackedInt8Linear(nn.Module):
 
 class PackedInt4Linear(nn.Module):
     """int4 weights (asymmetric: a scale and a minimum per output row and group of 128 inputs), int8 dynamic
-    activations, fp32 in/out: the lab's own AVX-512 VNNI kernel (int8_gemm.cpp's int4_linear). A decode step reads
+    activations, fp32 in/out: the lab's own packed GEMM at this CPU's level (gemm_*.cpp's int4). A decode step reads
     about half the bytes of int8's, which torch's int4 CPU kernel (bf16 activations) did not turn into a faster step."""
 
     effective_dtype = "int4"
@@ -189,14 +191,11 @@ def per_group_uint4(weight: torch.Tensor, group: int, rows_per_chunk: int = 1024
 
 
 def int8_kernels():
-    """The compiled kernels when they have the lab's int8 GEMM (a CPU with AVX-512 VNNI, and a compiler), else
-    None."""
+    """The compiled kernels (with the lab's int8 and int4 GEMMs at this CPU's level), or None where they cannot be
+    built here."""
     from chattts_lab.engines.lab import kernels
 
-    if cpu.detect().int8_isa != "avx512_vnni":
-        return None
-    fused = kernels.load()
-    return fused if fused is not None and fused.int8_isa() else None
+    return kernels.load()
 
 
 class Int8Rows(nn.Module):
@@ -271,7 +270,7 @@ def make_linear(weight: torch.Tensor, precision: str, device: torch.device, comp
     if precision == "int8":
         if device.type == "cpu" and weight.shape[1] % 16 == 0 and (fused := int8_kernels()) is not None:
             return PackedInt8Linear(weight, fused)
-        # fbgemm only where it has a SIMD path: without AVX2 its reference loops lose to weight-only int8
+        # no lab kernels here: fbgemm only where it has a SIMD path (its reference loops lose to weight-only int8)
         if device.type == "cpu" and cpu.detect().int8_isa and fbgemm_available():
             return FbgemmInt8Linear(weight)
         return WeightOnlyInt8Linear(weight)

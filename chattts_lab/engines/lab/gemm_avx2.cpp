@@ -1,0 +1,217 @@
+// The packed int8 and int4 GEMMs on 256-bit registers (gemm_formats.cpp's formats): AVX2, and AVX-VNNI where the
+// CPU has it (Intel's desktop and laptop chips since the 12th generation). A 64-byte line of a block is read as two
+// halves of 8 output rows.
+//
+// Without VNNI a byte dot product is `vpmaddubsw` (unsigned x signed bytes -> pairs summed to int16, saturating)
+// then `vpmaddwd` with ones (int16 pairs -> int32), the form llama.cpp's AVX2 Q8_0 dot product uses:
+// - int8: activations quantized per row to [-127, 127]; x's sign is moved onto the weight (`vpsignb`) and |x| is the
+//   unsigned operand, so a pair is at most 2 * 127 * 127 = 32258 and never saturates.
+// - int4: the nibbles (0..15) are the unsigned operand and the activations the signed one: a pair is at most
+//   2 * 15 * 127 = 3810, so four 8-k steps add up in int16 (at most 30480) before one `vpmaddwd` widens them.
+// With AVX-VNNI, `vpdpbusd` does the three in one, with the int8 activations shifted by +128 into the unsigned
+// operand and the shift undone with each row's weight sum (as the AVX-512 level).
+
+#if defined(LAB_256)
+namespace avx2 {
+
+#if defined(LAB_VNNI256)
+#if defined(__AVXVNNI__)
+static inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
+#else  // an AVX-512 VNNI CPU running this level for tests: the same instruction in its EVEX form
+static inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+#endif
+#endif
+
+constexpr int BLOCKS = 2;  // blocks walked together at one row: 4 accumulator chains of 8 rows
+constexpr int TILE8 = 4;   // rows of x per int8 tile at more rows (8 accumulators of 16 registers)
+constexpr int TILE4 = 2;   // rows of x per int4 tile (int16 and fp32 sums per row and half: 8 registers)
+
+static inline __m256i bcast4(const int8_t* p) { return _mm256_set1_epi32(*reinterpret_cast<const int32_t*>(p)); }
+
+// One row of x -> int8 in [-127, 127] (x / scale rounded to nearest, scale max|x|/127) and its scale; K a multiple
+// of 8 (the tail past a multiple of 32 is scalar).
+static float quantize_row(const float* x, int8_t* q, int64_t K) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 top = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; k += 8) top = _mm256_max_ps(top, _mm256_and_ps(_mm256_loadu_ps(x + k), magnitude));
+  const float amax = max_lanes(top);
+  const float scale = amax > 0.f ? amax / 127.f : 1.f, inv = 1.f / scale;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undo the packs' per-lane interleave
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    __m256i v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8 * i), vinv));
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k), _mm256_permutevar8x32_epi32(bytes, order));
+  }
+  for (; k < K; ++k) q[k] = static_cast<int8_t>(std::nearbyint(x[k] * inv));
+  return scale;
+}
+
+// acc + q . w for 4 k of 8 output rows: w the weight half-line, x 4 bytes of one activation row broadcast.
+static inline __m256i dot4(__m256i acc, __m256i x, __m256i w) {
+#if defined(LAB_VNNI256)
+  return dpbusd(acc, _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))), w);  // x + 128, unsigned
+#else
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(w, x));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+#endif
+}
+
+// y[m, blocks b0 .. b0+NB) for MT rows of q: walks K once, reading each block's 16 * K weight bytes once.
+template <int MT, int NB>
+static void micro(const int8_t* q, int64_t K, const int8_t* w, int64_t b0, const int32_t* sums, const float* wscale,
+                  const float* xscale, float* y, int64_t N) {
+  __m256i acc[MT][NB][2];
+  for (int m = 0; m < MT; ++m)
+    for (int b = 0; b < NB; ++b) acc[m][b][0] = acc[m][b][1] = _mm256_setzero_si256();
+  const int8_t* wb = w + b0 * K * ROWS;
+  for (int64_t k = 0; k < K; k += 4) {
+    __m256i wv[NB][2];
+    for (int b = 0; b < NB; ++b) {
+      const int8_t* line = wb + b * K * ROWS + k * ROWS;
+      wv[b][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(line));
+      wv[b][1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(line + 32));
+      if constexpr (MT > 1) _mm_prefetch(reinterpret_cast<const char*>(line + 64 * PREFETCH_LINES), _MM_HINT_T0);
+    }
+    for (int m = 0; m < MT; ++m) {
+      const __m256i xv = bcast4(q + m * K + k);
+      for (int b = 0; b < NB; ++b)
+        for (int h = 0; h < 2; ++h) acc[m][b][h] = dot4(acc[m][b][h], xv, wv[b][h]);
+    }
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t n0 = (b0 + b) * ROWS + 8 * h;
+      if (n0 >= N) continue;
+      const __m256 ws = _mm256_loadu_ps(wscale + n0);
+#if defined(LAB_VNNI256)
+      const __m256i shift = _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + n0)), 7);
+#endif
+      for (int m = 0; m < MT; ++m) {
+#if defined(LAB_VNNI256)
+        const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[m][b][h], shift));  // undo 128 * row sum
+#else
+        const __m256 v = _mm256_cvtepi32_ps(acc[m][b][h]);
+#endif
+        store_first(y + m * N + n0, _mm256_mul_ps(v, _mm256_mul_ps(ws, _mm256_set1_ps(xscale[m]))), N - n0);
+      }
+    }
+}
+
+static void int8_gemm(const Int8Gemm& c) {
+  std::vector<int8_t> q(c.M * c.K);
+  std::vector<float> xs(c.M);
+  for (int64_t m = 0; m < c.M; ++m) xs[m] = quantize_row(c.x + m * c.K, q.data() + m * c.K, c.K);
+  over_blocks(
+      c.M, c.N, BLOCKS, TILE8,
+      [&](int64_t b0, int64_t nb) {
+        if (nb == BLOCKS) return micro<1, BLOCKS>(q.data(), c.K, c.w, b0, c.sums, c.scales, xs.data(), c.y, c.N);
+        for (int64_t b = b0; b < b0 + nb; ++b) micro<1, 1>(q.data(), c.K, c.w, b, c.sums, c.scales, xs.data(), c.y, c.N);
+      },
+      [&](int64_t b, int64_t m0, int64_t mt) {
+        with_rows(mt, [&](auto rows) {
+          if constexpr (rows() <= TILE8)
+            micro<rows(), 1>(q.data() + m0 * c.K, c.K, c.w, b, c.sums, c.scales, xs.data() + m0, c.y + m0 * c.N, c.N);
+        });
+      });
+}
+
+// int4: acc + u . x for 8 k of 8 output rows (lo: the nibbles of k0..k0+3, hi: k0+4..k0+7; x0, x1: their
+// activations broadcast). AVX2 accumulates int16 (four steps at most, see the top), AVX-VNNI int32.
+static inline __m256i dot8_nibbles(__m256i acc, __m256i lo, __m256i hi, __m256i x0, __m256i x1) {
+#if defined(LAB_VNNI256)
+  return dpbusd(dpbusd(acc, lo, x0), hi, x1);
+#else
+  return _mm256_add_epi16(acc, _mm256_add_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_maddubs_epi16(hi, x1)));
+#endif
+}
+
+static inline __m256 widen(__m256i acc) {
+#if defined(LAB_VNNI256)
+  return _mm256_cvtepi32_ps(acc);
+#else
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(acc, _mm256_set1_epi16(1)));
+#endif
+}
+
+// y[m, blocks b0 .. b0+NB) for MT rows of q. Every 4 steps of 8 k (32 k: a quarter of a group) the integer sums
+// are widened and scaled into fp32 sums; each group's min * sum(x) joins at the group's end.
+template <int MT, int NB>
+static void micro4(const int8_t* q, const int32_t* xsums, int64_t K, const uint8_t* w, int64_t b0, const float* gscales,
+                   const float* gmins, const float* xscale, float* y, int64_t N) {
+  const int64_t groups = K / INT4_GROUP;
+  __m256 sums[MT][NB][2];
+  for (int m = 0; m < MT; ++m)
+    for (int b = 0; b < NB; ++b) sums[m][b][0] = sums[m][b][1] = _mm256_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const uint8_t* wb = w + b0 * (K / 2) * ROWS;
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256 scale[NB][2];
+    for (int b = 0; b < NB; ++b)
+      for (int h = 0; h < 2; ++h) scale[b][h] = _mm256_loadu_ps(gscales + ((b0 + b) * groups + g) * ROWS + 8 * h);
+    for (int64_t k32 = g * INT4_GROUP; k32 < (g + 1) * INT4_GROUP; k32 += 32) {
+      __m256i acc[MT][NB][2];
+      for (int m = 0; m < MT; ++m)
+        for (int b = 0; b < NB; ++b) acc[m][b][0] = acc[m][b][1] = _mm256_setzero_si256();
+      for (int64_t k = k32; k < k32 + 32; k += 8)
+        for (int b = 0; b < NB; ++b) {
+          const uint8_t* line = wb + b * (K / 2) * ROWS + (k / 8) * 64;
+          if constexpr (MT > 1) _mm_prefetch(reinterpret_cast<const char*>(line + 64 * PREFETCH_LINES), _MM_HINT_T0);
+          for (int h = 0; h < 2; ++h) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(line + 32 * h));
+            const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            for (int m = 0; m < MT; ++m)
+              acc[m][b][h] = dot8_nibbles(acc[m][b][h], lo, hi, bcast4(q + m * K + k), bcast4(q + m * K + k + 4));
+          }
+        }
+      for (int m = 0; m < MT; ++m)
+        for (int b = 0; b < NB; ++b)
+          for (int h = 0; h < 2; ++h) sums[m][b][h] = _mm256_fmadd_ps(widen(acc[m][b][h]), scale[b][h], sums[m][b][h]);
+    }
+    for (int b = 0; b < NB; ++b)
+      for (int h = 0; h < 2; ++h) {
+        const __m256 mn = _mm256_loadu_ps(gmins + ((b0 + b) * groups + g) * ROWS + 8 * h);
+        for (int m = 0; m < MT; ++m)
+          sums[m][b][h] = _mm256_fmadd_ps(mn, _mm256_set1_ps(static_cast<float>(xsums[m * groups + g])), sums[m][b][h]);
+      }
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t n0 = (b0 + b) * ROWS + 8 * h;
+      if (n0 >= N) continue;
+      for (int m = 0; m < MT; ++m)
+        store_first(y + m * N + n0, _mm256_mul_ps(sums[m][b][h], _mm256_set1_ps(xscale[m])), N - n0);
+    }
+}
+
+static void int4_gemm(const Int4Gemm& c) {
+  const int64_t groups = c.K / INT4_GROUP;
+  std::vector<int8_t> q(c.M * c.K);
+  std::vector<int32_t> xsums(c.M * groups);
+  std::vector<float> xs(c.M);
+  for (int64_t m = 0; m < c.M; ++m) {
+    xs[m] = quantize_row(c.x + m * c.K, q.data() + m * c.K, c.K);
+    group_sums(q.data() + m * c.K, xsums.data() + m * groups, c.K);
+  }
+  const int32_t* pxs = xsums.data();
+  over_blocks(
+      c.M, c.N, BLOCKS, TILE4,
+      [&](int64_t b0, int64_t nb) {
+        if (nb == BLOCKS)
+          return micro4<1, BLOCKS>(q.data(), pxs, c.K, c.w, b0, c.gscales, c.gmins, xs.data(), c.y, c.N);
+        for (int64_t b = b0; b < b0 + nb; ++b)
+          micro4<1, 1>(q.data(), pxs, c.K, c.w, b, c.gscales, c.gmins, xs.data(), c.y, c.N);
+      },
+      [&](int64_t b, int64_t m0, int64_t mt) {
+        with_rows(mt, [&](auto rows) {
+          if constexpr (rows() <= TILE4)
+            micro4<rows(), 1>(q.data() + m0 * c.K, pxs + m0 * groups, c.K, c.w, b, c.gscales, c.gmins, xs.data() + m0,
+                              c.y + m0 * c.N, c.N);
+        });
+      });
+}
+
+}  // namespace avx2
+#endif

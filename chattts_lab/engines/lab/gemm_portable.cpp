@@ -1,0 +1,68 @@
+// The packed int8 and int4 GEMMs in plain C++ (gemm_formats.cpp's formats): the level of CPUs without AVX2 and of
+// ARM64, where the compiler vectorises the byte dot products itself (NEON; `sdot` where -mcpu=native offers
+// dotprod). Always compiled: it is also the readable reference of what the SIMD levels compute.
+
+namespace portable {
+
+// y[m, block b] for the rows m0 .. m0+mt of x (quantized: q, per-row scales xs).
+static void int8_block(const Int8Gemm& c, const int8_t* q, const float* xs, int64_t b, int64_t m0, int64_t mt) {
+  const int8_t* wb = c.w + b * c.K * ROWS;
+  for (int64_t m = m0; m < m0 + mt; ++m) {
+    int32_t acc[ROWS] = {0};
+    const int8_t* qm = q + m * c.K;
+    for (int64_t k = 0; k < c.K; k += 4) {
+      const int8_t* line = wb + k * ROWS;
+      for (int r = 0; r < ROWS; ++r)
+        for (int j = 0; j < 4; ++j) acc[r] += static_cast<int32_t>(line[r * 4 + j]) * qm[k + j];
+    }
+    for (int64_t r = 0; r < ROWS && b * ROWS + r < c.N; ++r)
+      c.y[m * c.N + b * ROWS + r] = static_cast<float>(acc[r]) * c.scales[b * ROWS + r] * xs[m];
+  }
+}
+
+static void int8_gemm(const Int8Gemm& c) {
+  std::vector<int8_t> q(c.M * c.K);
+  std::vector<float> xs(c.M);
+  for (int64_t m = 0; m < c.M; ++m) xs[m] = quantize_row_portable(c.x + m * c.K, q.data() + m * c.K, c.K);
+  over_blocks(c.M, c.N, 1, 8, [&](int64_t b0, int64_t) { int8_block(c, q.data(), xs.data(), b0, 0, 1); },
+              [&](int64_t b, int64_t m0, int64_t mt) { int8_block(c, q.data(), xs.data(), b, m0, mt); });
+}
+
+static void int4_block(const Int4Gemm& c, const int8_t* q, const int32_t* xsums, const float* xs, int64_t b,
+                       int64_t m0, int64_t mt) {
+  const int64_t groups = c.K / INT4_GROUP;
+  const uint8_t* wb = c.w + b * (c.K / 2) * ROWS;
+  for (int64_t m = m0; m < m0 + mt; ++m) {
+    float sums[ROWS] = {0.f};
+    const int8_t* qm = q + m * c.K;
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t acc[ROWS] = {0};
+      for (int64_t k = g * INT4_GROUP; k < (g + 1) * INT4_GROUP; k += 8) {
+        const uint8_t* line = wb + (k / 8) * 64;
+        for (int r = 0; r < ROWS; ++r)
+          for (int j = 0; j < 4; ++j)
+            acc[r] += (line[r * 4 + j] & 0x0F) * qm[k + j] + (line[r * 4 + j] >> 4) * qm[k + 4 + j];
+      }
+      const float *s = c.gscales + (b * groups + g) * ROWS, *mn = c.gmins + (b * groups + g) * ROWS;
+      for (int r = 0; r < ROWS; ++r)
+        sums[r] += s[r] * static_cast<float>(acc[r]) + mn[r] * static_cast<float>(xsums[m * groups + g]);
+    }
+    for (int64_t r = 0; r < ROWS && b * ROWS + r < c.N; ++r) c.y[m * c.N + b * ROWS + r] = sums[r] * xs[m];
+  }
+}
+
+static void int4_gemm(const Int4Gemm& c) {
+  const int64_t groups = c.K / INT4_GROUP;
+  std::vector<int8_t> q(c.M * c.K);
+  std::vector<int32_t> xsums(c.M * groups);
+  std::vector<float> xs(c.M);
+  for (int64_t m = 0; m < c.M; ++m) {
+    xs[m] = quantize_row_portable(c.x + m * c.K, q.data() + m * c.K, c.K);
+    group_sums(q.data() + m * c.K, xsums.data() + m * groups, c.K);
+  }
+  over_blocks(c.M, c.N, 1, 8,
+              [&](int64_t b0, int64_t) { int4_block(c, q.data(), xsums.data(), xs.data(), b0, 0, 1); },
+              [&](int64_t b, int64_t m0, int64_t mt) { int4_block(c, q.data(), xsums.data(), xs.data(), b, m0, mt); });
+}
+
+}  // namespace portable
