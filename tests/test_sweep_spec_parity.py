@@ -106,7 +106,7 @@ def test_every_flagged_field_is_an_option_whose_help_says_its_default_and_its_ar
                      threads=(1, 3), tokens=(16,), engines=("lab", "onnx"), compiles=(False, True),
                      streams=(True,), warmup=0, repeats=5, min_time_s=0.5, max_repeats=9, timeout_s=60.0,
                      fidelity=False, fidelity_tokens=8, quality=True, memory_budget_mb=512.0, passes=1, drift_threshold_pct=2.5,
-                     cluster="ray:10.0.0.5:6379", nodes=("gpu-box", "laptop"))
+                     cluster="ray:10.0.0.5:6379", nodes=("gpu-box", "laptop"), kernel_levels=("avx2", "portable"))
     base = SweepSpec()
     for f in fields(SweepSpec):
         if f.metadata.get("flag"):

@@ -12,6 +12,8 @@ import functools
 import torch
 
 from chattts_lab.engines.base import PRECISIONS, Engine, EngineRuntime, UnsupportedPrecision, module_dtype
+from chattts_lab.engines.lab.cpu import FORCE_ENV as KERNEL_LEVEL_ENV
+from chattts_lab.engines.lab.cpu import LEVEL_NAMES as KERNEL_LEVELS
 
 ENGINES = ("stock", "lab", "onnx")  # in the order people read them
 
@@ -23,7 +25,7 @@ SERVED_DEFAULTS = (("lab", "fp32"), REFERENCE)
 FASTEST_UNMEASURED = ("lab", "int8")  # one click away before any sweep: faster still, its audio differs slightly
 QUICK_SWEEP = (("stock", "lab"), ("fp32", "int8"))  # the newcomer's question: how much faster is the lab here?
 
-__all__ = ["ENGINES", "PRECISIONS", "Engine", "EngineRuntime", "UnsupportedPrecision", "REFERENCE", "SERVED_DEFAULTS", "FASTEST_UNMEASURED", "QUICK_SWEEP", "all_engines", "check", "get",
+__all__ = ["ENGINES", "PRECISIONS", "KERNEL_LEVELS", "KERNEL_LEVEL_ENV", "has_own_kernels", "kernel_level_reason", "Engine", "EngineRuntime", "UnsupportedPrecision", "REFERENCE", "SERVED_DEFAULTS", "FASTEST_UNMEASURED", "QUICK_SWEEP", "all_engines", "check", "get",
            "served_default",
            "module_dtype", "precisions", "unsupported_reason", "runnable_engines", "runnable_precisions"]
 
@@ -83,6 +85,20 @@ def runnable_precisions(device, engine: str) -> list[str]:
 def served_default(device) -> tuple[str, str]:
     """The (engine, precision) an app serves on `device` before a sweep measured better."""
     return next((e, p) for e, p in SERVED_DEFAULTS if unsupported_reason(e, device, p) is None)
+
+
+def has_own_kernels(engine: str, device) -> bool:
+    """Whether `engine` runs its own CPU kernels on `device`, whose dispatch level a sweep may force (KERNEL_LEVELS,
+    through the KERNEL_LEVEL_ENV variable of the process that loads it)."""
+    return engine in ENGINES and get(engine).own_kernels and torch.device(device).type == "cpu"
+
+
+def kernel_level_reason(level: str) -> str | None:
+    """Why this machine cannot run its engines' own kernels at `level` (None when it can)."""
+    from chattts_lab.engines.lab.cpu import runnable_levels
+
+    runs = runnable_levels()
+    return None if level in runs else f"this CPU cannot run the {level} kernels (it runs {', '.join(runs)})"
 
 
 def runnable_engines(device) -> list[str]:

@@ -32,6 +32,8 @@ class Engine(ABC):
     load_s: float
     # Why a running generation cannot admit new rows (continuous batching); None for an engine whose decode loop can.
     continuous_batching_reason: str | None = "its generation runs a batch from start to end"
+    # Whether it runs the lab's own CPU kernels, built per dispatch level (engines/lab/cpu.py), which a sweep may force.
+    own_kernels: bool = False
 
     def unsupported_reason(self, device: torch.device, precision: str) -> str | None:
         """None if this engine runs `precision` on `device`, else a sentence saying why not."""

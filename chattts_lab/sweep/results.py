@@ -49,13 +49,16 @@ class RunConfig:
     # Address space the worker may add once its runtime is imported (RLIMIT_AS, see chattts_lab.limits); None: no cap.
     memory_budget_mb: float | None = None
     node: str | None = None  # a cluster node's label (a Ray resource) the cell must run on; None: any node, or here
+    # the dispatch level the engine's own CPU kernels are forced to (engines.KERNEL_LEVELS); None: the CPU's best
+    kernel_level: str | None = None
 
     @property
     def key(self) -> str:
         """The cell's identity inside a sweep (what --resume matches on)."""
         key = (f"{self.device}|{self.precision}|b{self.batch_size}|t{self.threads}|n{self.tokens}|"
                f"{self.engine}|compile={int(self.compile)}|stream={int(self.stream)}")
-        return key + (f"|node={self.node}" if self.node else "")  # unlabelled keys stay as older sweeps stored them
+        key += f"|isa={self.kernel_level}" if self.kernel_level else ""  # keys without one stay as older sweeps stored them
+        return key + (f"|node={self.node}" if self.node else "")
 
     @property
     def label(self) -> str:
@@ -63,6 +66,7 @@ class RunConfig:
                  f"{self.tokens} tok"]
         parts += ["compile"] if self.compile else []
         parts += ["stream"] if self.stream else []
+        parts += [f"{self.kernel_level} kernels"] if self.kernel_level else []
         parts += [f"on {self.node}"] if self.node else []
         return " ".join(parts)
 

@@ -24,7 +24,7 @@ from chattts_lab.trackers.env import usable_cores
 from chattts_lab.limits import memory_budget_error
 from chattts_lab.sweep.options import build_spec, field_problems, option
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
-from chattts_lab.engines import ENGINES, PRECISIONS, unsupported_reason
+from chattts_lab.engines import ENGINES, KERNEL_LEVELS, PRECISIONS, has_own_kernels, unsupported_reason
 from chattts_lab.requests import MAX_BATCH, MAX_NEW_TOKEN
 from chattts_lab.sweep.results import BENCH_TEXT, RunConfig
 
@@ -60,6 +60,7 @@ def _budget(value: float | None) -> float | None:
 Device = Annotated[str, Limit(pattern=DEVICE_PATTERN.pattern)]
 Precision = Annotated[str, _known("precision", lambda: PRECISIONS, lambda: f"choose from {', '.join(PRECISIONS)}")]
 Engine = Annotated[str, _known("engine", lambda: ENGINES, lambda: f"choose from {', '.join(ENGINES)}")]
+KernelLevel = Annotated[str, _known("kernel level", lambda: KERNEL_LEVELS, lambda: f"choose from {', '.join(KERNEL_LEVELS)}")]
 NodeLabel = Annotated[str, Limit(pattern=NODE_LABEL_PATTERN.pattern)]
 Nonempty = Limit(min_length=1)
 
@@ -101,6 +102,11 @@ class SweepSpec:
     streams: Annotated[tuple[bool, ...], Nonempty] = option(
         (False,), "stream and measure time to first audio (bare --stream means on; or off,on)", "--stream",
         axes.bool_list, group="grid", nargs="?", const=(True,))
+    # Side by side on one machine: the same lab cells with its CPU kernels built for each level (an AVX-512 machine
+    # runs the AVX2 code too). Engines without their own kernels, and other devices, get one cell as before.
+    kernel_levels: tuple[KernelLevel, ...] = option(
+        (), f"the lab engine's CPU kernel levels to measure side by side: {', '.join(KERNEL_LEVELS)} (empty: "
+            "the best this CPU runs)", "--kernel-level", axes.str_list, group="grid", metavar="LEVELS")
     warmup: Annotated[int, Limit(ge=0, le=1000)] = option(
         RunConfig.warmup, "uncounted calls after the cold (first) call", "--warmup", int, "warmup must be 0 or more, got {input}")
     repeats: Annotated[int, Limit(ge=1, le=10_000)] = option(
@@ -176,16 +182,21 @@ class SweepSpec:
         """Every combination, in a stable order (the order llama-bench uses: the last list varies fastest)."""
         self.validate()
         cells = []
-        for node, engine, device, precision, compile_, stream, tokens, threads, batch in itertools.product(
+        for node, engine, device, precision, compile_, stream, level, tokens, threads, batch in itertools.product(
             _dedup(self.nodes) or [None], _dedup(self.engines), _dedup(self.devices), _dedup(self.precisions),
-            _dedup(self.compiles), _dedup(self.streams), _dedup(self.tokens), _dedup(self.threads),
-            _dedup(self.batches),
+            _dedup(self.compiles), _dedup(self.streams), _dedup(self.kernel_levels) or [None], _dedup(self.tokens),
+            _dedup(self.threads), _dedup(self.batches),
         ):
+            if level is not None and not has_own_kernels(engine, device):
+                if level != self.kernel_levels[0]:
+                    continue  # one cell, at no forced level, for an engine without kernels of its own
+                level = None
             cells.append(RunConfig(
                 model=self.model, device=device, precision=precision, batch_size=int(batch), threads=int(threads),
                 tokens=int(tokens), engine=engine, compile=bool(compile_), stream=bool(stream), warmup=self.warmup,
                 repeats=self.repeats, min_time_s=float(self.min_time_s), max_repeats=self.max_repeats,
                 timeout_s=float(self.timeout_s), text=self.text, memory_budget_mb=self.memory_budget_mb, node=node,
+                kernel_level=level,
             ))
         return cells
 
@@ -246,10 +257,17 @@ def _rule_threads(cfg: RunConfig) -> str | None:
     return None
 
 
+def _rule_kernel_level(cfg: RunConfig) -> str | None:
+    if cfg.kernel_level and cfg.node is None:  # a fleet cell's level is its own machine's question
+        return engines.kernel_level_reason(cfg.kernel_level)
+    return None
+
+
 # (status, rule) in order; the first rule that gives a reason decides the row.
 RULES: tuple[tuple[str, Callable[[RunConfig], str | None]], ...] = (
     ("skipped", absent_device_reason),
     ("unsupported", _rule_precision),
+    ("unsupported", _rule_kernel_level),
     ("skipped", _rule_compile),
     ("skipped", _rule_threads),
 )

@@ -85,6 +85,10 @@ def prepare_cell(cfg, samples: list, info: dict) -> Callable[..., dict]:
     import ChatTTS  # noqa: F401  (imported apart: a one-time cost of the process, not of the model)
 
     extra["import_s"] = time.perf_counter() - t0
+    if cfg.kernel_level:  # read when the engine builds its kernels, in this cell's own process
+        from chattts_lab.engines import KERNEL_LEVEL_ENV
+
+        os.environ[KERNEL_LEVEL_ENV] = cfg.kernel_level
     _apply_budget(cfg, extra)  # after the imports: the budget is for the model load and the calls, not the runtime
     t0 = time.perf_counter()
     model = load_model(LoadConfig(model=cfg.model, device=cfg.device, precision=cfg.precision, threads=cfg.threads,

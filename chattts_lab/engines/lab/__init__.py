@@ -40,6 +40,7 @@ class LabEngine(Engine):
     reference_step_ms = {"fp32": 98.0, "bf16": 54.0, "fp16": 54.0, "int8": 25.3, "int4": 32.0}
     load_s = 6.0  # converts the GPT layer by layer (and builds the kernels once per machine)
     continuous_batching_reason = None  # its decode loop admits rows at any step (engines/lab/continuous.py)
+    own_kernels = True  # kernels.py: one build per dispatch level
 
     def device_reason(self, device: torch.device, precision: str) -> str | None:
         if precision == "bf16":
