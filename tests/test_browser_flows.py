@@ -49,12 +49,12 @@ def test_use_the_fastest_keeps_its_precision_across_an_engine_change_and_int4_is
     pick_option(page, "engine", "^stock$")
     pick_option(page, "precision", "^int8$")
     expect(in_use).to_contain_text("stock · int8 · cpu")
-    page.click("#use-fastest")  # lab int8: the engine changes, the precision must stay int8
-    wait_toast(page, r"Applied cpu · int8 · \d+ threads? · lab engine")
-    expect(in_use).to_contain_text("lab · int8 · cpu", timeout=LONG)
+    page.click("#use-fastest")  # lab int4: the engine changes, the precision must stay int4 (stock has none)
+    wait_toast(page, r"Applied cpu · int4 · \d+ threads? · lab engine")
+    expect(in_use).to_contain_text("lab · int4 · cpu", timeout=LONG)
     page.wait_for_timeout(1000)  # a reset of the precision by the engine's change would have landed by now
-    assert page.locator("#precision input").first.input_value() == "int8"
-    expect(in_use).to_contain_text("lab · int8 · cpu")
+    assert page.locator("#precision input").first.input_value() == "int4"
+    expect(in_use).to_contain_text("lab · int4 · cpu")
     assert option_texts(page, "precision").count("int4") == 1  # the lab engine's int4 is offered here too
     close_toasts(page)
 

@@ -410,13 +410,14 @@ def test_the_engines_and_precisions_are_the_registrys():
 def test_the_served_default_before_any_sweep_is_the_one_stated(tmp_path):
     from webui.runtime import engines_for, serving_choice
 
-    assert says("The app serves its **default**, lab fp32") and says("stock fp32 where the\nlab engine cannot run")
+    assert says("The app serves its **default**, lab int8 on the lab's kernels for this CPU")
     choice = serving_choice(tmp_path / "empty.sqlite", "synthetic-tiny")
     lab_runs = "lab" in engines_for("cpu")
-    assert (choice.settings.engine, choice.settings.precision) == (("lab" if lab_runs else "stock"), "fp32")
-    assert says("that button offers lab int8")
+    assert (choice.settings.engine, choice.settings.precision) == (("lab", "int8") if lab_runs else ("stock", "fp32"))
+    assert says("that button offers lab int4")
     if lab_runs:
-        assert (choice.fastest.engine, choice.fastest.precision) == ("lab", "int8")
+        assert (choice.fastest.engine, choice.fastest.precision) == ("lab", "int4")
+        assert "kernels" in choice.reason and "lab fp32 computes stock fp32's audio" in choice.reason
 
 
 def test_the_quick_sweep_is_the_one_described():

@@ -109,6 +109,7 @@ def test_the_server_listing_names_the_scheduling_in_use_and_its_own_bounds(tmp_p
     assert {k: rows[k] for k in ("scheduling", "max_batch", "max_queue")} == {
         "scheduling": "continuous", "max_batch": 3, "max_queue": 5}
     assert "max_wait_ms" not in rows and rows["config"] == "lab · fp32 · cpu · 1 thread"
+    assert rows["why"] == "the default"  # the app's reason for the configuration it serves
     batches = served(scheduling="request", batching=BatchPolicy(max_batch=6, max_wait_ms=40))
     assert {k: batches[k] for k in ("scheduling", "max_batch", "max_wait_ms")} == {
         "scheduling": "request", "max_batch": 6, "max_wait_ms": 40}

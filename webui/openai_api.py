@@ -81,7 +81,8 @@ class SpeechBackend(Protocol):
     def served(self) -> dict:
         """What this server runs, for a client that measures it (`GET /v1/audio/voices` says it as "server"):
         "model" (the --model it loaded), "scheduling" ("continuous" or "request"), "max_batch" (texts generated at
-        once: continuous batching's rows, or a request-level batch's texts), "config"; None where unknown."""
+        once: continuous batching's rows, or a request-level batch's texts), "config", "why" (the app's reason for its
+        default configuration: the CPU and its kernels, or the sweep that measured it); None where unknown."""
 
     async def whole(self, req: SynthesisRequest) -> SynthesisOutput:
         """The request's whole result."""
@@ -118,7 +119,8 @@ class AppSpeech:
             bounds = {"max_batch": self.ctx.rows.max_rows, "max_queue": self.ctx.rows.max_queue}
         else:
             bounds = {"max_batch": self.ctx.batching.max_batch, "max_wait_ms": self.ctx.batching.max_wait_ms}
-        return {"model": self.ctx.model, "scheduling": scheduling, **bounds, "config": describe(settings)}
+        return {"model": self.ctx.model, "scheduling": scheduling, **bounds, "config": describe(settings),
+                "why": self.ctx.serving.reason if self.ctx.serving else None}
 
     async def whole(self, req: SynthesisRequest) -> SynthesisOutput:
         out, _ = await speech.serve(self.ctx, speech.serving_settings(self.ctx), req)

@@ -41,26 +41,34 @@ class ServingChoice:
 
 
 def serving_choice(history_db, model: str) -> ServingChoice:
-    """What requests run on unless a person picks another: the default (lab fp32, which computes the same audio as
-    stock fp32, faster; stock fp32 where lab cannot run), replaced only by a configuration a sweep of this machine
-    and model measured faster (chattts_lab.history.recommend.served_default), with the fastest measured one a click away."""
+    """What requests run on unless a person picks another: the default for this CPU (engines.SERVED_DEFAULTS: lab
+    int8 on the lab's kernels for this CPU's level), replaced only by a configuration a sweep of this machine and
+    model measured faster (chattts_lab.history.recommend.served_default), with the fastest measured one a click away."""
     from chattts_lab.history.recommend import served_default
     from chattts_lab.history.frames import cells_frame, sweeps_frame
 
     cores = max_threads()
-    default = RuntimeSettings("cpu", engines.served_default("cpu")[1], cores, engines.served_default("cpu")[0])
+    engine, precision = engines.served_default("cpu")
+    default = RuntimeSettings("cpu", precision, cores, engine)
     sweeps = sweeps_frame(history_db)
     if sweeps.empty:
-        engine, precision = engines.FASTEST_UNMEASURED
-        runs = cannot_run_here({"device": "cpu", "engine": engine, "precision": precision}) is None
-        fastest = RuntimeSettings("cpu", precision, cores, engine) if runs else None
-        return ServingChoice(default, f"no sweep on this machine yet: {default.engine} {default.precision} computes "
-                                      "the same audio as stock fp32" + (f"; {engine} {precision} is faster still (its "
-                                                                         "audio differs slightly)" if runs else ""),
-                             fastest)
+        return _before_any_sweep(default)
     chosen = served_default(cells_frame(history_db), sweeps, model, default.as_dict(), cannot_run_here)
     fastest = RuntimeSettings(**chosen.fastest) if chosen.fastest else None
     return ServingChoice(RuntimeSettings(**chosen.settings), chosen.reason, fastest)
+
+
+def _before_any_sweep(default: RuntimeSettings) -> ServingChoice:
+    """The CPU's default, why, and the faster configuration one click away (engines.FASTEST_UNMEASURED)."""
+    engine, precision = engines.FASTEST_UNMEASURED
+    runs = cannot_run_here({"device": "cpu", "engine": engine, "precision": precision}) is None
+    fastest = RuntimeSettings("cpu", precision, default.threads, engine) if runs else None
+    same = engines.SAME_AUDIO_AS_REFERENCE
+    exact = "" if (default.engine, default.precision) in (engines.REFERENCE, same) else (
+        f"; {same[0]} {same[1]} computes stock fp32's audio")
+    faster = f"; {engine} {precision} is faster still (its audio differs more)" if runs else ""
+    return ServingChoice(default, f"no sweep on this machine yet: {engines.served_default_reason('cpu')}{exact}"
+                                  f"{faster}", fastest)
 
 
 def cannot_run_here(settings: dict) -> str | None:

@@ -45,6 +45,10 @@ class Engine(ABC):
     def device_reason(self, device: torch.device, precision: str) -> str | None:
         """Why a precision this engine has cannot run on this device (None when it can)."""
 
+    def why_served(self, device: torch.device, precision: str) -> str:
+        """Why this engine and precision are what an app serves by default on `device` (engines.SERVED_DEFAULTS)."""
+        return f"{self.name} {precision}"
+
     def compile_at_load(self, device: torch.device, requested: bool) -> bool:
         """Whether ChatTTS's own loader should torch.compile the GPT (engines that replace it compile their own)."""
         return False

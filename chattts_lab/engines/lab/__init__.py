@@ -19,7 +19,7 @@ import time
 import torch
 
 from chattts_lab.engines.base import Engine
-from chattts_lab.engines.lab import kernels
+from chattts_lab.engines.lab import cpu, kernels
 from chattts_lab.engines.lab.engine import (COMPUTE_DTYPE, Heads, LabRuntime, drop_stock_code_heads, lab_generate,
                                     quantize_text_tables)
 from chattts_lab.engines.lab.linear import int4_available, int8_kernels
@@ -58,6 +58,14 @@ class LabEngine(Engine):
                 return ("this torch build lacks the CPU int4 kernel (_weight_int4pack_mm_for_cpu), and the lab's own kernels "
                         "could not be built here (no C++ compiler, or CHATTTS_LAB_KERNELS=off)")
         return None
+
+    def why_served(self, device: torch.device, precision: str) -> str:
+        if device.type != "cpu":
+            return super().why_served(device, precision)
+        level = cpu.kernel_level()
+        if not kernels.buildable():
+            return f"lab {precision} on torch's and fbgemm's kernels ({kernels.unbuildable_reason()})"
+        return f"{cpu.describe(level)}: lab {precision} on the lab's {level} kernels"
 
     def install(self, chat, device, precision, *, compile, threads) -> LabRuntime:
         return install_lab(chat, device, precision, compile)

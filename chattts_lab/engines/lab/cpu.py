@@ -110,6 +110,16 @@ def kernel_level(features: CpuFeatures | None = None) -> str:
     return forced
 
 
+def describe(level: str) -> str:
+    """This CPU in the words of what its kernels can use, e.g. 'AVX2 without AVX-512'."""
+    if level == "portable":
+        return "ARM64" if platform.machine() in ("aarch64", "arm64") else "no AVX2"
+    flags = detect().flags
+    if "avx512f" in flags:
+        return "AVX-512 with VNNI" if "avx512_vnni" in flags else "AVX-512 without VNNI"
+    return "AVX2 with AVX-VNNI, without AVX-512" if "avx_vnni" in flags else "AVX2 without AVX-512"
+
+
 def level_cflags(name: str, features: CpuFeatures | None = None) -> tuple[str, ...]:
     level = next(level for level in LEVELS if level.name == name)
     return (*level.cflags((features or detect()).flags), *tuning_flags())

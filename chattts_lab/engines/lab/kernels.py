@@ -22,6 +22,8 @@ import hashlib
 import logging
 import os
 import platform
+import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -59,6 +61,24 @@ def disabled_reason() -> str | None:
     if os.environ.get("CHATTTS_LAB_KERNELS", "on").lower() in ("off", "0", "false", "no"):
         return "fused kernels switched off (CHATTTS_LAB_KERNELS=off)"
     return None
+
+
+def unbuildable_reason() -> str | None:
+    """Why no kernels can be built here without trying (switched off, no C++ compiler or ninja), else None."""
+    if disabled_reason():
+        return disabled_reason()
+    if not shutil.which(os.environ.get("CXX", "c++")) or not shutil.which("ninja", path=_with_venv_bin()):
+        return "no C++ compiler or ninja on this machine"
+    return None
+
+
+def buildable() -> bool:
+    return unbuildable_reason() is None
+
+
+def _with_venv_bin() -> str:
+    """PATH plus this interpreter's own bin folder, where pip puts ninja (torch finds it there too)."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
 def load(level: str | None = None):
