@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from chattts_lab.voices import VoiceCard, save_card
-from tests.conftest import start_app, stop_app
+from tests.conftest import TINY, start_app, stop_app
 
 N = 24  # audio tokens of a short clip
 LONG_N = 2048  # a clip that outlasts anything a test does meanwhile (it is always hung up on)
@@ -39,6 +39,63 @@ def body(n: int = N, **extra) -> dict:
 def pcm_bytes(n: int) -> int:
     """A whole clip of n tokens as 16-bit pcm."""
     return (2 * n - 1) * 256 * 2
+
+
+# ---- the library: a stop belongs to the call it was asked of
+
+
+def stream_acting_at_first_chunk(model, request, act, **kwargs):
+    """Stream `request`, calling `act()` when its first chunk arrives; the final SynthesisOutput's measurements.
+    Consumed on the torch thread, where the stream's generator runs in step with its consumer (no other thread
+    races ahead), so the stop comes at the first chunk, whatever the machine's speed."""
+    from chattts_lab import synthesize_stream, torch_thread
+    from chattts_lab.synthesis import SynthesisOutput
+
+    def consume():
+        acted = False
+        for item in synthesize_stream(model, request, **kwargs):
+            if isinstance(item, SynthesisOutput):
+                return item.measurements
+            if not acted:
+                act()
+                acted = True
+
+    return torch_thread.run(consume)
+
+
+@pytest.mark.parametrize("engine", ["lab", "stock"])
+def test_a_stop_ends_its_own_stream_and_leaves_nothing_set_for_the_next(engine):
+    """Lab streaming runs its own loop (not ChatTTS's `infer`, which clears ChatTTS's model-wide stop flag as it
+    starts); stock streams through `infer`. On both, a stopped stream is marked interrupted with the reason, and the
+    next call on the same model is whole."""
+    from chattts_lab import LoadConfig, SynthesisRequest, load_model, synthesize
+    from chattts_lab.synthesis import STOPPED_BY_CALLER
+
+    model = load_model(LoadConfig(model=TINY, device="cpu", precision="fp32", threads=1, engine=engine))
+    request = SynthesisRequest.of("Hello, listener.", min_new_token=96, max_new_token=96)
+    stop = threading.Event()
+    stopped = stream_acting_at_first_chunk(model, request, stop.set, stop=stop)  # the listener leaves
+    assert stopped.interrupted and stopped.interrupted_reason == STOPPED_BY_CALLER and stopped.tokens[0] < 96
+    after = stream_acting_at_first_chunk(model, request, lambda: None)
+    assert after.tokens == [96] and not after.interrupted and after.interrupted_reason is None
+    whole = synthesize(model, request)
+    assert whole.measurements.tokens == [96] and not whole.measurements.interrupted
+
+
+def test_interrupt_marks_the_running_call_with_its_reason_and_no_later_one():
+    from chattts_lab import LoadConfig, SynthesisRequest, interrupt, load_model
+    from chattts_lab.synthesis import INTERRUPT_CALLED
+
+    model = load_model(LoadConfig(model=TINY, device="cpu", precision="fp32", threads=1, engine="lab"))
+    request = SynthesisRequest.of("Hello, listener.", min_new_token=96, max_new_token=96)
+    interrupt(model)  # nothing runs: no later call may see it
+    stopped = stream_acting_at_first_chunk(model, request, lambda: interrupt(model))
+    assert stopped.interrupted and stopped.interrupted_reason == INTERRUPT_CALLED and stopped.tokens[0] < 96
+    after = stream_acting_at_first_chunk(model, request, lambda: None)
+    assert after.tokens == [96] and not after.interrupted
+
+
+# ---- the app over HTTP
 
 
 @pytest.fixture(scope="module", params=["continuous", "request"])

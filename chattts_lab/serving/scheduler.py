@@ -38,8 +38,8 @@ from chattts_lab.engines.lab.continuous import Row, RowDecoder, capture_prompt
 from chattts_lab.engines.lab.stream import FIRST_CHUNK, HOLD, LEFT_CONTEXT, SAMPLES_PER_TOKEN, _decode_span, prepare_text
 from chattts_lab.models import LoadedModel, set_threads
 from chattts_lab.trackers.stages import StageTimes
-from chattts_lab.synthesis import (SAMPLE_RATE, Measurements, StreamChunk, SynthesisOutput, _params,
-                                   memory_errors_explained, memory_errors_of)
+from chattts_lab.synthesis import (SAMPLE_RATE, STOPPED_BY_CALLER, Measurements, StreamChunk, SynthesisOutput, _params,
+                                   memory_errors_explained, memory_errors_of, own_stop)
 
 log = logging.getLogger(__name__)
 FIRST_AT = 2 * FIRST_CHUNK  # tokens before a row's first audio
@@ -186,8 +186,8 @@ class ContinuousScheduler:
         model = self.load()
         set_threads(model.config.threads)
         with model.lock, memory_errors_explained(f"on {model.device} generating up to "
-                                                 f"{self.policy.max_rows} rows at once"):
-            self._run_while_busy(model)
+                                                 f"{self.policy.max_rows} rows at once"), own_stop(model):
+            self._run_while_busy(model)  # (its own ChatTTS stop flag: a refine pass reads it; rows stop by `part.stop`)
 
     def _run_while_busy(self, model: LoadedModel) -> None:
         reason = continuous_unsupported_reason(model)
@@ -405,6 +405,8 @@ class ContinuousScheduler:
             peak_rss_mb=psutil.Process().memory_info().rss / 2**20, peak_device_mb=None,
             effective=dict(model.effective, scheduling="continuous", rows=self.policy.max_rows),
             ttfa_s=job.first_audio_s, interrupted=job.part.stop.is_set() or any(r is None for r in rows),
+            interrupted_reason=STOPPED_BY_CALLER if job.part.stop.is_set() else (
+                "some of its texts were never generated" if any(r is None for r in rows) else None),
             queue_wait_s=job.part.queue_wait_s, batch_requests=job.shared_with, scheduling="continuous")
         return SynthesisOutput(audio, m, model.synthetic, texts=job.part.request.texts)
 
