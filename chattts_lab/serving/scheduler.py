@@ -8,7 +8,7 @@ next. Every row streams on its own and samples with its own request's settings (
 token limits, voice), so different settings no longer split requests into separate batches.
 
 Bounded: at most `max_rows` rows generate at once (the KV-cache budget) and at most `max_queue` requests wait
-for a row; beyond that `submit` refuses at once with `Overloaded` (and a Retry-After estimate) rather than let
+for a row, counted as they arrive (a request waits unless a free row is there for it); beyond that `submit` refuses at once with `Overloaded` (and a Retry-After estimate) rather than let
 waiting grow without limit. Only the lab engine's own decode loop can admit rows: stock ChatTTS's `infer` (and
 the ONNX session, whose cache is bound per batch) keep request-level batching, and every result says which
 scheduling ran (`Measurements.scheduling`).
@@ -140,8 +140,10 @@ class ContinuousScheduler:
     # ---- any thread
 
     def submit(self, part: Part) -> Future:
-        with self._lock:  # a request's texts take rows one by one as they free: any number may wait
-            if self._queued >= self.policy.max_queue and self._busy_rows >= self.policy.max_rows:
+        with self._lock:
+            # Counted at arrival: a request not yet admitted waits unless a free row is there for it, so a burst
+            # that lands before the loop admits anyone is bounded too (max_rows + max_queue at once, not all of it).
+            if self._queued >= self.policy.max_queue + max(0, self.policy.max_rows - self._busy_rows):
                 raise Overloaded(f"the server is at capacity: {self._busy_rows} of {self.policy.max_rows} rows busy "
                                  f"and {self._queued} requests waiting", self.retry_after_s())
             self._queued += 1
@@ -254,7 +256,7 @@ class ContinuousScheduler:
         if job.admitted is None:
             job.admitted = time.perf_counter()
             job.part.queue_wait_s = job.admitted - job.enqueued
-            self._dequeued(job)
+            self._dequeued(job, takes_row=True)
             if job.part.on_start is not None:
                 job.part.on_start()
         params_code, params_refine = _params(model, request)
@@ -266,9 +268,12 @@ class ContinuousScheduler:
         if row.ended:
             self._leave(model, decoder, [row])
 
-    def _dequeued(self, job: _Job) -> None:
+    def _dequeued(self, job: _Job, takes_row: bool = False) -> None:
+        """The job no longer waits. One admitted takes a row in the same count, so that submit never sees it in
+        neither (which would admit one request beyond the bound); _rows_changed then counts the rows exactly."""
         with self._lock:
             self._queued -= 1
+            self._busy_rows += takes_row
 
     def _stop_asked(self, model: LoadedModel, decoder: RowDecoder) -> None:
         """Rows of requests whose caller asked to stop (Interrupt, a hang-up) end now and free their rows; waiting
