@@ -220,6 +220,7 @@ def _sentence_request(backend: SpeechBackend, body: SpeechBody) -> SynthesisRequ
 async def _whole(backend: SpeechBackend, req: SynthesisRequest, fmt: str, started: float) -> Response:
     with as_openai_errors():
         out = await backend.whole(req)
+        cut_short(out)  # a whole file that is not whole is an error, never a 200
     data = await run_in_threadpool(audio_io.encode, audio_io.join(out.audio), fmt)
     m = out.measurements
     headers = _made_headers(backend, out.synthetic, time.perf_counter() - started, m.queue_wait_s, m.batch_requests,
@@ -255,11 +256,30 @@ async def _streamed(backend: SpeechBackend, req: SynthesisRequest, fmt: str, sta
 
 
 async def _encoded(live: "LiveSynthesis", first, fmt: str):
+    """The response body. A failure after the first audio (a failed step, out of memory, a stream cut short) is
+    raised here, once logged: the server then resets the connection, so the client's read fails (httpx, openai and
+    browsers raise) instead of ending like a whole clip."""
     encoder = audio_io.StreamEncoder(fmt)
     yield encoder.header + encoder.encode(first)
-    while (chunk := await live.next_chunk()) is not None:
-        yield encoder.encode(chunk.audio[0])
+    chunks = 1
+    try:
+        while (chunk := await live.next_chunk()) is not None:
+            yield encoder.encode(chunk.audio[0])
+            chunks += 1
+    except Exception as exc:
+        log.error("speech stream: cut after %d chunk(s), the connection is reset: %s", chunks, exc)
+        raise
     yield encoder.flush()
+
+
+def cut_short(out: SynthesisOutput) -> None:
+    """Raise when the audio ends early for a reason other than its listener leaving (the listener's own stop is
+    handled by whoever saw it, and never reaches a listener): an interrupted result is not a whole clip."""
+    m = out.measurements
+    if m.interrupted:
+        raise OpenAIError(503, f"the synthesis was cut short after {sum(m.tokens)} audio tokens "
+                               f"({m.interrupted_reason or 'interrupted'}); try again", kind="server_error",
+                          code="interrupted")
 
 
 class LiveResponse(StreamingResponse):
@@ -328,6 +348,8 @@ class LiveSynthesis:
                 out = item
                 log.warning("speech stream: the client hung up; synthesis stopped after %d audio tokens",
                             sum(out.measurements.tokens))
+            else:
+                cut_short(item)  # stopped, but not by this listener: the stream must not end like a whole one
         return last
 
 
