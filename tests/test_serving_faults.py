@@ -288,3 +288,63 @@ def test_a_row_failing_inside_a_running_batch_fails_alone(app):
     assert broken.status_code >= 500 and broken.json()["error"]["type"] == "server_error", broken.text
     assert got == pcm_bytes(n)
     assert_served_whole(app)
+
+
+# ---- a stream that ends early for any other reason ends abnormally
+
+
+def test_the_app_stopped_mid_stream_ends_the_stream_abnormally(tmp_path):
+    """An operator stops the app (SIGTERM) while a listener streams: the listener's read fails, never a short clip
+    that ends like a whole one."""
+    url, proc = start_app(tmp_path, "--engine", "lab", "--precision", "fp32", "--threads", "1")
+    try:
+        with httpx.stream("POST", url + "v1/audio/speech", json=body(LONG_N), timeout=600) as r:
+            chunks = r.iter_bytes()
+            assert r.status_code == 200 and len(next(chunks)) > 0
+            proc.terminate()
+            with pytest.raises(httpx.TransportError):  # RemoteProtocolError: an incomplete chunked read
+                for _ in chunks:
+                    pass
+    finally:
+        stop_app(proc)
+
+
+def test_a_stream_interrupted_by_anyone_but_its_listener_ends_abnormally(tmp_path):
+    """The /v1 route served in this process (uvicorn, real HTTP) on the app's own synthesis path, request-level lab
+    streaming; `chattts_lab.interrupt(model)` stops the generation while the listener still reads. The stream's end
+    must tell the listener that its clip is cut: the connection is reset after the server logs why."""
+    import uvicorn
+    from fastapi import FastAPI
+
+    from chattts_lab import interrupt
+    from chattts_lab.serving.loadtest import free_port
+    from webui import speech
+    from webui.context import AppContext
+    from webui.openai_api import install, speech_router
+    from webui.runtime import RuntimeSettings, ServingChoice
+
+    settings = RuntimeSettings("cpu", "fp32", 1, "lab")
+    ctx = AppContext(model=TINY, outputs_dir=tmp_path, scheduling="request", serving=ServingChoice(settings, "test"))
+    model = speech.get_model(ctx, settings)  # loaded and warmed up before the request
+    app = FastAPI()
+    install(app, speech_router(ctx))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            assert thread.is_alive()
+            time.sleep(0.05)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/audio/speech", json=body(LONG_N), timeout=600) as r:
+            chunks = r.iter_bytes()
+            assert r.status_code == 200 and len(next(chunks)) > 0
+            interrupt(model)  # 2,048 tokens take seconds: the generation is running
+            with pytest.raises(httpx.TransportError):
+                for _ in chunks:
+                    pass
+        whole = httpx.post(f"http://127.0.0.1:{port}/v1/audio/speech", json=body(N), timeout=600)
+        assert whole.status_code == 200 and len(whole.content) == pcm_bytes(N)  # and the next is whole
+    finally:
+        server.should_exit = True
+        thread.join(60)
