@@ -77,6 +77,7 @@ def _merged(parts: list[Measurements]) -> Measurements:
                    tokens=[t for p in parts for t in p.tokens], gpt_steps=sum(p.gpt_steps for p in parts),
                    audio_s=[a for p in parts for a in p.audio_s], peak_rss_mb=max(p.peak_rss_mb for p in parts),
                    peak_device_mb=max(devices) if devices else None, interrupted=parts[-1].interrupted,
+                   interrupted_reason=parts[-1].interrupted_reason,
                    queue_wait_s=sum(p.queue_wait_s for p in parts))
 
 
