@@ -63,11 +63,11 @@ def stream_acting_at_first_chunk(model, request, act, **kwargs):
     return torch_thread.run(consume)
 
 
-@pytest.mark.parametrize("engine", ["lab", "stock"])
+@pytest.mark.parametrize("engine", ["lab", "stock", "onnx"])
 def test_a_stop_ends_its_own_stream_and_leaves_nothing_set_for_the_next(engine):
     """Lab streaming runs its own loop (not ChatTTS's `infer`, which clears ChatTTS's model-wide stop flag as it
-    starts); stock streams through `infer`. On both, a stopped stream is marked interrupted with the reason, and the
-    next call on the same model is whole."""
+    starts), and so does onnx (its session inside the lab's loop); stock streams through `infer`. On each, a stopped
+    stream is marked interrupted with the reason, and the next call on the same model is whole."""
     from chattts_lab import LoadConfig, SynthesisRequest, load_model, synthesize
     from chattts_lab.synthesis import STOPPED_BY_CALLER
 
