@@ -114,18 +114,16 @@ class CallStop:
         self._set, self.reason = False, None
 
     def set(self, flag: bool) -> None:
-        # ChatTTS's `infer` calls set(False) as it starts: a stop asked before that moment is asked again by the
-        # call's stop event at the next step (see _begin), so clearing it here loses nothing.
+        """ChatTTS's own use: `Chat.interrupt()` sets it (chattts_lab.interrupt), `infer` clears it as it starts (a
+        stop event set before that moment is seen again at the next step: see _begin, so clearing loses nothing)."""
         self._set = bool(flag)
-        if flag and self.reason is None:
-            self.reason = INTERRUPT_CALLED  # Chat.interrupt(), i.e. chattts_lab.interrupt(model)
-        if not flag:
-            self.reason = None
+        self.reason = (self.reason or INTERRUPT_CALLED) if flag else None
 
     def get(self) -> bool:
         return self._set
 
     def stop(self, reason: str) -> None:
+        """The lab's own use: end the call at its next step, saying why (the first reason given is kept)."""
         self.reason = self.reason or reason
         self._set = True
 

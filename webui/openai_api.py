@@ -273,8 +273,8 @@ async def _encoded(live: "LiveSynthesis", first, fmt: str):
 
 
 def cut_short(out: SynthesisOutput) -> None:
-    """Raise when the audio ends early for a reason other than its listener leaving (the listener's own stop is
-    handled by whoever saw it, and never reaches a listener): an interrupted result is not a whole clip."""
+    """Raise when a result is interrupted: its audio ends early, and not because its listener left (callers ask only
+    then: a listener who left hears nothing more anyway). A clip cut short must never be answered like a whole one."""
     m = out.measurements
     if m.interrupted:
         raise OpenAIError(503, f"the synthesis was cut short after {sum(m.tokens)} audio tokens "

@@ -8,10 +8,10 @@ next. Every row streams on its own and samples with its own request's settings (
 token limits, voice), so different settings no longer split requests into separate batches.
 
 Bounded: at most `max_rows` rows generate at once (the KV-cache budget) and at most `max_queue` requests wait
-for a row, counted as they arrive (a request waits unless a free row is there for it); beyond that `submit` refuses at once with `Overloaded` (and a Retry-After estimate) rather than let
-waiting grow without limit. Only the lab engine's own decode loop can admit rows: stock ChatTTS's `infer` (and
-the ONNX session, whose cache is bound per batch) keep request-level batching, and every result says which
-scheduling ran (`Measurements.scheduling`).
+for a row, counted as they arrive (a request waits unless a free row is there for it); beyond that `submit` refuses
+at once with `Overloaded` (and a Retry-After estimate) rather than let waiting grow without limit. Only the lab
+engine's own decode loop can admit rows: stock ChatTTS's `infer` (and the ONNX session, whose cache is bound per
+batch) keep request-level batching, and every result says which scheduling ran (`Measurements.scheduling`).
 """
 
 from __future__ import annotations
@@ -187,9 +187,10 @@ class ContinuousScheduler:
         that runs the model (one OpenMP pool: chattts_lab.torch_thread)."""
         model = self.load()
         set_threads(model.config.threads)
+        # own_stop: a refine pass reads ChatTTS's stop flag, so the loop has its own too (rows stop by `part.stop`)
         with model.lock, memory_errors_explained(f"on {model.device} generating up to "
                                                  f"{self.policy.max_rows} rows at once"), own_stop(model):
-            self._run_while_busy(model)  # (its own ChatTTS stop flag: a refine pass reads it; rows stop by `part.stop`)
+            self._run_while_busy(model)
 
     def _run_while_busy(self, model: LoadedModel) -> None:
         reason = continuous_unsupported_reason(model)
