@@ -114,10 +114,11 @@ class CallStop:
         self._set, self.reason = False, None
 
     def set(self, flag: bool) -> None:
-        """ChatTTS's own use: `Chat.interrupt()` sets it (chattts_lab.interrupt), `infer` clears it as it starts (a
-        stop event set before that moment is seen again at the next step: see _begin, so clearing loses nothing)."""
-        self._set = bool(flag)
-        self.reason = (self.reason or INTERRUPT_CALLED) if flag else None
+        """ChatTTS's own use: `Chat.interrupt()` sets it (chattts_lab.interrupt). `infer` clears it as it starts, to
+        forget an earlier call's stop; a CallStop is new for each call, so the only stop it could forget is one asked
+        of this call before `infer` began: clearing is ignored."""
+        if flag:
+            self.stop(INTERRUPT_CALLED)
 
     def get(self) -> bool:
         return self._set
@@ -238,8 +239,7 @@ def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None, s
     model.effective.update(model.engine.use_threads(threads))  # engines that fix threads themselves follow
     recorder = StageRecorder(Stopwatch(model.device))
     if stop is not None:
-        # Checked at every GPT step, not once: ChatTTS clears its stop flag when `infer` starts,
-        # so a stop that came before that moment would otherwise be lost.
+        # Checked at every GPT step: a stop event set at any moment, before the call too, ends it at the next step.
         recorder.on_step = lambda: stop.is_set() and own.stop(STOPPED_BY_CALLER)
     return _Call(model, request, recorder, PeakMemory(model.device), own)
 

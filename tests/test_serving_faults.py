@@ -312,12 +312,14 @@ def test_the_app_stopped_mid_stream_ends_the_stream_abnormally(tmp_path):
 def test_a_stream_interrupted_by_anyone_but_its_listener_ends_abnormally(tmp_path):
     """The /v1 route served in this process (uvicorn, real HTTP) on the app's own synthesis path, request-level lab
     streaming; `chattts_lab.interrupt(model)` stops the generation while the listener still reads. The stream's end
-    must tell the listener that its clip is cut: the connection is reset after the server logs why."""
+    must tell the listener that its clip is cut: the connection is reset after the server logs why. A whole file
+    interrupted while it is made is a 503 saying why."""
     import uvicorn
     from fastapi import FastAPI
 
     from chattts_lab import interrupt
     from chattts_lab.serving.loadtest import free_port
+    from chattts_lab.synthesis import INTERRUPT_CALLED, CallStop
     from webui import speech
     from webui.context import AppContext
     from webui.openai_api import install, speech_router
@@ -345,6 +347,19 @@ def test_a_stream_interrupted_by_anyone_but_its_listener_ends_abnormally(tmp_pat
                     pass
         whole = httpx.post(f"http://127.0.0.1:{port}/v1/audio/speech", json=body(N), timeout=600)
         assert whole.status_code == 200 and len(whole.content) == pcm_bytes(N)  # and the next is whole
+        # a whole file interrupted while it is made is an error status, never a 200 with a short clip
+        answer: dict = {}
+        thread = threading.Thread(target=lambda: answer.update(r=httpx.post(
+            f"http://127.0.0.1:{port}/v1/audio/speech", json=body(LONG_N, stream=False), timeout=600)))
+        thread.start()
+        while not isinstance(model.chat.context, CallStop):  # its call has begun: its own stop flag is in place
+            assert thread.is_alive()
+            time.sleep(0.01)
+        interrupt(model)
+        thread.join(600)
+        error = answer["r"].json()["error"]
+        assert answer["r"].status_code == 503 and error["code"] == "interrupted", error
+        assert INTERRUPT_CALLED in error["message"]
     finally:
         server.should_exit = True
         thread.join(60)
