@@ -86,8 +86,10 @@ class SpeechBackend(Protocol):
     async def whole(self, req: SynthesisRequest) -> SynthesisOutput:
         """The request's whole result."""
 
-    def stream(self, req: SynthesisRequest, session: str) -> AsyncIterator[StreamChunk | SynthesisOutput]:
-        """Each StreamChunk as it is made, then the whole SynthesisOutput."""
+    def stream(self, req: SynthesisRequest, session: str, continues: bool = False,
+               ) -> AsyncIterator[StreamChunk | SynthesisOutput]:
+        """Each StreamChunk as it is made, then the whole SynthesisOutput. `continues`: a later sentence of a request
+        already taken, which a full queue must not refuse (its request was counted when it arrived)."""
 
     def stop(self, session: str) -> None:
         """Stop that session's stream after the current GPT step (its batch carries on)."""
@@ -124,8 +126,9 @@ class AppSpeech:
         out, _ = await speech.serve(self.ctx, speech.serving_settings(self.ctx), req)
         return out
 
-    async def stream(self, req: SynthesisRequest, session: str) -> AsyncIterator[StreamChunk | SynthesisOutput]:
-        async for item in speech.serve_stream(self.ctx, speech.serving_settings(self.ctx), req, session):
+    async def stream(self, req: SynthesisRequest, session: str, continues: bool = False,
+                     ) -> AsyncIterator[StreamChunk | SynthesisOutput]:
+        async for item in speech.serve_stream(self.ctx, speech.serving_settings(self.ctx), req, session, continues):
             yield item if isinstance(item, StreamChunk) else item[0]
 
     def stop(self, session: str) -> None:
@@ -326,21 +329,21 @@ class LiveSynthesis:
         try:
             with as_openai_errors():
                 last = None
-                for text in req.texts:
+                for i, text in enumerate(req.texts):
                     if self._stopped:
                         break
                     if last is not None:  # a pause between sentences, labelled like the audio around it
                         self._queue.put_nowait(replace(last, audio=[audio_io.silence(audio_io.SENTENCE_GAP_S)]))
-                    last = await self._sentence(replace(req, texts=(text,))) or last
+                    last = await self._sentence(replace(req, texts=(text,)), continues=i > 0) or last
         except Exception as exc:  # handed to the response, which answers or aborts with it
             self._queue.put_nowait(exc)
         finally:
             self._queue.put_nowait(None)
 
-    async def _sentence(self, req: SynthesisRequest) -> StreamChunk | None:
+    async def _sentence(self, req: SynthesisRequest, continues: bool) -> StreamChunk | None:
         """Streams one sentence; returns its last chunk (None when it made no audio)."""
         last = None
-        async for item in self._backend.stream(req, self._session):
+        async for item in self._backend.stream(req, self._session, continues):
             if isinstance(item, StreamChunk):
                 self._queue.put_nowait(item)
                 last = item

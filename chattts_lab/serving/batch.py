@@ -31,6 +31,9 @@ class Part:
     on_chunk: Callable[[StreamChunk], None] | None = None  # this request's new audio, when the batch streams
     queue_wait_s: float = 0.0  # set by the server when the batch starts
     on_start: Callable[[], None] | None = None  # continuous batching: called once, when its first row is admitted
+    # a later sentence of a request already taken (streamed sentence after sentence): it was counted against the
+    # queue bound when its request arrived, so it is never refused for it (a refusal mid-stream would cut the clip)
+    continues: bool = False
 
     @property
     def rows(self) -> int:

@@ -143,7 +143,8 @@ class ContinuousScheduler:
         with self._lock:
             # Counted at arrival: a request not yet admitted waits unless a free row is there for it, so a burst
             # that lands before the loop admits anyone is bounded too (max_rows + max_queue at once, not all of it).
-            if self._queued >= self.policy.max_queue + max(0, self.policy.max_rows - self._busy_rows):
+            full = self._queued >= self.policy.max_queue + max(0, self.policy.max_rows - self._busy_rows)
+            if full and not part.continues:
                 raise Overloaded(f"the server is at capacity: {self._busy_rows} of {self.policy.max_rows} rows busy "
                                  f"and {self._queued} requests waiting", self.retry_after_s())
             self._queued += 1
