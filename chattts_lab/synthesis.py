@@ -206,8 +206,11 @@ def _synthesize_stream(model: LoadedModel, request: SynthesisRequest, threads: i
 
 def interrupt(model: LoadedModel) -> None:
     """Ask the synthesis running on `model` now to stop after the current GPT step; it returns what it has, marked
-    interrupted. A call that starts later is not affected (each call has its own stop flag: CallStop)."""
-    model.chat.interrupt()
+    interrupted. With none running it does nothing: a call that starts later is not affected (each call has its own
+    stop flag, CallStop), nor is ChatTTS's own flag, which code that calls ChatTTS directly still reads."""
+    running = model.chat.context
+    if isinstance(running, CallStop):
+        running.stop(INTERRUPT_CALLED)
 
 
 WARM_UP_TEXTS = ("Warm up, please!", "预热一下！", "Mixed 中英 text [uv_break] here!")

@@ -88,7 +88,8 @@ def test_interrupt_marks_the_running_call_with_its_reason_and_no_later_one():
 
     model = load_model(LoadConfig(model=TINY, device="cpu", precision="fp32", threads=1, engine="lab"))
     request = SynthesisRequest.of("Hello, listener.", min_new_token=96, max_new_token=96)
-    interrupt(model)  # nothing runs: no later call may see it
+    interrupt(model)  # nothing runs: no later call may see it, nor code that calls ChatTTS directly
+    assert not model.chat.context.get()
     stopped = stream_acting_at_first_chunk(model, request, lambda: interrupt(model))
     assert stopped.interrupted and stopped.interrupted_reason == INTERRUPT_CALLED and stopped.tokens[0] < 96
     after = stream_acting_at_first_chunk(model, request, lambda: None)
