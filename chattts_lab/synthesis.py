@@ -40,7 +40,8 @@ class Measurements:
     peak_device_mb: float | None
     effective: dict  # device, dtype per submodule, threads, compile: what actually took effect
     ttfa_s: float | None = None  # time to first audio, when streamed
-    interrupted: bool = False
+    interrupted: bool = False  # the audio ends where a stop was asked, not at its end of speech or token limit
+    interrupted_reason: str | None = None  # who asked (interrupted results only)
     queue_wait_s: float = 0.0  # waiting for the model before this call began (served requests)
     batch_requests: int = 1  # requests served together in this one batched generation
     scheduling: str = "request"  # served requests: "continuous" (rows join and leave per step) or "request"
@@ -97,6 +98,48 @@ class StreamChunk:
     scheduling: str = "request"  # served requests: "continuous" or "request" (see Measurements)
 
 
+STOPPED_BY_CALLER = "its caller asked it to stop"  # a stop event: Interrupt, or a listener who hung up
+INTERRUPT_CALLED = "interrupt(model) was called"
+
+
+class CallStop:
+    """One call's own stop flag, in the shape ChatTTS's generators read (`GPT.Context`: `get`, `set`).
+
+    ChatTTS keeps one flag per model (`Chat.context`, set by `Chat.interrupt`) and clears it only when its own
+    `infer` starts, so a stop asked during a call that does not go through `infer` (the lab's streaming loop) stayed
+    set and cut every later call short after one step. Each call installs a fresh CallStop for its length, under the
+    model's lock: a stop reaches only the call it was asked of, and nothing is left set for the next."""
+
+    def __init__(self):
+        self._set, self.reason = False, None
+
+    def set(self, flag: bool) -> None:
+        """ChatTTS's own use: `Chat.interrupt()` sets it (chattts_lab.interrupt). `infer` clears it as it starts, to
+        forget an earlier call's stop; a CallStop is new for each call, so the only stop it could forget is one asked
+        of this call before `infer` began: clearing is ignored."""
+        if flag:
+            self.stop(INTERRUPT_CALLED)
+
+    def get(self) -> bool:
+        return self._set
+
+    def stop(self, reason: str) -> None:
+        """The lab's own use: end the call at its next step, saying why (the first reason given is kept)."""
+        self.reason = self.reason or reason
+        self._set = True
+
+
+@contextmanager
+def own_stop(model: LoadedModel) -> Iterator[CallStop]:
+    """For the length of one call (the model's lock held), ChatTTS's stop flag is this call's own."""
+    chat = model.chat
+    saved, chat.context = chat.context, CallStop()
+    try:
+        yield chat.context
+    finally:
+        chat.context = saved
+
+
 @dataclass
 class _Call:
     """State of one synthesis call while it runs."""
@@ -105,6 +148,7 @@ class _Call:
     request: SynthesisRequest
     recorder: StageRecorder
     memory: PeakMemory
+    stop: CallStop
     t0: float = 0.0
     ttfa_s: float | None = None
 
@@ -122,8 +166,8 @@ def synthesize(model: LoadedModel, request: SynthesisRequest, threads: int | Non
     voices merged into one batch (the request's own voice is then unused).
     """
     request = request if checked else validate_request(request)
-    with model.lock, memory_errors_of(model, request), _speakers_per_row(model, row_speakers):
-        call = _begin(model, request, threads, stop)
+    with model.lock, memory_errors_of(model, request), _speakers_per_row(model, row_speakers), own_stop(model) as own:
+        call = _begin(model, request, threads, stop, own)
         with call.recorder.attached(model.chat, model.engine), call.memory:
             call.t0 = call.recorder.clock.now()
             _infer(model, request, stream=False)
@@ -143,8 +187,8 @@ def synthesize_stream(
 def _synthesize_stream(model: LoadedModel, request: SynthesisRequest, threads: int | None,
                        stop: threading.Event | None, checked: bool, row_speakers: tuple[str, ...] | None):
     request = request if checked else validate_request(request)
-    with model.lock, memory_errors_of(model, request), _speakers_per_row(model, row_speakers):
-        call = _begin(model, request, threads, stop)
+    with model.lock, memory_errors_of(model, request), _speakers_per_row(model, row_speakers), own_stop(model) as own:
+        call = _begin(model, request, threads, stop, own)
         index = 0
         with call.recorder.attached(model.chat, model.engine), call.memory:
             call.t0 = call.recorder.clock.now()
@@ -161,8 +205,12 @@ def _synthesize_stream(model: LoadedModel, request: SynthesisRequest, threads: i
 
 
 def interrupt(model: LoadedModel) -> None:
-    """Ask a running synthesis to stop after the current GPT step; it returns what it has."""
-    model.chat.interrupt()
+    """Ask the synthesis running on `model` now to stop after the current GPT step; it returns what it has, marked
+    interrupted. With none running it does nothing: a call that starts later is not affected (each call has its own
+    stop flag, CallStop), nor is ChatTTS's own flag, which code that calls ChatTTS directly still reads."""
+    running = model.chat.context
+    if isinstance(running, CallStop):
+        running.stop(INTERRUPT_CALLED)
 
 
 WARM_UP_TEXTS = ("Warm up, please!", "预热一下！", "Mixed 中英 text [uv_break] here!")
@@ -187,16 +235,16 @@ def memory_errors_explained(doing: str):
                "fewer audio tokens or a lower precision")
 
 
-def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None, stop: threading.Event | None) -> _Call:
+def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None, stop: threading.Event | None,
+           own: CallStop) -> _Call:
     threads = set_threads(threads if threads is not None else model.config.threads)
     model.effective["threads"] = threads
     model.effective.update(model.engine.use_threads(threads))  # engines that fix threads themselves follow
     recorder = StageRecorder(Stopwatch(model.device))
     if stop is not None:
-        # Checked at every GPT step, not once: ChatTTS clears its own interrupt flag when `infer` starts,
-        # so a stop that came before that moment would otherwise be lost.
-        recorder.on_step = lambda: stop.is_set() and model.chat.interrupt()
-    return _Call(model, request, recorder, PeakMemory(model.device))
+        # Checked at every GPT step: a stop event set at any moment, before the call too, ends it at the next step.
+        recorder.on_step = lambda: stop.is_set() and own.stop(STOPPED_BY_CALLER)
+    return _Call(model, request, recorder, PeakMemory(model.device), own)
 
 
 def _infer(model: LoadedModel, request: SynthesisRequest, stream: bool):
@@ -310,7 +358,8 @@ def _finish(call: _Call, wall: float) -> SynthesisOutput:
         peak_device_mb=call.memory.peaks.device_mb,
         effective=dict(model.effective),
         ttfa_s=call.ttfa_s,
-        interrupted=bool(model.chat.context.get()),
+        interrupted=call.stop.get(),
+        interrupted_reason=call.stop.reason if call.stop.get() else None,
     )
     return SynthesisOutput(audio, measurements, model.synthetic, texts=call.request.texts)
 

@@ -248,3 +248,23 @@ def test_rows_sampled_together_draw_what_each_row_draws_alone(model):
     together = sample_rows([r.sampler for r in rows], logits, [r.steps for r in rows])  # flat: top-K decides
     alone = [r.sampler.sample(logits[j], r.steps) for j, r in enumerate(rows)]
     assert [t.tolist() for t in together] == [a.tolist() for a in alone]
+
+
+def test_a_burst_is_counted_as_it_arrives_before_the_loop_admits_anyone(model):
+    """Other model work (a sweep) holds the model, so the loop admits nothing while the burst lands: the bound is
+    counted at arrival, each request waiting unless a free row is there for it (max_rows + max_queue in all)."""
+    busy = threading.Lock()
+    scheduler = ContinuousScheduler(lambda: model, SchedulerPolicy(max_rows=2, max_queue=1), hold=lambda: busy)
+    accepted, refused = [], []
+    with busy:
+        for i in range(15):  # five times the bound
+            try:
+                accepted.append(scheduler.submit(Part(request(i, 8), threading.Event())))
+            except Overloaded as exc:
+                refused.append(exc)
+        assert scheduler.status() == (3, 0, 2)
+        # the next sentence of a request already taken was counted when that request arrived: never refused
+        accepted.append(scheduler.submit(Part(request(15, 8), threading.Event(), continues=True)))
+    assert len(accepted) == 4 and len(refused) == 12
+    assert all(exc.retry_after_s >= 1 and "at capacity" in str(exc) for exc in refused)
+    assert [f.result(timeout=600).measurements.tokens for f in accepted] == [[8]] * 4

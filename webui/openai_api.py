@@ -87,8 +87,10 @@ class SpeechBackend(Protocol):
     async def whole(self, req: SynthesisRequest) -> SynthesisOutput:
         """The request's whole result."""
 
-    def stream(self, req: SynthesisRequest, session: str) -> AsyncIterator[StreamChunk | SynthesisOutput]:
-        """Each StreamChunk as it is made, then the whole SynthesisOutput."""
+    def stream(self, req: SynthesisRequest, session: str, continues: bool = False,
+               ) -> AsyncIterator[StreamChunk | SynthesisOutput]:
+        """Each StreamChunk as it is made, then the whole SynthesisOutput. `continues`: a later sentence of a request
+        already taken, which a full queue must not refuse (its request was counted when it arrived)."""
 
     def stop(self, session: str) -> None:
         """Stop that session's stream after the current GPT step (its batch carries on)."""
@@ -126,8 +128,9 @@ class AppSpeech:
         out, _ = await speech.serve(self.ctx, speech.serving_settings(self.ctx), req)
         return out
 
-    async def stream(self, req: SynthesisRequest, session: str) -> AsyncIterator[StreamChunk | SynthesisOutput]:
-        async for item in speech.serve_stream(self.ctx, speech.serving_settings(self.ctx), req, session):
+    async def stream(self, req: SynthesisRequest, session: str, continues: bool = False,
+                     ) -> AsyncIterator[StreamChunk | SynthesisOutput]:
+        async for item in speech.serve_stream(self.ctx, speech.serving_settings(self.ctx), req, session, continues):
             yield item if isinstance(item, StreamChunk) else item[0]
 
     def stop(self, session: str) -> None:
@@ -222,6 +225,7 @@ def _sentence_request(backend: SpeechBackend, body: SpeechBody) -> SynthesisRequ
 async def _whole(backend: SpeechBackend, req: SynthesisRequest, fmt: str, started: float) -> Response:
     with as_openai_errors():
         out = await backend.whole(req)
+        cut_short(out)  # a whole file that is not whole is an error, never a 200
     data = await run_in_threadpool(audio_io.encode, audio_io.join(out.audio), fmt)
     m = out.measurements
     headers = _made_headers(backend, out.synthetic, time.perf_counter() - started, m.queue_wait_s, m.batch_requests,
@@ -257,11 +261,30 @@ async def _streamed(backend: SpeechBackend, req: SynthesisRequest, fmt: str, sta
 
 
 async def _encoded(live: "LiveSynthesis", first, fmt: str):
+    """The response body. A failure after the first audio (a failed step, out of memory, a stream cut short) is
+    raised here, once logged: the server then resets the connection, so the client's read fails (httpx, openai and
+    browsers raise) instead of ending like a whole clip."""
     encoder = audio_io.StreamEncoder(fmt)
     yield encoder.header + encoder.encode(first)
-    while (chunk := await live.next_chunk()) is not None:
-        yield encoder.encode(chunk.audio[0])
+    chunks = 1
+    try:
+        while (chunk := await live.next_chunk()) is not None:
+            yield encoder.encode(chunk.audio[0])
+            chunks += 1
+    except Exception as exc:
+        log.error("speech stream: cut after %d chunk(s), the connection is reset: %s", chunks, exc)
+        raise
     yield encoder.flush()
+
+
+def cut_short(out: SynthesisOutput) -> None:
+    """Raise when a result is interrupted: its audio ends early, and not because its listener left (callers ask only
+    then: a listener who left hears nothing more anyway). A clip cut short must never be answered like a whole one."""
+    m = out.measurements
+    if m.interrupted:
+        raise OpenAIError(503, f"the synthesis was cut short after {sum(m.tokens)} audio tokens "
+                               f"({m.interrupted_reason or 'interrupted'}); try again", kind="server_error",
+                          code="interrupted")
 
 
 class LiveResponse(StreamingResponse):
@@ -308,21 +331,21 @@ class LiveSynthesis:
         try:
             with as_openai_errors():
                 last = None
-                for text in req.texts:
+                for i, text in enumerate(req.texts):
                     if self._stopped:
                         break
                     if last is not None:  # a pause between sentences, labelled like the audio around it
                         self._queue.put_nowait(replace(last, audio=[audio_io.silence(audio_io.SENTENCE_GAP_S)]))
-                    last = await self._sentence(replace(req, texts=(text,))) or last
+                    last = await self._sentence(replace(req, texts=(text,)), continues=i > 0) or last
         except Exception as exc:  # handed to the response, which answers or aborts with it
             self._queue.put_nowait(exc)
         finally:
             self._queue.put_nowait(None)
 
-    async def _sentence(self, req: SynthesisRequest) -> StreamChunk | None:
+    async def _sentence(self, req: SynthesisRequest, continues: bool) -> StreamChunk | None:
         """Streams one sentence; returns its last chunk (None when it made no audio)."""
         last = None
-        async for item in self._backend.stream(req, self._session):
+        async for item in self._backend.stream(req, self._session, continues):
             if isinstance(item, StreamChunk):
                 self._queue.put_nowait(item)
                 last = item
@@ -330,6 +353,8 @@ class LiveSynthesis:
                 out = item
                 log.warning("speech stream: the client hung up; synthesis stopped after %d audio tokens",
                             sum(out.measurements.tokens))
+            else:
+                cut_short(item)  # stopped, but not by this listener: the stream must not end like a whole one
         return last
 
 

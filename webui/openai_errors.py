@@ -3,6 +3,7 @@ OpenAI's clients show their messages: FastAPI's request validation and the libra
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 
 from fastapi.exceptions import RequestValidationError
@@ -11,6 +12,8 @@ from fastapi.routing import APIRoute
 
 from chattts_lab import InvalidRequest, ModelUnavailable, OutOfMemory
 from chattts_lab.serving.scheduler import Overloaded
+
+log = logging.getLogger(__name__)
 
 
 class OpenAIError(Exception):
@@ -71,6 +74,12 @@ def as_openai_errors():
         raise OpenAIError(503, str(exc), kind="server_error", code="model_unavailable") from None
     except InvalidRequest as exc:
         raise OpenAIError(400, str(exc), _param_of(str(exc))) from None
+    except OpenAIError:
+        raise
+    except Exception as exc:  # the synthesis failed (a step, a prompt it could not build): logged, then answered
+        log.exception("speech: the synthesis failed")
+        raise OpenAIError(500, f"the synthesis failed: {type(exc).__name__}: {exc}", kind="server_error",
+                          code="synthesis_failed") from None
 
 
 # The library's refusals name its own terms; these are the /v1 body fields they are about (OpenAI's `param`).

@@ -36,7 +36,8 @@ def metrics_markdown(m: dict) -> str:
         f"**peak RSS** {_fmt(m.get('peak_rss_mb'), ',.0f', ' MB')}"
         + (f" · **peak GPU** {m['peak_device_mb']:,.0f} MB" if m.get("peak_device_mb") else "")
         + (f" · **time to first audio** {m['ttfa_s']:.2f} s" if m.get("ttfa_s") is not None else "")
-        + (" · **interrupted**" if m.get("interrupted") else ""),
+        + (" · **interrupted**" if m.get("interrupted") else "")
+        + (f" ({m['interrupted_reason']})" if m.get("interrupted") and m.get("interrupted_reason") else ""),
         "",
         f"audio {sum(m.get('audio_s') or [0]):.2f} s from {sum(m.get('tokens') or [0])} tokens · "
         f"ran on {eff.get('device', '?')}, GPT {eff.get('dtype_gpt', '?')}, {eff.get('threads', '?')} threads, "

@@ -174,7 +174,8 @@ class ReplicaSpeech:
             out = item
         return out
 
-    async def stream(self, req: SynthesisRequest, session: str) -> AsyncIterator[StreamChunk | SynthesisOutput]:
+    async def stream(self, req: SynthesisRequest, session: str, continues: bool = False,
+                     ) -> AsyncIterator[StreamChunk | SynthesisOutput]:  # (Ray Serve bounds the replicas' requests)
         async for item in self._items(req, stream=True, session=session):
             yield item
 

@@ -166,16 +166,17 @@ def scheduler(ctx: AppContext, settings: RuntimeSettings) -> ContinuousScheduler
 
 
 async def serve(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None,
-                on_chunk=None) -> tuple[SynthesisOutput, LoadedModel]:
+                on_chunk=None, continues: bool = False) -> tuple[SynthesisOutput, LoadedModel]:
     """One request's result: joining the running generation (continuous batching, lab engine) or made in a batch
     with the requests that arrive with it and can share one (request-level batching).
 
-    A bad request fails here, alone, before it joins a batch; a full queue refuses it at once (Overloaded).
+    A bad request fails here, alone, before it joins a batch; a full queue refuses it at once (Overloaded), unless it
+    `continues` a request already taken (its next sentence: counted when that request arrived).
     `on_chunk(StreamChunk)` (called from the worker thread) makes it a streamed request. Interrupt (by session)
     stops only this request."""
     request = validate_request(request)
     with RUNNING.mark(session) as stop:
-        part = Part(request, stop, on_chunk)
+        part = Part(request, stop, on_chunk, continues=continues)
         if scheduling(ctx, settings) == "continuous":
             future = scheduler(ctx, settings).submit(part)
             try:
@@ -184,7 +185,7 @@ async def serve(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRe
                 stop.set()  # the caller went away: its rows end at the next step
                 raise
             return out, loaded(settings.load_config(ctx.model))
-        if batcher(ctx).waiting() >= ctx.rows.max_queue:
+        if batcher(ctx).waiting() >= ctx.rows.max_queue and not continues:
             raise Overloaded(f"the server is at capacity: {batcher(ctx).waiting()} requests waiting",
                              retry_after_s=5)
         key = (settings, on_chunk is not None, shared_settings(request))
@@ -192,12 +193,15 @@ async def serve(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRe
 
 
 async def serve_stream(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest,
-                       session: str | None = None) -> AsyncIterator[StreamChunk | tuple[SynthesisOutput, LoadedModel]]:
-    """Yields each StreamChunk of this request as its batch makes it, then (SynthesisOutput, LoadedModel)."""
+                       session: str | None = None, continues: bool = False,
+                       ) -> AsyncIterator[StreamChunk | tuple[SynthesisOutput, LoadedModel]]:
+    """Yields each StreamChunk of this request as its batch makes it, then (SynthesisOutput, LoadedModel)
+    (`continues` as in serve)."""
     loop = asyncio.get_running_loop()
     chunks: asyncio.Queue = asyncio.Queue()
     done = asyncio.ensure_future(
-        serve(ctx, settings, request, session, lambda chunk: loop.call_soon_threadsafe(chunks.put_nowait, chunk)))
+        serve(ctx, settings, request, session, lambda chunk: loop.call_soon_threadsafe(chunks.put_nowait, chunk),
+              continues))
     # The worker thread schedules its chunks before its result, so this end mark comes after the last chunk.
     done.add_done_callback(lambda _: chunks.put_nowait(None))
     try:

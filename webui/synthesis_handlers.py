@@ -57,7 +57,7 @@ async def _generate_batches(ctx: AppContext, ui: SynthesisTab, settings: Runtime
     """The batches one after another (a long text split into sentences may need several), joined in order."""
     outs = []
     for req in reqs:
-        out, model = await speech.serve(ctx, settings, req, session)
+        out, model = await speech.serve(ctx, settings, req, session, continues=bool(outs))  # (counted at the first)
         outs.append(out)
         if out.measurements.interrupted:
             break
@@ -77,6 +77,7 @@ def _merged(parts: list[Measurements]) -> Measurements:
                    tokens=[t for p in parts for t in p.tokens], gpt_steps=sum(p.gpt_steps for p in parts),
                    audio_s=[a for p in parts for a in p.audio_s], peak_rss_mb=max(p.peak_rss_mb for p in parts),
                    peak_device_mb=max(devices) if devices else None, interrupted=parts[-1].interrupted,
+                   interrupted_reason=parts[-1].interrupted_reason,
                    queue_wait_s=sum(p.queue_wait_s for p in parts))
 
 
@@ -103,7 +104,8 @@ async def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeS
     yield {player: None}
     parts, measurements, ttfa, started = [], [], None, time.perf_counter()
     for text in texts:
-        async for item in speech.serve_stream(ctx, settings, replace(req, texts=(text,)), session):
+        sentence = replace(req, texts=(text,))
+        async for item in speech.serve_stream(ctx, settings, sentence, session, continues=bool(parts)):
             if isinstance(item, StreamChunk):
                 banner = present.banner_html(item.synthetic)
                 if ttfa is None:

@@ -18,8 +18,8 @@ import numpy as np
 from chattts_lab import metrics
 from chattts_lab.models import LoadedModel
 from chattts_lab.requests import SynthesisRequest, Voice
-from chattts_lab.synthesis import (SAMPLE_RATE, StreamChunk, SynthesisOutput, speaker_from_seed, synthesize,
-                                   synthesize_stream)
+from chattts_lab.synthesis import (SAMPLE_RATE, STOPPED_BY_CALLER, StreamChunk, SynthesisOutput, speaker_from_seed,
+                                   synthesize, synthesize_stream)
 
 
 @dataclass
@@ -31,6 +31,9 @@ class Part:
     on_chunk: Callable[[StreamChunk], None] | None = None  # this request's new audio, when the batch streams
     queue_wait_s: float = 0.0  # set by the server when the batch starts
     on_start: Callable[[], None] | None = None  # continuous batching: called once, when its first row is admitted
+    # a later sentence of a request already taken (streamed sentence after sentence): it was counted against the
+    # queue bound when its request arrived, so it is never refused for it (a refusal mid-stream would cut the clip)
+    continues: bool = False
 
     @property
     def rows(self) -> int:
@@ -122,7 +125,8 @@ def _part_output(out: SynthesisOutput, parts: list[Part], i: int, span: tuple[in
         audio = [w[: metrics.samples_for_tokens(n)] for w, n in zip(audio, tokens)]
     measurements = replace(
         m, tokens=tokens, audio_s=[len(w) / SAMPLE_RATE for w in audio], ttfa_s=ttfa_s,
-        interrupted=m.interrupted or asked_at is not None, queue_wait_s=parts[i].queue_wait_s,
-        batch_requests=len(parts))
+        interrupted=m.interrupted or asked_at is not None,
+        interrupted_reason=STOPPED_BY_CALLER if asked_at is not None else m.interrupted_reason,
+        queue_wait_s=parts[i].queue_wait_s, batch_requests=len(parts))
     return replace(out, audio=[np.asarray(w, dtype=np.float32) for w in audio], measurements=measurements,
                    texts=out.texts[a:b])

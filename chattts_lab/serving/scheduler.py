@@ -8,10 +8,10 @@ next. Every row streams on its own and samples with its own request's settings (
 token limits, voice), so different settings no longer split requests into separate batches.
 
 Bounded: at most `max_rows` rows generate at once (the KV-cache budget) and at most `max_queue` requests wait
-for a row; beyond that `submit` refuses at once with `Overloaded` (and a Retry-After estimate) rather than let
-waiting grow without limit. Only the lab engine's own decode loop can admit rows: stock ChatTTS's `infer` (and
-the ONNX session, whose cache is bound per batch) keep request-level batching, and every result says which
-scheduling ran (`Measurements.scheduling`).
+for a row, counted as they arrive (a request waits unless a free row is there for it); beyond that `submit` refuses
+at once with `Overloaded` (and a Retry-After estimate) rather than let waiting grow without limit. Only the lab
+engine's own decode loop can admit rows: stock ChatTTS's `infer` (and the ONNX session, whose cache is bound per
+batch) keep request-level batching, and every result says which scheduling ran (`Measurements.scheduling`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from chattts_lab.engines.lab.continuous import Row, RowDecoder, capture_prompt
 from chattts_lab.engines.lab.stream import FIRST_CHUNK, HOLD, LEFT_CONTEXT, SAMPLES_PER_TOKEN, _decode_span, prepare_text
 from chattts_lab.models import LoadedModel, set_threads
 from chattts_lab.trackers.stages import StageTimes
-from chattts_lab.synthesis import (SAMPLE_RATE, Measurements, StreamChunk, SynthesisOutput, _params,
-                                   memory_errors_explained, memory_errors_of)
+from chattts_lab.synthesis import (SAMPLE_RATE, STOPPED_BY_CALLER, Measurements, StreamChunk, SynthesisOutput, _params,
+                                   memory_errors_explained, memory_errors_of, own_stop)
 
 log = logging.getLogger(__name__)
 FIRST_AT = 2 * FIRST_CHUNK  # tokens before a row's first audio
@@ -140,8 +140,11 @@ class ContinuousScheduler:
     # ---- any thread
 
     def submit(self, part: Part) -> Future:
-        with self._lock:  # a request's texts take rows one by one as they free: any number may wait
-            if self._queued >= self.policy.max_queue and self._busy_rows >= self.policy.max_rows:
+        with self._lock:
+            # Counted at arrival: a request not yet admitted waits unless a free row is there for it, so a burst
+            # that lands before the loop admits anyone is bounded too (max_rows + max_queue at once, not all of it).
+            full = self._queued >= self.policy.max_queue + max(0, self.policy.max_rows - self._busy_rows)
+            if full and not part.continues:
                 raise Overloaded(f"the server is at capacity: {self._busy_rows} of {self.policy.max_rows} rows busy "
                                  f"and {self._queued} requests waiting", self.retry_after_s())
             self._queued += 1
@@ -185,8 +188,9 @@ class ContinuousScheduler:
         that runs the model (one OpenMP pool: chattts_lab.torch_thread)."""
         model = self.load()
         set_threads(model.config.threads)
+        # own_stop: a refine pass reads ChatTTS's stop flag, so the loop has its own too (rows stop by `part.stop`)
         with model.lock, memory_errors_explained(f"on {model.device} generating up to "
-                                                 f"{self.policy.max_rows} rows at once"):
+                                                 f"{self.policy.max_rows} rows at once"), own_stop(model):
             self._run_while_busy(model)
 
     def _run_while_busy(self, model: LoadedModel) -> None:
@@ -254,7 +258,7 @@ class ContinuousScheduler:
         if job.admitted is None:
             job.admitted = time.perf_counter()
             job.part.queue_wait_s = job.admitted - job.enqueued
-            self._dequeued(job)
+            self._dequeued(job, takes_row=True)
             if job.part.on_start is not None:
                 job.part.on_start()
         params_code, params_refine = _params(model, request)
@@ -266,9 +270,12 @@ class ContinuousScheduler:
         if row.ended:
             self._leave(model, decoder, [row])
 
-    def _dequeued(self, job: _Job) -> None:
+    def _dequeued(self, job: _Job, takes_row: bool = False) -> None:
+        """The job no longer waits. One admitted takes a row in the same count, so that submit never sees it in
+        neither (which would admit one request beyond the bound); _rows_changed then counts the rows exactly."""
         with self._lock:
             self._queued -= 1
+            self._busy_rows += takes_row
 
     def _stop_asked(self, model: LoadedModel, decoder: RowDecoder) -> None:
         """Rows of requests whose caller asked to stop (Interrupt, a hang-up) end now and free their rows; waiting
@@ -405,6 +412,8 @@ class ContinuousScheduler:
             peak_rss_mb=psutil.Process().memory_info().rss / 2**20, peak_device_mb=None,
             effective=dict(model.effective, scheduling="continuous", rows=self.policy.max_rows),
             ttfa_s=job.first_audio_s, interrupted=job.part.stop.is_set() or any(r is None for r in rows),
+            interrupted_reason=STOPPED_BY_CALLER if job.part.stop.is_set() else (
+                "some of its texts were never generated" if any(r is None for r in rows) else None),
             queue_wait_s=job.part.queue_wait_s, batch_requests=job.shared_with, scheduling="continuous")
         return SynthesisOutput(audio, m, model.synthetic, texts=job.part.request.texts)
 
