@@ -10,6 +10,8 @@ std::string int8_isa() {
   return "avx_vnni";
 #elif defined(LAB_256)
   return "avx2";
+#elif defined(LAB_SDOT)
+  return "portable+sdot";  // ARM64 with the dot-product extension
 #else
   return "portable";
 #endif
