@@ -11,19 +11,22 @@ import functools
 
 import torch
 
-from chattts_lab.engines.base import PRECISIONS, Engine, EngineRuntime, UnsupportedPrecision, module_dtype
+from chattts_lab.engines.base import Engine, EngineRuntime, UnsupportedPrecision, module_dtype
+from chattts_lab.engines.precisions import PRECISION, PRECISIONS, QUANTIZED, Precision
 
 ENGINES = ("stock", "lab", "onnx")  # in the order people read them
 
 # The configurations the rest of the lab names, each said once here:
 REFERENCE = ("stock", "fp32")  # ChatTTS as shipped: what every gain, fidelity and quality is compared with
+DEFAULT_ENGINE, DEFAULT_PRECISION = REFERENCE  # what a configuration that names none runs
 # What an app serves before a sweep measured better: the first that runs on the device. Lab fp32 computes the same
 # audio as stock fp32 (hidden-state error ~3e-7), faster.
 SERVED_DEFAULTS = (("lab", "fp32"), REFERENCE)
 FASTEST_UNMEASURED = ("lab", "int8")  # one click away before any sweep: faster still, its audio differs slightly
 QUICK_SWEEP = (("stock", "lab"), ("fp32", "int8"))  # the newcomer's question: how much faster is the lab here?
 
-__all__ = ["ENGINES", "PRECISIONS", "Engine", "EngineRuntime", "UnsupportedPrecision", "REFERENCE", "SERVED_DEFAULTS", "FASTEST_UNMEASURED", "QUICK_SWEEP", "all_engines", "check", "get",
+__all__ = ["ENGINES", "PRECISIONS", "PRECISION", "QUANTIZED", "Precision", "DEFAULT_ENGINE", "DEFAULT_PRECISION",
+           "precision_of", "Engine", "EngineRuntime", "UnsupportedPrecision", "REFERENCE", "SERVED_DEFAULTS", "FASTEST_UNMEASURED", "QUICK_SWEEP", "all_engines", "check", "get",
            "served_default",
            "module_dtype", "precisions", "unsupported_reason", "runnable_engines", "runnable_precisions"]
 
@@ -49,6 +52,12 @@ def get(name: str) -> Engine:
         return _registry()[name]
     except KeyError:
         raise UnsupportedPrecision(f"unknown engine {name!r}: choose from {', '.join(ENGINES)}") from None
+
+
+def precision_of(name: str) -> Precision:
+    """What a precision is (its compute dtype, quantized or not, batch slope, quality cost); the reference
+    precision's entry for a name no engine offers (an estimate of a stored row from an older lab)."""
+    return PRECISION.get(name, PRECISION[DEFAULT_PRECISION])
 
 
 def precisions(engine: str) -> tuple[str, ...]:

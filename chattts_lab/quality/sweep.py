@@ -17,6 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
+from chattts_lab.engines import REFERENCE
 from chattts_lab.quality import DELTA_COLUMNS, FIGURE_COLUMNS, NOT_MEANINGFUL, to_16k
 from chattts_lab.sweep.results import AUDIO_SEED, VOICE_SEED
 
@@ -183,9 +184,9 @@ def _speak_all(spec, sweep_id: int, stop, python, folder: Path, made: dict, fail
     from chattts_lab.sweep.spec import cell_rule
     from chattts_lab.sweep.supervisor import run_child
 
-    triples = dict.fromkeys([(d, "stock", "fp32") for d in dict.fromkeys(spec.devices)] + spec.fidelity_pairs())
+    triples = dict.fromkeys([(d, *REFERENCE) for d in dict.fromkeys(spec.devices)] + spec.fidelity_pairs())
     for device, engine, precision in triples:
-        key, reference = config_key(device, engine, precision), config_key(device, "stock", "fp32")
+        key, reference = config_key(device, engine, precision), config_key(device, *REFERENCE)
         cfg = _quality_config(spec, device, engine, precision)
         ruled = cell_rule(cfg)
         if ruled or (key != reference and reference not in made):
@@ -206,7 +207,7 @@ def _speak_all(spec, sweep_id: int, stop, python, folder: Path, made: dict, fail
 def _score_all(spec, stop, python, made: dict, reference_of: dict, failed: dict) -> dict:
     from chattts_lab.sweep.supervisor import run_child
 
-    cfg = _quality_config(spec, "cpu", "stock", "fp32")
+    cfg = _quality_config(spec, "cpu", *REFERENCE)
     task = {"kind": "quality-score", "config": cfg.to_dict(), "made": made, "reference_of": reference_of}
     outcome = run_child(task, spec.timeout_s, cfg.threads, stop, python)
     records = outcome.payload.get("quality") or {}

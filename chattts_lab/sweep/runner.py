@@ -20,6 +20,7 @@ import logging
 from pathlib import Path
 from typing import Callable, Iterator
 
+from chattts_lab import engines
 from chattts_lab.sweep import cluster
 
 from chattts_lab.sweep import fleet
@@ -176,7 +177,7 @@ def _run_fidelity(spec: SweepSpec, sweep_id: int, store, stop, python) -> Iterat
             continue
         cfg = RunConfig(spec.model, device, precision, 1, threads, spec.fidelity_tokens, engine)
         base = {"device": device, "engine": engine, "precision": precision, "tokens": spec.fidelity_tokens}
-        is_reference = (engine, precision) == ("stock", "fp32")
+        is_reference = (engine, precision) == engines.REFERENCE
         absent = absent_device_reason(cfg)
         ruled = ("skipped", absent) if absent else (None if is_reference else cell_rule(cfg))
         if ruled is None and not is_reference and (device, engine, precision) not in measured:

@@ -83,8 +83,8 @@ class SweepSpec:
         ("cpu",), "cpu, cuda, cuda:N, mps", "--device", axes.str_list,
         "unknown device {input!r}: use cpu, cuda, cuda:N or mps", group="grid")
     precisions: Annotated[tuple[Precision, ...], Nonempty] = option(
-        ("fp32",), "fp32, fp16, bf16, int8; int4 with --engine lab or onnx", "--precision", axes.str_list,
-        group="grid")
+        (engines.DEFAULT_PRECISION,), f"comma list of {', '.join(PRECISIONS)} (each engine runs some; the "
+        "rule table turns the rest into rows with a reason)", "--precision", axes.str_list, group="grid")
     batches: _ints(1, MAX_BATCH) = option((1,), "texts per call", "--batch", axes.int_list,
                                           f"batch size must be in 1..{MAX_BATCH}, got {{input}}", group="grid")
     threads: _ints(1, MAX_THREADS) = option(
@@ -94,7 +94,8 @@ class SweepSpec:
         (128,), f"audio tokens per text (exactly; {STEPS_PER_AUDIO_SECOND:g} per second)", "--tokens",
         axes.int_list, f"tokens must be in 2..{MAX_NEW_TOKEN}, got {{input}}", group="grid")
     engines: Annotated[tuple[Engine, ...], Nonempty] = option(
-        ("stock",), "stock (ChatTTS's Chat.infer), lab or onnx (comma list)", "--engine", axes.str_list,
+        (engines.DEFAULT_ENGINE,), f"comma list of {', '.join(ENGINES)} ({engines.DEFAULT_ENGINE}: ChatTTS's own "
+        "Chat.infer)", "--engine", axes.str_list,
         group="grid")
     compiles: Annotated[tuple[bool, ...], Nonempty] = option(
         (False,), "torch.compile off,on", "--compile", axes.bool_list, group="grid")
