@@ -23,7 +23,7 @@ from chattts_lab.devices import parse_device
 from chattts_lab.limits import out_of_memory_boundary
 from chattts_lab.torch_thread import on_torch_thread
 from chattts_lab import engines
-from chattts_lab.engines import EngineRuntime, module_dtype
+from chattts_lab.engines import DEFAULT_ENGINE, DEFAULT_PRECISION, EngineRuntime, module_dtype
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,9 @@ class ModelSource:
 class LoadConfig:
     model: str = "auto"
     device: str = "cpu"
-    precision: str = "fp32"
+    precision: str = DEFAULT_PRECISION
     threads: int | None = None  # None keeps torch's default
-    engine: str = "stock"
+    engine: str = DEFAULT_ENGINE
     compile: bool = False
 
 

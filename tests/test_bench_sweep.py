@@ -9,6 +9,7 @@ from chattts_lab import metrics
 from chattts_lab.trackers.env import usable_cores
 from chattts_lab.sweep.results import CANONICAL_COLUMNS, RunConfig, summarize
 from chattts_lab.sweep.spec import SpecError, SweepSpec, cell_rule
+from chattts_lab.sweep import supervisor
 from chattts_lab.sweep.supervisor import run_child
 
 ISSUE_KEYS = ("device precision batch_size threads tokens engine compile stream status reason latency_p50_s "
@@ -93,30 +94,35 @@ def test_ok_without_timed_samples_is_an_error():
     assert r.status == "error" and r.latency is None
 
 
-def _fake_python(tmp_path, body: str) -> str:
-    """A stand-in interpreter for the worker: lets the test make a child die or hang on purpose."""
-    path = tmp_path / "fake-python"
-    path.write_text("#!/bin/sh\n" + body + "\n")
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    return str(path)
+@pytest.fixture
+def fake_worker(tmp_path, monkeypatch):
+    """Make the sweep's workers a stand-in that dies or hangs on purpose: `fake_worker("sleep 3600")`."""
+    def use(body: str) -> None:
+        path = tmp_path / "fake-worker"
+        path.write_text("#!/bin/sh\n" + body + "\n")
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+        monkeypatch.setattr(supervisor, "WORKER_COMMAND", [str(path)])
+    return use
 
 
-def test_a_worker_killed_by_a_signal_becomes_a_crashed_row(tmp_path):
-    out = run_child({"kind": "cell"}, timeout_s=30, python=_fake_python(tmp_path, "echo dying >&2; kill -9 $$"))
+def test_a_worker_killed_by_a_signal_becomes_a_crashed_row(fake_worker):
+    fake_worker("echo dying >&2; kill -9 $$")
+    out = run_child({"kind": "cell"}, timeout_s=30)
     assert out.status == "crashed" and "SIGKILL" in out.reason and "dying" in out.reason
 
 
-def test_a_hung_worker_is_killed_at_the_timeout(tmp_path):
-    out = run_child({"kind": "cell"}, timeout_s=1.0, python=_fake_python(tmp_path, "sleep 3600"))
+def test_a_hung_worker_is_killed_at_the_timeout(fake_worker):
+    fake_worker("sleep 3600")
+    out = run_child({"kind": "cell"}, timeout_s=1.0)
     # `timeout`, not `crashed`: the fix is a larger --timeout, not a bug report
     assert out.status == "timeout" and "timeout" in out.reason
     assert 1.0 <= out.elapsed_s < 3600  # killed at the limit, not waited for
 
 
-def test_stopping_kills_the_running_worker_and_cancels_the_cell(tmp_path):
+def test_stopping_kills_the_running_worker_and_cancels_the_cell(fake_worker):
+    fake_worker("sleep 3600")
     calls = []
-    out = run_child({"kind": "cell"}, timeout_s=3600, python=_fake_python(tmp_path, "sleep 3600"),
-                    should_stop=lambda: calls.append(1) or len(calls) > 3)
+    out = run_child({"kind": "cell"}, timeout_s=3600, should_stop=lambda: calls.append(1) or len(calls) > 3)
     assert out.status == "cancelled" and len(calls) == 4 and out.elapsed_s < 3600  # stopped, not waited for
 
 

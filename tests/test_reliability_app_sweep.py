@@ -74,7 +74,7 @@ def client(app_url):
     (("cpu", "fp32", "-1", "1", "8", 1, False), "batch size must be in 1..64, got -1"),
     (("cpu", "fp32", "one", "1", "8", 1, False), "'one' is not a whole number"),
     (("cpu", "fp32", "1", "1", "100000", 1, False), "tokens must be in 2..2048"),
-    (("cpu", "fp32", "1", "1", "8", 0, False), "repeats must be at least 1"),
+    (("cpu", "fp32", "1", "1", "8", 0, False), "repeats must be in 1..10000"),
     (("cpu", "fp64", "1", "1", "8", 1, False), "unknown precision 'fp64'"),
     (("tpu", "fp32", "1", "1", "8", 1, False), "unknown device 'tpu'"),
     (("cpu", "fp32", "1-64", "1", "2048", 50, False), "would take about"),

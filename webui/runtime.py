@@ -8,7 +8,7 @@ from chattts_lab import LoadConfig, available_devices
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.trackers.env import usable_cores
 from chattts_lab import engines
-from chattts_lab.engines import runnable_engines, runnable_precisions, unsupported_reason
+from chattts_lab.engines import DEFAULT_ENGINE, DEFAULT_PRECISION, runnable_engines, runnable_precisions, unsupported_reason
 
 
 @dataclass(frozen=True)
@@ -16,9 +16,9 @@ class RuntimeSettings:
     """Kept per user in gr.State; turned into a LoadConfig for each request."""
 
     device: str = "cpu"
-    precision: str = "fp32"
+    precision: str = DEFAULT_PRECISION
     threads: int | None = None
-    engine: str = "stock"
+    engine: str = DEFAULT_ENGINE
 
     def load_config(self, model: str) -> LoadConfig:
         return LoadConfig(model=model, device=self.device, precision=self.precision, threads=self.threads, engine=self.engine)

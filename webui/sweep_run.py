@@ -11,6 +11,7 @@ from typing import Iterator, Sequence
 import gradio as gr
 import pandas as pd
 
+from chattts_lab.engines import DEFAULT_ENGINE, DEFAULT_PRECISION
 from chattts_lab.history.store import Store
 from chattts_lab.sweep.grid import describe
 from chattts_lab.history.report import results_frame, shown_columns
@@ -134,9 +135,9 @@ def _csv(text: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in str(text).split(",") if t.strip())
 
 
-def api_run_sweep(ctx: AppContext, devices: str = "cpu", precisions: str = "fp32", batches: str = "1",
+def api_run_sweep(ctx: AppContext, devices: str = "cpu", precisions: str = DEFAULT_PRECISION, batches: str = "1",
                   threads: str = "", tokens: str = "32", repeats: int = 1, stream: bool = False,
-                  engines: str = "stock", compile: bool = False, warmup: int = 0, min_time_s: float = 0.0,
+                  engines: str = DEFAULT_ENGINE, compile: bool = False, warmup: int = 0, min_time_s: float = 0.0,
                   fidelity: bool = False, passes: int = SweepSpec.passes):
     """The `/run_sweep` API: comma lists as in `python -m bench` (empty threads: every usable core); returns the
     results table when done, each row with its sweep's `sweep_id`, `drift_pct`, `noisy` and `sweep_note` (the

@@ -11,14 +11,16 @@ import functools
 
 import torch
 
-from chattts_lab.engines.base import PRECISIONS, Engine, EngineRuntime, UnsupportedPrecision, module_dtype
+from chattts_lab.engines.base import Engine, EngineRuntime, UnsupportedPrecision, module_dtype
 from chattts_lab.engines.lab.cpu import FORCE_ENV as KERNEL_LEVEL_ENV
 from chattts_lab.engines.lab.cpu import LEVEL_NAMES as KERNEL_LEVELS
+from chattts_lab.engines.precisions import PRECISION, PRECISIONS, QUANTIZED, Precision
 
 ENGINES = ("stock", "lab", "onnx")  # in the order people read them
 
 # The configurations the rest of the lab names, each said once here:
 REFERENCE = ("stock", "fp32")  # ChatTTS as shipped: what every gain, fidelity and quality is compared with
+DEFAULT_ENGINE, DEFAULT_PRECISION = REFERENCE  # what a configuration that names none runs
 # What an app serves before a sweep measured better: the first that runs on the device. Lab int8 streams faster than
 # real time on every CPU the lab's kernels are built for (AVX-512 VNNI, AVX-VNNI, AVX2), where lab fp32 does not
 # (RTF 1.3 on the AVX-512 machine, 3.3 on an AVX2 one: docs/measurements); its audio differs slightly from stock
@@ -28,8 +30,10 @@ SERVED_DEFAULTS = (("lab", "int8"), SAME_AUDIO_AS_REFERENCE, REFERENCE)
 FASTEST_UNMEASURED = ("lab", "int4")  # one click away before any sweep: faster still, its audio differs more
 QUICK_SWEEP = (("stock", "lab"), ("fp32", "int8"))  # the newcomer's question: how much faster is the lab here?
 
-__all__ = ["ENGINES", "PRECISIONS", "KERNEL_LEVELS", "KERNEL_LEVEL_ENV", "has_own_kernels", "kernel_level_reason", "Engine", "EngineRuntime", "UnsupportedPrecision", "REFERENCE", "SAME_AUDIO_AS_REFERENCE", "SERVED_DEFAULTS", "FASTEST_UNMEASURED", "QUICK_SWEEP", "all_engines", "check", "get",
-           "served_default", "served_default_reason",
+__all__ = ["ENGINES", "PRECISIONS", "PRECISION", "QUANTIZED", "Precision", "DEFAULT_ENGINE", "DEFAULT_PRECISION",
+           "precision_of", "KERNEL_LEVELS", "KERNEL_LEVEL_ENV", "has_own_kernels", "kernel_level_reason", "Engine",
+           "EngineRuntime", "UnsupportedPrecision", "REFERENCE", "SAME_AUDIO_AS_REFERENCE", "SERVED_DEFAULTS",
+           "FASTEST_UNMEASURED", "QUICK_SWEEP", "all_engines", "check", "get", "served_default", "served_default_reason",
            "module_dtype", "precisions", "unsupported_reason", "runnable_engines", "runnable_precisions"]
 
 
@@ -54,6 +58,12 @@ def get(name: str) -> Engine:
         return _registry()[name]
     except KeyError:
         raise UnsupportedPrecision(f"unknown engine {name!r}: choose from {', '.join(ENGINES)}") from None
+
+
+def precision_of(name: str) -> Precision:
+    """What a precision is (its compute dtype, quantized or not, batch slope, quality cost); the reference
+    precision's entry for a name no engine offers (an estimate of a stored row from an older lab)."""
+    return PRECISION.get(name, PRECISION[DEFAULT_PRECISION])
 
 
 def precisions(engine: str) -> tuple[str, ...]:

@@ -12,9 +12,6 @@ from typing import ContextManager
 
 import torch
 
-# Every precision any engine offers, in the order people read them. An engine runs a subset (`Engine.precisions`).
-PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int4")
-
 
 class UnsupportedPrecision(ValueError):
     """This precision cannot run on this device with this engine; the message says why."""

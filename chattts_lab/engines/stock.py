@@ -13,8 +13,7 @@ from contextlib import contextmanager
 import torch
 
 from chattts_lab.engines.base import Engine, EngineRuntime, module_dtype
-
-FLOAT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+from chattts_lab.engines.precisions import PRECISION
 
 
 class StockEngine(Engine):
@@ -60,8 +59,8 @@ def _mps_has_bf16() -> bool:
 def apply_stock_precision(chat, precision: str) -> None:
     """Convert ChatTTS's GPT in place the way a user of stock ChatTTS would."""
     gpt = chat.gpt.gpt
-    if precision in ("fp16", "bf16"):
-        gpt.to(FLOAT_DTYPES[precision])
+    if not PRECISION[precision].quantized:
+        gpt.to(PRECISION[precision].compute_dtype)  # fp32 stays as loaded
     elif precision == "int8":
         with warnings.catch_warnings():
             # torch.ao.quantization is deprecated; it is still what stock ChatTTS users reach for,

@@ -17,6 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
+from chattts_lab.engines import REFERENCE
 from chattts_lab.quality import DELTA_COLUMNS, FIGURE_COLUMNS, NOT_MEANINGFUL, to_16k
 from chattts_lab.sweep.results import AUDIO_SEED, VOICE_SEED
 
@@ -143,7 +144,7 @@ def by_length(records: dict[str, dict]) -> list[dict]:
 # In the sweep: run after the cells (chattts_lab.sweep.runner.run_sweep), each step in a fresh worker process
 
 
-def run_quality(spec, sweep_id: int, store, stop, python, folder: Path):
+def run_quality(spec, sweep_id: int, store, stop, folder: Path):
     """Each configuration's clips in a fresh process (the references, stock fp32 per device, first), then one
     process scores them all; the cells get their configuration's columns, the sweep keeps every clip's figures."""
     from chattts_lab.sweep.events import QualityFinished, QualityStarted
@@ -155,12 +156,12 @@ def run_quality(spec, sweep_id: int, store, stop, python, folder: Path):
                                              "skipped": "quality is not measured on fleet sweeps yet"})
         return
     made, failed, reference_of = {}, {}, {}
-    for what in _speak_all(spec, sweep_id, stop, python, folder, made, failed, reference_of):
+    for what in _speak_all(spec, sweep_id, stop, folder, made, failed, reference_of):
         yield QualityStarted(sweep_id, what)
     records = {}
     if made and not stop():
         yield QualityStarted(sweep_id, f"scoring {len(made)} configuration(s)")
-        records = _score_all(spec, stop, python, made, reference_of, failed)
+        records = _score_all(spec, stop, made, reference_of, failed)
     if stop():  # stopped: nothing kept, so a resumed sweep speaks and scores again
         return
     columns = {**summarise(records),
@@ -178,14 +179,14 @@ def _quality_config(spec, device: str, engine: str, precision: str):
     return RunConfig(spec.model, device, precision, 1, spec.fidelity_threads(), tokens, engine)
 
 
-def _speak_all(spec, sweep_id: int, stop, python, folder: Path, made: dict, failed: dict, reference_of: dict):
+def _speak_all(spec, sweep_id: int, stop, folder: Path, made: dict, failed: dict, reference_of: dict):
     """Speak every configuration's clips (filling `made`, `failed`, `reference_of`); yields what it starts."""
     from chattts_lab.sweep.spec import cell_rule
     from chattts_lab.sweep.supervisor import run_child
 
-    triples = dict.fromkeys([(d, "stock", "fp32") for d in dict.fromkeys(spec.devices)] + spec.fidelity_pairs())
+    triples = dict.fromkeys([(d, *REFERENCE) for d in dict.fromkeys(spec.devices)] + spec.fidelity_pairs())
     for device, engine, precision in triples:
-        key, reference = config_key(device, engine, precision), config_key(device, "stock", "fp32")
+        key, reference = config_key(device, engine, precision), config_key(device, *REFERENCE)
         cfg = _quality_config(spec, device, engine, precision)
         ruled = cell_rule(cfg)
         if ruled or (key != reference and reference not in made):
@@ -196,19 +197,19 @@ def _speak_all(spec, sweep_id: int, stop, python, folder: Path, made: dict, fail
         yield f"speaking {cfg.device} {cfg.engine} {cfg.precision}"
         task = {"kind": "quality-clips", "config": cfg.to_dict(), "synthetic_tokens": cfg.tokens,
                 "folder": str(folder / f"sweep-{sweep_id}" / key.replace("|", "-"))}
-        outcome = run_child(task, spec.timeout_s, cfg.threads, stop, python)
+        outcome = run_child(task, spec.timeout_s, cfg.threads, stop)
         if outcome.status != "ok":
             failed[key] = f"{outcome.status}: {outcome.reason}"
             continue
         made[key], reference_of[key] = outcome.payload["quality"], reference
 
 
-def _score_all(spec, stop, python, made: dict, reference_of: dict, failed: dict) -> dict:
+def _score_all(spec, stop, made: dict, reference_of: dict, failed: dict) -> dict:
     from chattts_lab.sweep.supervisor import run_child
 
-    cfg = _quality_config(spec, "cpu", "stock", "fp32")
+    cfg = _quality_config(spec, "cpu", *REFERENCE)
     task = {"kind": "quality-score", "config": cfg.to_dict(), "made": made, "reference_of": reference_of}
-    outcome = run_child(task, spec.timeout_s, cfg.threads, stop, python)
+    outcome = run_child(task, spec.timeout_s, cfg.threads, stop)
     records = outcome.payload.get("quality") or {}
     failed.update({k: f"scoring failed: {outcome.status}: {outcome.reason}" for k in made if k not in records})
     return records

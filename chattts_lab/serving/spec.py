@@ -75,25 +75,24 @@ class ServeSpec:
                              "--url")
     users: tuple[Annotated[int, Limit(ge=1, le=256)], ...] = option(
         (1, 2, 4, 8), "concurrent users per level, closed loop (none when only --rate is given)", "--users",
-        axes.int_list, "users must be 1..256, got {input}")
+        axes.int_list)
     requests_per_user: Annotated[int, Limit(ge=1, le=1000)] = option(  # closed loop: one after another
-        2, "requests per user, one after another", "--requests", int,
-        "requests per user must be 1..1000, got {input}")
+        2, "requests per user, one after another", "--requests", int, what="requests per user")
     rates: tuple[Annotated[float, Limit(gt=0, le=100)], ...] = option(  # open loop: Poisson arrivals ...
-        (), "open-loop levels: requests per second (Poisson)", "--rate", _float_list,
-        "a rate must be in (0, 100] requests/s, got {input:g}")
+        (), "open-loop levels: requests per second (Poisson)", "--rate", _float_list, what="a rate",
+        unit="requests/s")
     duration_s: Annotated[float, Limit(ge=1, le=24 * 3600)] = option(  # ... for this long
-        30.0, "seconds of each --rate level", "--duration", float, "duration must be 1 s..24 h, got {input:g}")
+        30.0, "seconds of each --rate level", "--duration", float, what="duration", unit="s")
     max_batches: tuple[Annotated[int, Limit(ge=0, le=64)], ...] = option(  # with `url`: (0,), the app's own
         (8, 1), "the app's batch limit, one app per value (1: one request at a time, as without batching)",
-        "--max-batch", axes.int_list, "max batch must be in 1..64, got {input}")
+        "--max-batch", axes.int_list, what="max batch")
     max_wait_ms: Annotated[float, Limit(ge=0)] = option(25.0, "the app's wait for company", "--max-wait-ms", float)
     batching: tuple[str, ...] = option(  # one app for continuous, one per max batch for request
         ("continuous", "request"), "continuous (requests join the running generation at the next step; one app, "
         "--max-rows rows) and/or request (request-level batches; one app per --max-batch)", "--batching",
         axes.str_list)
     max_rows: Annotated[int, Limit(ge=1, le=64)] = option(
-        SchedulerPolicy.max_rows, "continuous batching: rows at once", "--max-rows", int, "max rows must be in 1..64, got {input}")
+        SchedulerPolicy.max_rows, "continuous batching: rows at once", "--max-rows", int, what="max rows")
     # None: the app's own choice (its recommendation, else lab fp32)
     engine: str | None = option(None, _APP_CHOICE.format("engine"), "--engine")
     precision: str | None = option(None, _APP_CHOICE.format("precision"), "--precision")
@@ -102,7 +101,7 @@ class ServeSpec:
         None, "the app's torch threads (default: the usable cores)", "--threads", int)
     # audio tokens per request, exactly (min = max), so every level makes the same audio
     tokens: Annotated[int, Limit(ge=1, le=MAX_NEW_TOKEN)] = option(
-        64, "audio tokens per request, exactly", "--tokens", int, f"tokens must be 1..{MAX_NEW_TOKEN}, got {{input}}")
+        64, "audio tokens per request, exactly", "--tokens", int)
     stream: bool = option(True, "on: streamed responses (time to first audio); off: whole files", "--stream",
                           _one_on_off)
     # vary the requests: every other one the other way (streamed or whole), voices, lengths
@@ -110,18 +109,18 @@ class ServeSpec:
                                 "test", "--mixed", action="store_true")
     texts: Annotated[tuple[str, ...], AfterValidator(_nonblank_texts)] = TEXTS
     ramp_s: Annotated[float, Limit(ge=0, le=3600)] = option(  # closed loop: users start spread over this long
-        0.0, rule="the ramp must be 0..3600 s, got {input:g}")
+        0.0, what="the ramp", unit="s")
     # capacity (chattts_lab.serving.capacity): raise the users until the service level below breaks; users ignored
     capacity: bool = option(False, "raise the users until the service level breaks and report how many real-time "
                                    "streams hold", "--capacity", action="store_true")
     slo_ttfa_p99_s: Annotated[float, Limit(gt=0, le=600)] = option(
         1.0, "capacity's service level: p99 time to first audio at most this many seconds...", "--slo-ttfa-p99",
-        float, "the first-audio limit must be in (0, 600] s, got {input:g}")
+        float, what="the first-audio limit", unit="s")
     slo_continuity_pct: Annotated[float, Limit(ge=0, le=100)] = option(
         99.0, "...and at least this % of streams with no stall over 100 ms", "--slo-continuity", float,
-        "the continuity limit must be in 0..100 %, got {input:g}")
+        what="the continuity limit", unit="%")
     max_users: Annotated[int, Limit(ge=1, le=256)] = option(
-        32, "capacity: the most users tried", "--max-users", int, "max users must be 1..256, got {input}")
+        32, "capacity: the most users tried", "--max-users", int, what="max users")
     kind: str = "serve"
 
     def validate(self) -> "ServeSpec":

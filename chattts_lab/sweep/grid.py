@@ -38,8 +38,6 @@ def describe(seconds: float) -> str:
 # ---------------------------------------------------------------------------------------------
 # Reference figures: each engine's own (chattts_lab/engines: batch 1, 2 threads, N=128, full-size weights)
 
-# Step time grows with the batch: int8 batch 8 is ~1.95x batch 1, fp32 ~2.4-2.8x, bf16 ~4.4x (README tables).
-BATCH_SLOPE = {"fp32": 0.3, "bf16": 0.5, "fp16": 0.5, "int8": 0.14, "int4": 0.14}
 THREADS_EXPONENT = 0.3  # 1 thread vs 2: fp32 about even, int8 1.15x, bf16 1.56x slower; 2**0.3 = 1.23 between
 TINY_FACTOR = 0.1  # synthetic-tiny keeps 2 of the GPT's 20 layers
 DECODE_S_PER_AUDIO_S = 0.15  # decoder + vocoder + prompt per item: p50 latency minus the steps, README tables
@@ -54,8 +52,10 @@ READ_BANDWIDTH_S = 4.5
 
 
 def reference_step_ms(cfg: RunConfig) -> float:
-    base = _engine(cfg).reference_step_ms.get(cfg.precision) or engines.get("stock").reference_step_ms["fp32"]
-    step = base * (1 + BATCH_SLOPE.get(cfg.precision, 0.3) * (cfg.batch_size - 1))
+    reference_engine, reference_precision = engines.REFERENCE
+    base = (_engine(cfg).reference_step_ms.get(cfg.precision)
+            or engines.get(reference_engine).reference_step_ms[reference_precision])
+    step = base * (1 + engines.precision_of(cfg.precision).batch_slope * (cfg.batch_size - 1))
     step *= (2 / cfg.threads) ** THREADS_EXPONENT
     return step * (TINY_FACTOR if _is_tiny(cfg.model) else 1.0)
 
@@ -66,7 +66,7 @@ def _reference_overhead_s(cfg: RunConfig) -> float:
 
 
 def _engine(cfg: RunConfig) -> engines.Engine:
-    return engines.get(cfg.engine if cfg.engine in engines.ENGINES else "stock")
+    return engines.get(cfg.engine if cfg.engine in engines.ENGINES else engines.DEFAULT_ENGINE)
 
 
 def _is_tiny(model: str) -> bool:
@@ -260,7 +260,7 @@ def _bandwidth_reads(spec: SweepSpec, runnable: int, passes: int, resumed: bool)
 
 def _fidelity_s(spec: SweepSpec, device: str, engine: str, precision: str, history: list[MeasuredCell]) -> float:
     """A fidelity process (one per pair but the fp32 stock reference) loads two models and makes one call each."""
-    if (engine, precision) == ("stock", "fp32"):
+    if (engine, precision) == engines.REFERENCE:
         return 0.0
     probe = RunConfig(spec.model, device, precision, 1, spec.fidelity_threads(), spec.fidelity_tokens, engine,
                       warmup=0, repeats=1, min_time_s=0.0)

@@ -36,8 +36,8 @@ class _Cell:
     busy_s: list[float] = field(default_factory=list)  # each closed worker's own work (CellWorker.busy_s)
     done: bool = False
 
-    def start(self, python: str | None, stop: Callable[[], bool]) -> dict:
-        self.worker = CellWorker(self.cfg, python)
+    def start(self, stop: Callable[[], bool]) -> dict:
+        self.worker = CellWorker(self.cfg)
         ready = self.worker.ready(stop)
         self.pids.append(ready["pid"])
         return ready
@@ -89,7 +89,7 @@ def plan_sentence(passes: int, cells: int, resident: int, allowance_mb: float, p
 
 
 def run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int, store: Store, passes: int,
-                    stop: Callable[[], bool], python: str | None, allowance_mb: float | None,
+                    stop: Callable[[], bool], allowance_mb: float | None,
                     environment: dict) -> Iterator[SweepEvent]:
     """Load every cell that fits, run the passes, commit each cell when it ends (its last pass or its failure).
 
@@ -97,7 +97,7 @@ def run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int, 
     """
     allowance = allowance_mb if allowance_mb is not None else (
         psutil.virtual_memory().available / 2**20 * MEMORY_HEADROOM)
-    run = _Interleaved(sweep_id, cells, total, n_done, store, stop, python, environment)
+    run = _Interleaved(sweep_id, cells, total, n_done, store, stop, environment)
     try:
         if not (yield from run.load(allowance)):
             return "cancelled"
@@ -125,7 +125,6 @@ class _Interleaved:
     n_done: int
     store: Store
     stop: Callable[[], bool]
-    python: str | None
     environment: dict
     loaded_mb: list[float] = field(default_factory=list)
 
@@ -153,7 +152,7 @@ class _Interleaved:
                 break
             yield CellStarted(self.sweep_id, cell.index, self.total, cell.cfg, None)
             try:
-                self.loaded_mb.append(cell.start(self.python, self.stop)["peak_rss_mb"])
+                self.loaded_mb.append(cell.start(self.stop)["peak_rss_mb"])
             except WorkerEnded as ended:
                 if ended.outcome.status == "cancelled":
                     yield from self.cancel_all(ended.outcome.reason)
@@ -182,7 +181,7 @@ class _Interleaved:
             if cell.worker is None:
                 if not cell.pids:
                     yield CellStarted(self.sweep_id, cell.index, self.total, cell.cfg, None)
-                cell.start(self.python, self.stop)
+                cell.start(self.stop)
             sample = cell.worker.repeat(labels, self.stop, phase)
             if phase == "timed":
                 cell.live.append(sample)
@@ -247,8 +246,7 @@ def read_bandwidth_again(sweep_id: int, store: Store, environment: dict, before:
 
 
 def run_ruled_then_interleaved(sweep_id: int, pending: list, total: int, store: Store, spec: SweepSpec,
-                                stop: Callable[[], bool], python: str | None,
-                                memory_allowance_mb: float | None, environment: dict) -> Iterator[SweepEvent]:
+                                stop: Callable[[], bool], memory_allowance_mb: float | None, environment: dict) -> Iterator[SweepEvent]:
     """Rows for the cells the rule table stops, then the runnable cells in interleaved passes."""
     n_done = total - len(pending)
     cells = []
@@ -262,5 +260,5 @@ def run_ruled_then_interleaved(sweep_id: int, pending: list, total: int, store: 
         store.add_cell(sweep_id, index, result)
         n_done += 1
         yield CellFinished(sweep_id, index, total, result, n_done, None)
-    return (yield from run_interleaved(sweep_id, cells, total, n_done, store, spec.passes, stop, python,
+    return (yield from run_interleaved(sweep_id, cells, total, n_done, store, spec.passes, stop,
                                        memory_allowance_mb, environment))

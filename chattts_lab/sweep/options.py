@@ -1,8 +1,9 @@
 """Spec fields that describe themselves, and the one builder that reads them.
 
 A spec (chattts_lab.sweep.spec.SweepSpec, chattts_lab.serving.loadtest.ServeSpec) is a frozen dataclass whose fields carry their
-default, their limits (pydantic constraints in the annotation), the sentence a broken limit gives (`rule`, see
-chattts_lab.checks) and the command-line option they are (flag, help, parser). `python -m bench`'s argparse
+default, their limits (pydantic constraints in the annotation), the sentence a broken limit gives (numeric bounds:
+worded from the annotation itself, naming the field as `what`; other limits: `rule`, see chattts_lab.checks) and
+the command-line option they are (flag, help, parser). `python -m bench`'s argparse
 (bench/cli.py add_spec_options), the app's forms and `build_spec` all read them, so each default and each limit is
 written once.
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, Field, field, fields
 from functools import cache
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, get_type_hints
 
 from pydantic import TypeAdapter
 
@@ -23,9 +24,13 @@ from chattts_lab.sweep.axes import SpecError
 
 
 def option(default: Any = MISSING, help: str = "", flag: str | None = None, parse: Callable | None = None,
-           rule: str | None = None, group: str = "measurement", factory: Callable | None = None, **argparse_kw):
-    """A spec field with what its command-line option needs; `factory` for a default computed on this machine."""
-    meta = {"help": help, "flag": flag, "parse": parse, "rule": rule, "group": group, "argparse": argparse_kw}
+           rule: str | None = None, group: str = "measurement", factory: Callable | None = None,
+           what: str | None = None, unit: str = "", **argparse_kw):
+    """A spec field with what its command-line option needs; `factory` for a default computed on this machine.
+    `what` and `unit` word a numeric bound's sentence ("batch size must be in 1..64"; default: the field's name);
+    `rule` is for the other limits (a pattern), whose sentence the annotation cannot give."""
+    meta = {"help": help, "flag": flag, "parse": parse, "rule": rule, "group": group, "argparse": argparse_kw,
+            "what": what, "unit": unit}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -36,8 +41,19 @@ def _adapter(cls) -> TypeAdapter:
     return TypeAdapter(cls)
 
 
+@cache
 def rules_of(cls) -> dict[str, str]:
-    return {f.name: f.metadata["rule"] for f in fields(cls) if f.metadata.get("rule")}
+    """Each field's sentence for a broken limit: its numeric bounds worded from its annotation, else its `rule`."""
+    hints, rules = get_type_hints(cls, include_extras=True), {}
+    for f in fields(cls):
+        bounds = checks.bounds_of(hints[f.name])
+        if bounds and f.metadata.get("rule"):  # the bound would be stated twice, and drift (issue 42)
+            raise TypeError(f"{cls.__name__}.{f.name}: its bounds are worded from its annotation; drop its rule")
+        if bounds:
+            rules[f.name] = checks.bound_rule(f.metadata.get("what") or f.name, bounds, f.metadata.get("unit", ""))
+        elif f.metadata.get("rule"):
+            rules[f.name] = f.metadata["rule"]
+    return rules
 
 
 def field_problems(spec) -> list[str]:

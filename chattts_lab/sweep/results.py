@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from chattts_lab import metrics
+from chattts_lab.engines import DEFAULT_ENGINE, DEFAULT_PRECISION
 from chattts_lab.trackers.env import fingerprint, summary
 from chattts_lab.quality import QUALITY_COLUMNS
 from chattts_lab.trackers.stats import Latency, median
@@ -37,7 +38,7 @@ class RunConfig:
     batch_size: int
     threads: int
     tokens: int
-    engine: str = "stock"
+    engine: str = DEFAULT_ENGINE
     compile: bool = False
     stream: bool = False
     warmup: int = 1
@@ -177,7 +178,7 @@ class CellResult:
         )
 
 
-CANONICAL_COLUMNS = tuple(CellResult(RunConfig("m", "cpu", "fp32", 1, 1, 2), "ok").row())
+CANONICAL_COLUMNS = tuple(CellResult(RunConfig("m", "cpu", DEFAULT_PRECISION, 1, 1, 2), "ok").row())
 
 
 def cpu_share(timed: list[dict]) -> float | None:

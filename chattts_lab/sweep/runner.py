@@ -20,6 +20,7 @@ import logging
 from pathlib import Path
 from typing import Callable, Iterator
 
+from chattts_lab import engines
 from chattts_lab.sweep import cluster
 
 from chattts_lab.sweep import fleet
@@ -61,7 +62,7 @@ def unused_settings(spec: SweepSpec) -> str:
 
 
 def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable[[], bool] | None = None,
-              resume: int | None = None, python: str | None = None,
+              resume: int | None = None,
               memory_allowance_mb: float | None = None) -> Iterator[SweepEvent]:
     """Run (or with `resume=sweep_id`, finish) a sweep, committing each cell to the store as it ends.
 
@@ -86,16 +87,16 @@ def run_sweep(spec: SweepSpec | None, db_path: str | Path, should_stop: Callable
             status = yield from fleet.run_on_cluster(sweep_id, pending, len(configs), store, spec, stop)
         elif passes > 1:
             status = yield from interleave.run_ruled_then_interleaved(sweep_id, pending, len(configs), store, spec,
-                                                                      stop, python, memory_allowance_mb, environment)
+                                                                      stop, memory_allowance_mb, environment)
         else:
-            status = yield from _run_one_by_one(sweep_id, pending, len(configs), store, stop, python, environment)
+            status = yield from _run_one_by_one(sweep_id, pending, len(configs), store, stop, environment)
         if status == "finished":
             if spec.fidelity:
-                yield from _run_fidelity(spec, sweep_id, store, stop, python)
+                yield from _run_fidelity(spec, sweep_id, store, stop)
             if spec.quality and not stop():
                 from chattts_lab.quality.sweep import run_quality
 
-                yield from run_quality(spec, sweep_id, store, stop, python, Path(db_path).parent / "quality")
+                yield from run_quality(spec, sweep_id, store, stop, Path(db_path).parent / "quality")
             status = "cancelled" if stop() else "finished"
     finally:
         store.set_status(sweep_id, status)
@@ -133,7 +134,7 @@ def _finished(db_path, sweep_id: int, status: str, spec: SweepSpec) -> SweepFini
 
 
 def _run_one_by_one(sweep_id: int, pending: list, total: int, store: Store, stop: Callable[[], bool],
-                    python: str | None, environment: dict) -> Iterator[SweepEvent]:
+                    environment: dict) -> Iterator[SweepEvent]:
     """Each cell in its own fresh process, one after another (passes == 1); returns finished or cancelled."""
     durations: list[float] = []
     n_done = total - len(pending)
@@ -148,7 +149,7 @@ def _run_one_by_one(sweep_id: int, pending: list, total: int, store: Store, stop
             if not start_read_unused:
                 bandwidth = interleave.read_bandwidth_again(sweep_id, store, environment, "cell")
             start_read_unused = False
-        result = with_bandwidth(run_cell(cfg, should_stop=stop, python=python), bandwidth)
+        result = with_bandwidth(run_cell(cfg, should_stop=stop), bandwidth)
         store.add_cell(sweep_id, index, result)
         if cell_rule(cfg) is None:
             durations.append(result.elapsed_s)
@@ -165,7 +166,7 @@ def _eta(durations: list[float], cells_left: int) -> float | None:
     return sum(durations) / len(durations) * cells_left
 
 
-def _run_fidelity(spec: SweepSpec, sweep_id: int, store, stop, python) -> Iterator[SweepEvent]:
+def _run_fidelity(spec: SweepSpec, sweep_id: int, store, stop) -> Iterator[SweepEvent]:
     """Drift of each (device, engine, precision) from fp32 stock, one fresh process each, once per sweep."""
     have = {(f["device"], f["engine"], f["precision"]) for f in store.fidelity(sweep_id)
             if f.get("status") != "cancelled"}
@@ -176,7 +177,7 @@ def _run_fidelity(spec: SweepSpec, sweep_id: int, store, stop, python) -> Iterat
             continue
         cfg = RunConfig(spec.model, device, precision, 1, threads, spec.fidelity_tokens, engine)
         base = {"device": device, "engine": engine, "precision": precision, "tokens": spec.fidelity_tokens}
-        is_reference = (engine, precision) == ("stock", "fp32")
+        is_reference = (engine, precision) == engines.REFERENCE
         absent = absent_device_reason(cfg)
         ruled = ("skipped", absent) if absent else (None if is_reference else cell_rule(cfg))
         if ruled is None and not is_reference and (device, engine, precision) not in measured:
@@ -190,7 +191,7 @@ def _run_fidelity(spec: SweepSpec, sweep_id: int, store, stop, python) -> Iterat
         else:
             yield FidelityStarted(sweep_id, device, engine, precision)
             task = {"kind": "fidelity", "config": cfg.to_dict()}
-            outcome = run_child(task, spec.timeout_s, threads, stop, python)
+            outcome = run_child(task, spec.timeout_s, threads, stop)
             record = {**base, **outcome.payload.get("fidelity", {}), "status": outcome.status,
                       "reason": outcome.reason}
         store.add_fidelity(sweep_id, record)

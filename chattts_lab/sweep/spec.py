@@ -84,18 +84,19 @@ class SweepSpec:
         ("cpu",), "cpu, cuda, cuda:N, mps", "--device", axes.str_list,
         "unknown device {input!r}: use cpu, cuda, cuda:N or mps", group="grid")
     precisions: Annotated[tuple[Precision, ...], Nonempty] = option(
-        ("fp32",), "fp32, fp16, bf16, int8; int4 with --engine lab or onnx", "--precision", axes.str_list,
-        group="grid")
-    batches: _ints(1, MAX_BATCH) = option((1,), "texts per call", "--batch", axes.int_list,
-                                          f"batch size must be in 1..{MAX_BATCH}, got {{input}}", group="grid")
+        (engines.DEFAULT_PRECISION,), f"comma list of {', '.join(PRECISIONS)} (each engine runs some; the "
+        "rule table turns the rest into rows with a reason)", "--precision", axes.str_list, group="grid")
+    batches: _ints(1, MAX_BATCH) = option((1,), "texts per call", "--batch", axes.int_list, group="grid",
+                                          what="batch size")
     threads: _ints(1, MAX_THREADS) = option(
         help="torch CPU threads (default: every usable core)", flag="--threads", parse=axes.int_list,
-        rule=f"threads must be in 1..{MAX_THREADS}, got {{input}}", group="grid", factory=lambda: (usable_cores(),))
+        group="grid", factory=lambda: (usable_cores(),))
     tokens: _ints(2, MAX_NEW_TOKEN) = option(
         (128,), f"audio tokens per text (exactly; {STEPS_PER_AUDIO_SECOND:g} per second)", "--tokens",
-        axes.int_list, f"tokens must be in 2..{MAX_NEW_TOKEN}, got {{input}}", group="grid")
+        axes.int_list, group="grid")
     engines: Annotated[tuple[Engine, ...], Nonempty] = option(
-        ("stock",), "stock (ChatTTS's Chat.infer), lab or onnx (comma list)", "--engine", axes.str_list,
+        (engines.DEFAULT_ENGINE,), f"comma list of {', '.join(ENGINES)} ({engines.DEFAULT_ENGINE}: ChatTTS's own "
+        "Chat.infer)", "--engine", axes.str_list,
         group="grid")
     compiles: Annotated[tuple[bool, ...], Nonempty] = option(
         (False,), "torch.compile off,on", "--compile", axes.bool_list, group="grid")
@@ -108,21 +109,18 @@ class SweepSpec:
         (), f"the lab engine's CPU kernel levels to measure side by side: {', '.join(KERNEL_LEVELS)} (empty: "
             "the best this CPU runs)", "--kernel-level", axes.str_list, group="grid", metavar="LEVELS")
     warmup: Annotated[int, Limit(ge=0, le=1000)] = option(
-        RunConfig.warmup, "uncounted calls after the cold (first) call", "--warmup", int, "warmup must be 0 or more, got {input}")
+        RunConfig.warmup, "uncounted calls after the cold (first) call", "--warmup", int)
     repeats: Annotated[int, Limit(ge=1, le=10_000)] = option(
-        RunConfig.repeats, "timed calls per cell, at least (with --passes 1)", "--repeats", int,
-        "repeats must be at least 1, got {input}")
+        RunConfig.repeats, "timed calls per cell, at least (with --passes 1)", "--repeats", int)
     min_time_s: Annotated[float, Limit(ge=0)] = option(
-        RunConfig.min_time_s, "timed seconds per cell, at least (with --passes 1)", "--min-time", float,
-        "min_time_s must be 0 or more, got {input}")
+        RunConfig.min_time_s, "timed seconds per cell, at least (with --passes 1)", "--min-time", float)
     max_repeats: Annotated[int, Limit(ge=1, le=100_000)] = option(
-        RunConfig.max_repeats, "timed calls per cell, at most", "--max-repeats", int, "max_repeats must be in 1..100000, got {input}")
+        RunConfig.max_repeats, "timed calls per cell, at most", "--max-repeats", int)
     timeout_s: Annotated[float, Limit(gt=0)] = option(
-        RunConfig.timeout_s, "seconds per cell before it is killed", "--timeout", float, "timeout_s must be positive, got {input}")
+        RunConfig.timeout_s, "seconds per cell before it is killed", "--timeout", float)
     fidelity: bool = option(True, "measure drift from fp32 once per precision", "--fidelity", _on)
     fidelity_tokens: Annotated[int, Limit(ge=2, le=MAX_NEW_TOKEN)] = option(
-        32, "audio tokens of the fidelity check's decode", "--fidelity-tokens", int,
-        f"fidelity_tokens must be in 2..{MAX_NEW_TOKEN}, got {{input}}")
+        32, "audio tokens of the fidelity check's decode", "--fidelity-tokens", int)
     # Audio quality beside the reference, stock fp32 on the same device, per (device, engine, precision): fixed texts
     # and voices spoken and scored once per sweep (chattts_lab.quality.sweep). Off by default: it costs minutes.
     quality: bool = option(False, "score each engine and precision's audio beside stock fp32 on the same texts, voices "
@@ -138,12 +136,10 @@ class SweepSpec:
     # passes > 1 the timed calls of a cell are its passes (repeats and min_time_s apply to passes == 1 only).
     passes: Annotated[int, Limit(ge=1, le=10_000)] = option(
         3, "interleaved passes: every cell's worker stays loaded and each pass times each cell once, in a fresh "
-           "random order (1: each cell in its own process, back to back, with --repeats)", "--passes", int,
-        "passes must be at least 1, got {input}")
+           "random order (1: each cell in its own process, back to back, with --repeats)", "--passes", int)
     # the sweep is `noisy` when the passes drift more (chattts_lab.history.compare.drift)
     drift_threshold_pct: Annotated[float, Limit(gt=0)] = option(
-        5.0, "percent of drift across passes above which the sweep is marked noisy", "--drift-threshold", float,
-        "drift_threshold_pct must be positive, got {input}")
+        5.0, "percent of drift across passes above which the sweep is marked noisy", "--drift-threshold", float)
     # A fleet sweep (chattts_lab.sweep.cluster): its cells run as Ray tasks on the cluster's nodes. `nodes` is one more
     # grid axis: each label is a Ray custom resource one machine carries, and every cell is measured on each.
     cluster: Annotated[str, Limit(pattern=CLUSTER_PATTERN.pattern)] | None = option(

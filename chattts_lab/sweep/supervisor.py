@@ -25,6 +25,7 @@ from chattts_lab.sweep.results import PASS_MARKER, RESULT_MARKER, CellResult, Ru
 from chattts_lab.sweep.spec import cell_rule
 
 log = logging.getLogger(__name__)
+WORKER_COMMAND = [sys.executable, "-m", "chattts_lab.sweep.worker"]
 STDERR_KEPT_CHARS = 4000  # what a crashed cell keeps of its worker's stderr (the end, where the error is)
 
 
@@ -54,9 +55,9 @@ class ChildOutcome:
 
 
 def run_child(task: dict, timeout_s: float, threads: int | None = None,
-              should_stop: Callable[[], bool] | None = None, python: str | None = None) -> ChildOutcome:
+              should_stop: Callable[[], bool] | None = None) -> ChildOutcome:
     """Run `python -m chattts_lab.sweep.worker` on one task (a JSON object on stdin) and read its result."""
-    worker = WorkerProcess(task, timeout_s, threads, python)
+    worker = WorkerProcess(task, timeout_s, threads)
     try:
         worker.next_message(should_stop or (lambda: False))  # a one-shot task answers with its result alone
     except WorkerEnded as ended:
@@ -85,12 +86,12 @@ def _death_reason(returncode: int, stderr: str) -> str:
     return f"{why}: {tail}" if tail else why
 
 
-def run_cell(cfg: RunConfig, should_stop: Callable[[], bool] | None = None, python: str | None = None) -> CellResult:
+def run_cell(cfg: RunConfig, should_stop: Callable[[], bool] | None = None) -> CellResult:
     """Measure one cell: a rule row if it must not run, else a fresh worker process."""
     ruled = cell_rule(cfg)
     if ruled:
         return CellResult(cfg, ruled[0], ruled[1])
-    outcome = run_child({"kind": "cell", "config": cfg.to_dict()}, cfg.timeout_s, cfg.threads, should_stop, python)
+    outcome = run_child({"kind": "cell", "config": cfg.to_dict()}, cfg.timeout_s, cfg.threads, should_stop)
     return result_of(cfg, outcome)
 
 
@@ -128,12 +129,12 @@ class WorkerProcess:
     (kept for a crash's traceback). `busy_s` is the wall time the worker spent on what it was asked.
     """
 
-    def __init__(self, task: dict, timeout_s: float, threads: int | None = None, python: str | None = None):
+    def __init__(self, task: dict, timeout_s: float, threads: int | None = None):
         self.timeout_s = timeout_s
         self.busy_s = 0.0
         self._stderr = tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(
-            [python or sys.executable, "-m", "chattts_lab.sweep.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._stderr, env=worker_env(threads), text=True, bufsize=1, start_new_session=True,
             cwd=str(Path(__file__).resolve().parents[2]),
         )
@@ -215,8 +216,8 @@ class CellWorker(WorkerProcess):
     row's `elapsed_s` and the estimates made from it are what the cell really took, not the sweep's length).
     """
 
-    def __init__(self, cfg: RunConfig, python: str | None = None):
-        super().__init__({"kind": "serve", "config": cfg.to_dict()}, cfg.timeout_s, cfg.threads, python)
+    def __init__(self, cfg: RunConfig):
+        super().__init__({"kind": "serve", "config": cfg.to_dict()}, cfg.timeout_s, cfg.threads)
         self.cfg = cfg
 
     def ready(self, should_stop: Callable[[], bool]) -> dict:

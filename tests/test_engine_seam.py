@@ -1,0 +1,94 @@
+"""Nothing outside `chattts_lab/engines/` names an engine or re-derives a precision: it asks the registry
+(`engines.REFERENCE`, `engines.DEFAULT_ENGINE`, `Engine.precisions`) or the precision table (`engines.PRECISION`).
+Checked on the source: an engine's name as a string, a literal collection of precision names (a tuple, list or
+set of them, or a dict keyed by them), or an import of one engine's own modules, anywhere in the library, the
+command line, the web UI or the app.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from chattts_lab import engines
+
+ROOT = Path(__file__).resolve().parent.parent
+SCANNED = [*(ROOT / "chattts_lab").rglob("*.py"), *(ROOT / "bench").rglob("*.py"), *(ROOT / "webui").rglob("*.py"),
+           ROOT / "app.py"]
+ENGINES_PACKAGE = ROOT / "chattts_lab" / "engines"
+# To do: files other people are editing right now (the serving work and the Serving panel); they name engines
+# (serving_tab.py, rayserve.py) or import the lab engine's internals (scheduler.py) today, and join the scan once
+# that work has merged. Nothing else may be added here.
+NOT_YET = {"webui/serving_tab.py", "webui/rayserve.py", "chattts_lab/serving/scheduler.py"}
+
+
+# an engine's own package or module: reached through the registry only (`engines.get(name)`)
+ONE_ENGINE = [["chattts_lab", "engines", name] for name in engines.ENGINES]
+
+
+def leaks(source: str) -> list[str]:
+    """Each engine name written as a string, and each literal collection of precision names, in `source`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and node.value in engines.ENGINES:
+            found.append(f"line {node.lineno}: engine name {node.value!r}")
+        names = (node.keys if isinstance(node, ast.Dict) else node.elts
+                 if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [])
+        if names and all(isinstance(n, ast.Constant) and n.value in engines.PRECISIONS for n in names):
+            found.append(f"line {node.lineno}: precisions {[n.value for n in names]}")
+        modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                   else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        found += [f"line {node.lineno}: imports {m}" for m in modules if m.split(".")[:3] in ONE_ENGINE]
+    return found
+
+
+def _scanned() -> list[Path]:
+    return [p for p in SCANNED if ENGINES_PACKAGE not in p.parents and str(p.relative_to(ROOT)) not in NOT_YET]
+
+
+def test_nothing_outside_the_engines_names_an_engine_or_lists_precisions():
+    found = {str(p.relative_to(ROOT)): leaks(p.read_text()) for p in _scanned()}
+    assert {path: lines for path, lines in found.items() if lines} == {}
+
+
+def test_the_allow_list_names_only_files_that_exist():
+    assert all((ROOT / path).exists() for path in NOT_YET)  # a moved file must leave the list, not hide a new one
+
+
+@pytest.mark.parametrize("source", [
+    'engine = "lab"',
+    'if cfg.engine == "onnx": pass',
+    'QUANTIZED = ("int8", "int4")',
+    'if precision in ["fp16", "bf16"]: pass',
+    'SLOPE = {"fp32": 0.3, "int8": 0.14}',
+    'DEFAULTS = ("fp32",)',
+    'from chattts_lab.engines.lab.continuous import RowDecoder',
+    'import chattts_lab.engines.onnx.session',
+])
+def test_the_scan_finds_a_leak(source):
+    assert leaks(source)
+
+
+@pytest.mark.parametrize("source", [
+    'engine = engines.DEFAULT_ENGINE',
+    'precision = "fp32"',  # one precision as a default is a value, not a re-derived meaning
+    'help = "stock, lab or onnx"',
+    'pair = (device, "fp32", 3)',
+    'from chattts_lab.engines import REFERENCE',
+    'from chattts_lab.engines.precisions import PRECISION',
+])
+def test_the_scan_passes_what_is_not_a_leak(source):
+    assert leaks(source) == []
+
+
+def test_the_precision_table_covers_every_precision_every_engine_runs():
+    assert engines.PRECISIONS == tuple(engines.PRECISION)
+    assert {p for e in engines.all_engines() for p in e.precisions} == set(engines.PRECISIONS)
+    assert engines.QUANTIZED == ("int8", "int4")
+    assert engines.PRECISION["bf16"].compute_dtype == torch.bfloat16
+    assert all(p.quality_cost and p.batch_slope > 0 for p in engines.PRECISION.values())
+
+
+def test_a_precision_no_engine_offers_is_estimated_as_the_reference():
+    assert engines.precision_of("int3") == engines.PRECISION[engines.DEFAULT_PRECISION]
