@@ -25,7 +25,7 @@ from webui.runtime import devices
 from webui.quality_panel import build_quality_panel
 from webui.serving_tab import build_serving_tab
 from webui.sweep_form import (SweepControls, SweepForm, build_sweep_controls, cli_command, estimate, offered_precisions,
-                              quick_form, quick_label, spec_from_form)
+                              PRICE_FIELDS, price_from_form, quick_form, quick_label, spec_from_form)
 from webui.sweep_history import (COMPARE_METRICS, HISTORY_COLUMNS, HistoryView, RecommendView, compare_sweeps,
                                  download_reports, export_bundle_handler, import_bundle_handler, load_sweeps,
                                  recommended_or_latest)
@@ -174,17 +174,21 @@ def estimates_refreshed(ctx: AppContext, controls: SweepControls, quick: gr.Butt
 def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, values: dict, request: gr.Request):
     """Run sweep: a mistake in the form is a warning, and the sweep on screen stays (an error would cover it)."""
     try:
-        spec = spec_from_form(ctx.model, controls.form(values), ctx.history_db)
+        form = controls.form(values)
+        spec, price = spec_from_form(ctx.model, form, ctx.history_db), price_from_form(form)
     except gr.Error as exc:
         present.warn(exc.message)
         return
-    for update in sweep_updates(ctx, spec, request.session_hash if request else uuid.uuid4().hex):
+    for update in sweep_updates(ctx, spec, request.session_hash if request else uuid.uuid4().hex, price):
         yield view.show(update)
 
 
 def quick_clicked(controls: SweepControls, status: gr.Markdown) -> dict:
     """The preset only fills the form in (a person may change it first); the status line says what starts it."""
-    return {**controls.show(quick_form()), status: QUICK_NOTE}
+    shown = controls.show(quick_form())
+    for name in PRICE_FIELDS:  # the machine's price stays as typed
+        shown.pop(controls.by_name[name])
+    return {**shown, status: QUICK_NOTE}
 
 
 QUICK_NOTE = ("**Quick sweep filled in** (stock against lab, fp32 and int8, batch 1, short clips): the estimate is "

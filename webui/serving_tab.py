@@ -35,8 +35,9 @@ INTRO = ("Many users at once against this app's `/v1/audio/speech`: continuous b
          "holds under a service level.")
 
 
-CAPACITY_TABLE = ["sweep_id", "machine", "batching", "max_batch", "streams", "broke_at", "broken_because", "tokens",
-                  "slo_ttfa_p99_s", "slo_continuity_pct", "config"]
+CAPACITY_TABLE = ["sweep_id", "machine", "batching", "max_batch", "streams", "usd_per_audio_hour", "broke_at",
+                  "broken_because", "tokens", "slo_ttfa_p99_s", "slo_continuity_pct", "config", "usd_per_hour",
+                  "price_source"]
 
 
 def serving_spec(ctx: AppContext, users: str, max_batch: str, requests: int, tokens: int, stream: bool,

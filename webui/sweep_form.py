@@ -13,6 +13,7 @@ from chattts_lab.devices import parse_device
 from chattts_lab import engines as engine_registry
 from chattts_lab.engines import ENGINES, PRECISIONS, unsupported_reason
 from chattts_lab.sweep.grid import describe, estimate_grid, int_list, refuse_huge_grid
+from chattts_lab.history.price import MachinePrice
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError, SweepSpec
@@ -65,6 +66,8 @@ class SweepForm:
     drift_threshold_pct: float = _shown("drift_threshold_pct")
     cluster: str = ""  # blank: this machine; ray or ray:HOST:PORT: a fleet sweep on that Ray cluster
     nodes: str = _shown("nodes")  # Ray resource labels of the machines to measure every cell on (comma list)
+    price_usd_per_hour: float | None = None  # what the machine costs: $ per audio hour beside every row (not a spec field)
+    price_source: str = ""
 
 
 def quick_form() -> SweepForm:
@@ -117,9 +120,22 @@ def _given(text) -> bool:
 
 
 def cli_command(model: str, db: str, form: SweepForm) -> str:
-    """The `python -m bench` command line that runs the same sweep into the same history."""
+    """The `python -m bench` command line that runs the same sweep into the same history (with the same price)."""
     spec = SweepSpec.from_choices({**asdict(form), "model": model})
-    return "python -m bench " + shlex.join([*spec_argv(spec), "--db", str(db)])
+    price = price_from_form(form)
+    priced = ["--price", f"{price.usd_per_hour:g}", "--price-source", price.source] if price else []
+    return "python -m bench " + shlex.join([*spec_argv(spec), "--db", str(db), *priced])
+
+
+PRICE_FIELDS = ("price_usd_per_hour", "price_source")  # the machine's, not the sweep's: a preset leaves them
+
+
+def price_from_form(form: SweepForm) -> MachinePrice | None:
+    """The machine price the form gives (None when blank); a negative or absurd one is the form's mistake."""
+    try:
+        return MachinePrice.given(form.price_usd_per_hour, form.price_source)
+    except ValueError as exc:
+        raise gr.Error(f"Machine price: {exc}") from None
 
 
 def estimate(ctx: AppContext, form: SweepForm) -> str:
@@ -244,6 +260,13 @@ def _more_settings(c: dict, form: SweepForm) -> None:
             c["drift_threshold_pct"] = gr.Number(form.drift_threshold_pct, minimum=0.1, label="Drift threshold (%)",
                                                  info="above it the sweep is marked noisy",
                                                  elem_id="sw-drift-threshold")
+    with gr.Row():
+        c["price_usd_per_hour"] = gr.Number(form.price_usd_per_hour, minimum=0, label="Machine price ($ per hour)",
+                                            info="optional: adds $ per audio hour to every row (price / audio s per "
+                                                 "s); kept with the sweep", elem_id="sw-price")
+        c["price_source"] = gr.Textbox(form.price_source, label="Where the price comes from",
+                                       placeholder="e.g. AWS c7a.large on-demand, us-east-1, 2026-12",
+                                       elem_id="sw-price-source")
     with gr.Accordion("Fleet: run the cells on a Ray cluster's machines (README: fleet sweeps)", open=False):
         with gr.Row():
             c["cluster"] = gr.Textbox(form.cluster, label="Ray cluster", placeholder="blank: this machine",
