@@ -12,6 +12,11 @@ from dataclasses import replace
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+try:  # ZeroGPU patches torch, so it comes first; a no-op off ZeroGPU, and optional (webui/zerogpu.py)
+    import spaces  # noqa: F401
+except ImportError:
+    pass
+
 import gradio as gr  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
@@ -20,7 +25,7 @@ from chattts_lab.serving.scheduler import SchedulerPolicy  # noqa: E402
 from chattts_lab.devices import DeviceUnavailable, parse_device  # noqa: E402
 from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
 from chattts_lab.engines import unsupported_reason  # noqa: E402
-from webui import mcp_tools, openai_api, present, security, speech  # noqa: E402
+from webui import mcp_tools, openai_api, present, security, speech, zerogpu  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
 from webui.context import AppContext, bind  # noqa: E402
 from webui.runtime import CHOSEN, RuntimeSettings, ServingChoice, describe  # noqa: E402
@@ -31,12 +36,13 @@ from webui.voice_handlers import saved_voices  # noqa: E402
 MODEL_NAMES = ("auto", "hf", "synthetic", "synthetic-full", "synthetic-tiny")
 HEADER = """# ChatTTS Lab
 Try ChatTTS voices and measure how fast they run on this machine. Model: **{model}** (loads on first use).
+{hardware}
 """
 
 
 def build_app(ctx: AppContext, mcp: bool = False) -> gr.Blocks:
     with gr.Blocks(title="ChatTTS Lab") as demo:
-        gr.Markdown(HEADER.format(model=ctx.model))
+        gr.Markdown(HEADER.format(model=ctx.model, hardware=zerogpu.hardware_line()), elem_id="header")
         with gr.Tabs():
             with gr.Tab("Synthesis", id="synthesis"):
                 synth = build_synthesis_tab(ctx)
@@ -131,7 +137,7 @@ def main(argv=None) -> None:
     ctx = AppContext.from_env(args.model, api_key=args.auth, batching=batching, scheduling=args.batching, rows=rows)
     if any(v is not None for v in (args.engine, args.precision, args.device, args.threads)):
         ctx = replace(ctx, serving=chosen_on_command_line(ctx.serving, args))
-    speech.preload(ctx, speech.serving_settings(ctx))
+    speech.preload(ctx, speech.serving_settings(ctx))  # on the CPU, ZeroGPU too (its GPU calls load their own copy)
     demo = build_app(ctx, mcp=args.mcp)
     demo.queue(default_concurrency_limit=4)
     guard = [Middleware(mcp_tools.BearerGuard, api_key=args.auth)] if args.mcp and args.auth else []

@@ -19,7 +19,7 @@ import pandas as pd
 from chattts_lab.trackers import env as lab_env
 from chattts_lab.history.report import environment_lines, results_frame
 from chattts_lab.sweep.results import STATUSES
-from webui import figures, present
+from webui import figures, present, zerogpu
 from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import devices
 from webui.quality_panel import build_quality_panel
@@ -176,10 +176,14 @@ def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, value
     try:
         form = controls.form(values)
         spec, price = spec_from_form(ctx.model, form, ctx.history_db), price_from_form(form)
+        updates = zerogpu.sweep_updates_for(ctx, spec, request.session_hash if request else uuid.uuid4().hex, price)
+    except zerogpu.OverGpuLimit as exc:
+        present.warn(str(exc))
+        return
     except gr.Error as exc:
         present.warn(exc.message)
         return
-    for update in sweep_updates(ctx, spec, request.session_hash if request else uuid.uuid4().hex, price):
+    for update in updates:
         yield view.show(update)
 
 

@@ -19,7 +19,7 @@ from chattts_lab.sweep.results import CellResult
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.sweep.runner import (CallTimed, CellFinished, CellStarted, FidelityStarted, PassStarted, QualityStarted,
                                SweepFinished, SweepPlanned, SweepStarted, run_sweep, unused_settings)
-from webui import figures
+from webui import figures, zerogpu
 from webui.context import AppContext, StopFlags
 from webui.sweep_form import ON_OFF, SweepForm, price_from_form, spec_from_form
 
@@ -158,7 +158,11 @@ def api_run_sweep(ctx: AppContext, devices: str = "cpu", precisions: str = "fp32
                    compiles=(ON_OFF[bool(compile)],), warmup=warmup, min_time_s=min_time_s, fidelity=fidelity,
                    passes=passes, price_usd_per_hour=price_usd_per_hour, price_source=price_source)
     final, sweep_id, spec = pd.DataFrame(), None, spec_from_form(ctx.model, form, ctx.history_db)
-    for update in sweep_updates(ctx, spec, uuid.uuid4().hex, price_from_form(form)):
+    try:
+        updates = zerogpu.sweep_updates_for(ctx, spec, uuid.uuid4().hex, price_from_form(form))
+    except zerogpu.OverGpuLimit as exc:
+        raise gr.Error(str(exc)) from None
+    for update in updates:
         if update.results is not None:
             final, sweep_id = update.results, update.sweep_id or sweep_id
     return display_frame(final).assign(**sweep_columns(ctx, sweep_id, unused_settings(spec)))
