@@ -28,25 +28,26 @@ from chattts_lab.engines import unsupported_reason  # noqa: E402
 from webui import mcp_tools, openai_api, present, security, speech, zerogpu  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
 from webui.context import AppContext, bind  # noqa: E402
+from webui.i18n import I18N, t  # noqa: E402
 from webui.runtime import CHOSEN, RuntimeSettings, ServingChoice, describe  # noqa: E402
 from webui.synthesis_handlers import apply_settings, refresh_serving  # noqa: E402
 from webui.synthesis_tab import build_synthesis_tab  # noqa: E402
 from webui.voice_handlers import saved_voices  # noqa: E402
 
 MODEL_NAMES = ("auto", "hf", "synthetic", "synthetic-full", "synthetic-tiny")
-HEADER = """# ChatTTS Lab
-Try ChatTTS voices and measure how fast they run on this machine. Model: **{model}** (loads on first use).
-{hardware}
-"""
+INTRO = "Try ChatTTS voices and measure how fast they run on this machine."
+HEADER = """Model: **{model}** (loads on first use). {hardware}"""
 
 
 def build_app(ctx: AppContext, mcp: bool = False) -> gr.Blocks:
     with gr.Blocks(title="ChatTTS Lab") as demo:
+        gr.Markdown("# ChatTTS Lab")
+        gr.Markdown(t(INTRO), elem_id="intro")
         gr.Markdown(HEADER.format(model=ctx.model, hardware=zerogpu.hardware_line()), elem_id="header")
         with gr.Tabs():
-            with gr.Tab("Synthesis", id="synthesis"):
+            with gr.Tab(t("Synthesis"), id="synthesis", elem_id="tab-synthesis"):
                 synth = build_synthesis_tab(ctx)
-            with gr.Tab("Benchmark", id="benchmark"):
+            with gr.Tab(t("Benchmark"), id="benchmark", elem_id="tab-benchmark"):
                 bench = build_benchmark_tab(ctx)
         # The benchmark's recommendation (for the sweep on the page, under its memory budget) flows into the
         # synthesis tab's runtime controls; after a sweep, and when a page opens, the synthesis tab shows what
@@ -144,7 +145,8 @@ def main(argv=None) -> None:
     app, _, _ = demo.launch(
         server_name=args.host, server_port=args.port, auth=auth, share=args.share,
         enable_monitoring=args.enable_monitoring, prevent_thread_lock=True,
-        allowed_paths=[str(ctx.outputs_dir)], css=present.CSS, footer_links=["api"],
+        allowed_paths=[str(ctx.outputs_dir)], css=present.CSS, footer_links=["api", "settings"],  # Settings: language
+        i18n=I18N,
         max_file_size=security.MAX_UPLOAD,  # larger uploads get HTTP 413 before any handler reads them
         mcp_server=args.mcp, app_kwargs={"middleware": guard},
     )
