@@ -46,9 +46,10 @@ def zh_page(tmp_path_factory):
 
 
 def english_lines(text: str) -> list[str]:
-    """Lines with an English word in them that is not a proper name."""
+    """Lines in English: an English word that is not a proper name, and no Chinese (a translated line may keep names
+    such as MOS or README)."""
     words = lambda line: [w for w in re.findall(r"[A-Za-z][A-Za-z_-]{2,}", line) if w not in PROPER]
-    return [line.strip() for line in text.splitlines() if words(line)]
+    return [line.strip() for line in text.splitlines() if words(line) and not re.search(r"[\u4e00-\u9fff]", line)]
 
 
 def test_the_tabs_and_the_synthesis_tab_read_in_chinese_and_what_is_left_is_listed(zh_page):
@@ -72,3 +73,39 @@ def test_a_synthesis_runs_from_the_chinese_page(zh_page):
     before = audio_href(zh_page)
     zh_page.click("#generate")
     assert wait_new_audio(zh_page, before, timeout=LONG)
+
+
+def test_a_mistake_is_told_in_chinese(zh_page):
+    from tests.ui import close_toasts, wait_toast
+
+    zh_page.fill("#text textarea", "")
+    zh_page.click("#generate")
+    wait_toast(zh_page, "文本为空")
+    close_toasts(zh_page)
+
+
+def test_messages_follow_the_requests_language_and_stay_english_when_not_translated():
+    from types import SimpleNamespace
+
+    from webui.i18n import localized
+
+    zh, en = SimpleNamespace(headers={"accept-language": "zh-CN,zh;q=0.9"}), SimpleNamespace(headers={})
+    assert localized("text 2 is empty", zh) == "文本2为空" and localized("text is empty", en) == "text is empty"
+    assert localized("unknown voice 'Nobody'; known voices: Aria, Bo or seed:N", zh) == \
+        "未知的音色“Nobody”；可用的音色：Aria, Bo，或 seed:N"
+    assert localized("something new went wrong", zh) == "something new went wrong"
+
+
+def test_the_benchmark_tabs_labels_read_in_chinese_and_its_english_left_is_listed(zh_page, capsys):
+    from webui.i18n import ZH
+
+    zh_page.locator("button[role=tab]", has_text="基准测试").click()
+    zh_page.locator("#sw-run").wait_for()
+    tab = zh_page.locator("#tab-benchmark").inner_text()
+    for english in ("Run sweep", "Devices (present here)", "Machine price ($ per hour)", "Memory budget (MB of peak RSS)",
+                    "Sweep", "History", "Hardware"):
+        assert ZH[english] in tab, english
+    left = english_lines(tab)
+    with capsys.disabled():  # what is left to translate on this tab, for whoever carries on (sentences, tables)
+        print(f"\nEnglish left on the Benchmark tab in zh-CN ({len(left)} lines):", *left[:40], sep="\n  ")
+    zh_page.locator("button[role=tab]", has_text="语音合成").click()

@@ -83,6 +83,74 @@ ZH = {
     "Audio (the whole stream: play it again or download it)": "音频（完整的流式结果：可重播或下载）",
     "Raw measurements (JSON)": "原始测量数据（JSON）",
     "Measurements": "测量数据",
+    # the Benchmark tab (labels, buttons, help; its sentences and tables are not translated yet)
+    "Fleet: run the cells on a Ray cluster's machines (README: fleet sweeps)": '集群：在 Ray 集群的机器上运行各个单元（见 README：fleet sweeps）',
+    'More measurement settings (as in python -m bench)': '更多测量设置（与 python -m bench 相同）',
+    'Apply to the Synthesis tab': '应用到语音合成页',
+    'Compare': '比较',
+    'Download CSV / JSON / HTML': '下载 CSV / JSON / HTML',
+    'Export bundle': '导出结果包',
+    'Recommend': '推荐',
+    'Refresh': '刷新',
+    'Run sweep': '运行扫描',
+    'Show in the Sweep tab': '在扫描页显示',
+    'Stop': '停止',
+    '### Compare two sweeps (or two machines)': '### 比较两次扫描（或两台机器）',
+    '### Recommendation for this machine': '### 本机推荐配置',
+    'Hardware': '硬件',
+    'History': '历史',
+    'Serving': '服务',
+    'Sweep': '扫描',
+    '1,2 or 1-4; empty: every usable core': '1,2 或 1-4；留空：所有可用核心',
+    '1,4,8 or 1-8*2': '1,4,8 或 1-8*2',
+    'CUDA only': '仅限 CUDA',
+    'above it the sweep is marked noisy': '超过此值，扫描会被标记为有噪声',
+    'empty: no limit; over it a cell is oom': '留空：不限；超过则该单元记为 oom',
+    'on also measures time to first audio': '开启时也测量首段音频时间',
+    'ray (a cluster started on this machine) or ray:HOST:PORT of its head': 'ray（在本机启动的集群）或其头节点的 ray:HOST:PORT',
+    'As recorded with every sweep': '每次扫描时记录的信息',
+    'Audio tokens': '音频 token 数',
+    'Batch sizes': '批大小',
+    'Bundle (download)': '结果包（下载）',
+    'Comparison': '比较结果',
+    'Devices (present here)': '设备（本机已有）',
+    'Distance from the memory-bandwidth floor': '与内存带宽下限的距离',
+    'Drift threshold (%)': '漂移阈值（%）',
+    'Engines': '引擎',
+    'Fidelity check (drift from fp32)': '保真度检查（相对 fp32 的偏差）',
+    'Fidelity tokens': '保真度检查 token 数',
+    'Filter: device': '筛选：设备',
+    'Filter: precision': '筛选：精度',
+    'Filter: status': '筛选：状态',
+    'Import a bundle': '导入结果包',
+    'Interleaved passes': '交错轮数',
+    'Latency vs batch': '延迟与批大小',
+    'Machine price ($ per hour)': '机器价格（美元/小时）',
+    'Machines (node labels)': '机器（节点标签）',
+    'Max repeats per cell': '每单元最多重复次数',
+    'Memory budget (MB of peak RSS)': '内存预算（峰值 RSS，MB）',
+    'Memory budget per cell (MB)': '每单元内存预算（MB）',
+    'Metric': '指标',
+    'Min seconds per cell': '每单元最少秒数',
+    'Past sweeps and serving runs': '以往的扫描与服务测试',
+    'Peak memory': '峰值内存',
+    'Precisions': '精度',
+    'Quality beside stock fp32 (MOS, WER, voice; minutes more)': '与 stock fp32 对比音质（MOS、WER、音色；多花几分钟）',
+    'RTF by configuration and threads': '各配置与线程数的 RTF',
+    'Ray cluster': 'Ray 集群',
+    'Repeats': '重复次数',
+    'Reports (CSV, JSON, HTML)': '报告（CSV、JSON、HTML）',
+    'Side by side: the metric for each configuration ok in both, once you Compare': '并排：两次都成功的每个配置的指标（点“比较”后显示）',
+    'Sweep A': '扫描 A',
+    'Sweep B': '扫描 B',
+    'Sweeps': '扫描',
+    'Throughput vs latency (Pareto front)': '吞吐量与延迟（帕累托前沿）',
+    'Timeout per cell (s)': '每单元超时（秒）',
+    'Warm-up calls': '预热调用次数',
+    'Where the price comes from': '价格来源',
+    'blank: any node': '留空：任意节点',
+    'blank: this machine': '留空：本机',
+    'e.g. AWS c7a.large on-demand, us-east-1, 2026-12': '例如：AWS c7a.large 按需，us-east-1，2026-12',
 }
 
 # Browsers say zh-CN (or zh); both read the same texts. English is the keys themselves.
@@ -92,3 +160,37 @@ I18N = gr.I18n(en={key: key for key in ZH}, zh=ZH, **{"zh-CN": ZH})
 def t(english: str):
     """`english` as a translatable text where a translation exists; otherwise the English text as it is."""
     return I18N(english) if english in ZH else english
+
+
+# The mistakes people make most often, as the library words them (chattts_lab.requests, .voices) and in Chinese. A
+# message is written when a request fails, so its language comes from the request (the browser's Accept-Language);
+# one not listed here stays English.
+MESSAGES_ZH = [
+    (r"text( \d+)? is empty", "文本{0}为空"),
+    (r"text( \d+)? has nothing to speak \(only spaces, punctuation, symbols or tags\)",
+     "文本{0}没有可朗读的内容（只有空格、标点、符号或标记）"),
+    (r"text is ([\d,]+) characters; at most ([\d,]+) per request", "文本有 {0} 个字符；每次请求最多 {1} 个"),
+    (r"unknown voice '(.+)'; known voices: (.+) or seed:N", "未知的音色“{0}”；可用的音色：{1}，或 seed:N"),
+    (r"speaker string is empty", "说话人字符串为空"),
+    (r"speaker string is malformed or truncated.*", "说话人字符串格式错误或不完整：请重新完整复制（“显示此种子的说话人字符串”）"),
+    (r"voice card is not valid JSON \((.+)\)", "音色卡不是有效的 JSON（{0}）"),
+    (r"a sample-audio voice needs the transcript of its clip", "样本音频音色需要这段音频的文字稿"),
+]
+
+
+def wants_chinese(request) -> bool:
+    """Whether the browser that sent `request` (a gr.Request, or None) prefers Chinese."""
+    headers = getattr(request, "headers", None) or {}
+    return str(headers.get("accept-language", "")).lower().startswith("zh")
+
+
+def localized(message: str, request) -> str:
+    """A mistake's message in the language of the browser that made the request (English when not translated)."""
+    import re
+
+    if not wants_chinese(request):
+        return message
+    for pattern, chinese in MESSAGES_ZH:
+        if m := re.fullmatch(pattern, message):
+            return chinese.format(*[(g or "").strip() for g in m.groups()])
+    return message

@@ -16,6 +16,7 @@ from chattts_lab.synthesis import SAMPLE_RATE, Measurements, StreamChunk
 from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
 from webui import present, speech, zerogpu
 from webui.context import AppContext
+from webui.i18n import localized
 from webui.runtime import (ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for, plural, precisions_for,
                            serving_choice, settings_from)
 from webui.synthesis_components import SynthesisTab
@@ -48,7 +49,7 @@ async def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.
                                              session, live_playback()):
             yield update
     except USER_ERRORS as exc:
-        present.warn(str(exc))
+        present.warn(localized(str(exc), request))
         yield {ui.metrics: values[ui.metrics]}
 
 
