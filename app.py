@@ -1,4 +1,4 @@
-"""ChatTTS Lab's web app: `python app.py [--host H] [--port P] [--auth user:pass] [--share] [--model M]`.
+"""ChatTTS Lab's web app: `python app.py [--host H] [--port P] [--auth user:pass] [--share] [--model M] [--mcp]`.
 
 Pure composition: one builder per tab (webui/), the OpenAI-compatible route beside the UI, and
 argument parsing. No model loads at import time; the first request loads it, with progress shown.
@@ -12,34 +12,42 @@ from dataclasses import replace
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+try:  # ZeroGPU patches torch, so it comes first; a no-op off ZeroGPU, and optional (webui/zerogpu.py)
+    import spaces  # noqa: F401
+except ImportError:
+    pass
+
 import gradio as gr  # noqa: E402
+from starlette.middleware import Middleware  # noqa: E402
 
 from chattts_lab.serving.batcher import BatchPolicy  # noqa: E402
 from chattts_lab.serving.scheduler import SchedulerPolicy  # noqa: E402
 from chattts_lab.devices import DeviceUnavailable, parse_device  # noqa: E402
 from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
 from chattts_lab.engines import unsupported_reason  # noqa: E402
-from webui import openai_api, present, security, speech  # noqa: E402
+from webui import mcp_tools, openai_api, present, security, speech, zerogpu  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
 from webui.context import AppContext, bind  # noqa: E402
+from webui.i18n import I18N, t  # noqa: E402
 from webui.runtime import CHOSEN, RuntimeSettings, ServingChoice, describe  # noqa: E402
 from webui.synthesis_handlers import apply_settings, refresh_serving  # noqa: E402
 from webui.synthesis_tab import build_synthesis_tab  # noqa: E402
 from webui.voice_handlers import saved_voices  # noqa: E402
 
 MODEL_NAMES = ("auto", "hf", "synthetic", "synthetic-full", "synthetic-tiny")
-HEADER = """# ChatTTS Lab
-Try ChatTTS voices and measure how fast they run on this machine. Model: **{model}** (loads on first use).
-"""
+INTRO = "Try ChatTTS voices and measure how fast they run on this machine."
+HEADER = """Model: **{model}** (loads on first use). {hardware}"""
 
 
-def build_app(ctx: AppContext) -> gr.Blocks:
+def build_app(ctx: AppContext, mcp: bool = False) -> gr.Blocks:
     with gr.Blocks(title="ChatTTS Lab") as demo:
-        gr.Markdown(HEADER.format(model=ctx.model))
+        gr.Markdown("# ChatTTS Lab")
+        gr.Markdown(t(INTRO), elem_id="intro")
+        gr.Markdown(HEADER.format(model=ctx.model, hardware=zerogpu.hardware_line()), elem_id="header")
         with gr.Tabs():
-            with gr.Tab("Synthesis", id="synthesis"):
+            with gr.Tab(t("Synthesis"), id="synthesis", elem_id="tab-synthesis"):
                 synth = build_synthesis_tab(ctx)
-            with gr.Tab("Benchmark", id="benchmark"):
+            with gr.Tab(t("Benchmark"), id="benchmark", elem_id="tab-benchmark"):
                 bench = build_benchmark_tab(ctx)
         # The benchmark's recommendation (for the sweep on the page, under its memory budget) flows into the
         # synthesis tab's runtime controls; after a sweep, and when a page opens, the synthesis tab shows what
@@ -53,6 +61,8 @@ def build_app(ctx: AppContext) -> gr.Blocks:
         bench.sweep_done.then(**serving)
         loaded = demo.load(bench.on_load, None, bench.load_outputs, api_visibility="private").then(**serving)
         loaded.then(bind(saved_voices, ctx, synth), None, synth.saved_voice, api_visibility="private")
+        if mcp:
+            mcp_tools.build_mcp_tools(ctx)
     return demo
 
 
@@ -83,6 +93,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--precision", help="serve in this precision (default: as --engine's note says)")
     p.add_argument("--device", help="serve on this device (default: the recommendation's, else cpu)")
     p.add_argument("--threads", type=int, help="torch threads per request (default: the usable cores)")
+    p.add_argument("--mcp", action="store_true", default=os.environ.get("CHATTTS_LAB_MCP") == "1",
+                   help="also serve MCP tools for agents (speak, list_voices, quick_benchmark, recommend_configuration) "
+                        "at /gradio_api/mcp/; with --auth they need the same Bearer key as /v1; or set $CHATTTS_LAB_MCP=1")
     p.add_argument("--enable-monitoring", action="store_true", help="serve Gradio's /monitoring dashboard (off by default)")
     return p.parse_args(argv)
 
@@ -125,15 +138,20 @@ def main(argv=None) -> None:
     ctx = AppContext.from_env(args.model, api_key=args.auth, batching=batching, scheduling=args.batching, rows=rows)
     if any(v is not None for v in (args.engine, args.precision, args.device, args.threads)):
         ctx = replace(ctx, serving=chosen_on_command_line(ctx.serving, args))
-    speech.preload(ctx, speech.serving_settings(ctx))
-    demo = build_app(ctx)
+    speech.preload(ctx, speech.serving_settings(ctx))  # on the CPU, ZeroGPU too (its GPU calls load their own copy)
+    demo = build_app(ctx, mcp=args.mcp)
     demo.queue(default_concurrency_limit=4)
+    guard = [Middleware(mcp_tools.BearerGuard, api_key=args.auth)] if args.mcp and args.auth else []
     app, _, _ = demo.launch(
         server_name=args.host, server_port=args.port, auth=auth, share=args.share,
         enable_monitoring=args.enable_monitoring, prevent_thread_lock=True,
-        allowed_paths=[str(ctx.outputs_dir)], css=present.CSS, footer_links=["api"],
+        allowed_paths=[str(ctx.outputs_dir)], css=present.CSS, footer_links=["api", "settings"],  # Settings: language
+        i18n=I18N,
         max_file_size=security.MAX_UPLOAD,  # larger uploads get HTTP 413 before any handler reads them
+        mcp_server=args.mcp, app_kwargs={"middleware": guard},
     )
+    if args.mcp:
+        mcp_tools.keep_only_tools(demo)
     openai_api.install(app, openai_api.speech_router(ctx))
     demo.block_thread()
 

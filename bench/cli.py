@@ -22,14 +22,15 @@ import pandas as pd
 from chattts_lab.sweep import grid
 from chattts_lab.history.compare import compare_sweeps, comparison_record
 from chattts_lab.trackers.env import load_average, usable_cores
+from chattts_lab.history.price import MachinePrice, price_from_notes, with_cost
 from chattts_lab.history.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lines, comparison_lines, markdown_table,
-                                results_frame, write_reports)
+                                        price_lines, results_frame, write_reports)
 from chattts_lab.sweep.options import as_text, defaults
 from chattts_lab.history.recommend import MOS_DROP, WER_RISE_PTS, precision_by_length
 from chattts_lab.sweep.spec import SpecError, SweepSpec, cell_rule
 from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle
 from chattts_lab.history.frames import compare_frame, sweeps_frame
-from chattts_lab.history.store import Store
+from chattts_lab.history.store import Store, save_price
 from chattts_lab.sweep.runner import (
     CallTimed,
     CellFinished,
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--format", type=str_list, default=("md", "csv", "json", "html"), help="md,csv,json,html")
     o.add_argument("--resume", nargs="?", const="latest", default=None, metavar="SWEEP_ID",
                    help="finish an interrupted sweep (default: the latest one)")
+    add_price_options(o)
     o.add_argument("--yes", action="store_true", help="run a grid larger than the safety limits")
     o.add_argument("--dry-run", action="store_true", help="print the grid and estimate, run nothing")
     h = p.add_argument_group("history")
@@ -131,6 +133,23 @@ def add_spec_options(group, spec_cls, name: str) -> None:
                                **{**shape, **meta["argparse"]})
 
 
+def add_price_options(group) -> None:
+    """The machine's price, for $ per audio hour in the tables and reports (kept with the run in the history)."""
+    group.add_argument("--price", type=float, default=None, metavar="USD_PER_HOUR",
+                       help="what this machine costs per hour, in dollars: tables and reports add $ per audio hour "
+                            "(with --report ID: record it for that stored sweep)")
+    group.add_argument("--price-source", default=None, metavar="TEXT",
+                       help="where the price comes from, kept and shown with it (e.g. 'AWS c7a.large on-demand, "
+                            "us-east-1, 2026-12')")
+
+
+def price_from_args(args: argparse.Namespace) -> MachinePrice | None:
+    try:
+        return MachinePrice.given(args.price, args.price_source)
+    except ValueError as exc:
+        raise SpecError(f"--price: {exc}") from None
+
+
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     bad = [f for f in args.format if f not in FORMATS]
     if bad:
@@ -163,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.compare:
             return _compare(args.db, list(args.compare))
         if args.report is not None:
-            return _write(args.db, args.report, args.out, args.format)
+            return _write(args.db, args.report, args.out, args.format, price=price_from_args(args))
         return _sweep(parser, args)
     except SpecError as exc:
         parser.error(str(exc))
@@ -219,10 +238,12 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
-    progress = _Progress(args.db)
+    progress, price = _Progress(args.db), price_from_args(args)
     final = None
     for event in run_sweep(None if resume_id else spec, args.db, resume=resume_id,
                            memory_allowance_mb=args.memory_allowance_mb):
+        if isinstance(event, SweepStarted):
+            save_price(args.db, event.sweep_id, price)
         if isinstance(event, SweepFinished):
             final = event
         else:
@@ -293,23 +314,27 @@ class _Progress:
             self.bar.close()
 
 
-def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool = True) -> int:
+def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool = True,
+           price: MachinePrice | None = None) -> int:
+    """A stored sweep's reports (and its table on stdout); a price given is recorded for the sweep first."""
     with Store(db) as store:
         sweep = store.sweep(sweep_id)
         if sweep is None:
             print(f"no sweep {sweep_id} in {db}", file=sys.stderr)
             return 1
+    save_price(db, sweep_id, price)
+    with Store(db) as store:
         results = store.results(sweep_id)
         fidelity = store.fidelity(sweep_id)
         notes = store.notes(sweep_id)
-    df = results_frame(results)
+    df = with_cost(results_frame(results), price_from_notes(notes))
     comparisons = comparison_record(results, notes, sweep["spec"].get("drift_threshold_pct", SweepSpec.drift_threshold_pct))
     meta = {k: sweep[k] for k in ("id", "uuid", "created_at", "status", "spec")}
     paths = write_reports(df, sweep["environment"], fidelity, out or str(Path(db).parent / f"sweep-{sweep_id}"),
                           formats, meta, comparisons)
     if print_table:
         print(markdown_table(df))
-        print("\n" + "\n".join(f"- {line}" for line in comparison_lines(comparisons)))
+        print("\n" + "\n".join(f"- {line}" for line in price_lines(df) + comparison_lines(comparisons)))
         if fidelity:
             print("\nFidelity (drift from fp32 stock):\n" + markdown_table(pd.DataFrame(fidelity), FIDELITY_COLUMNS))
         for line in by_length_lines(df, (notes.get("quality") or {}).get("by_length") or []):

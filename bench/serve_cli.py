@@ -15,15 +15,18 @@ import sys
 
 import pandas as pd
 
-from bench.cli import add_spec_options
-from chattts_lab.serving.capacity import CapacityFound, capacity_gain, capacity_sentence, run_capacity
+from bench.cli import add_price_options, add_spec_options, price_from_args
+from chattts_lab.serving.capacity import CapacityFound, capacity_cost, capacity_gain, capacity_sentence, run_capacity
+from chattts_lab.history.price import with_cost
+from chattts_lab.history.store import save_price
 from chattts_lab.history.report import markdown_table
 from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
                                           run_serving)
 from chattts_lab.serving.summaries import batching_gain
 from chattts_lab.sweep.spec import SpecError
 
-COLUMNS = ("batching", "scheduling", "max_batch", "users", "rate", "requests", "ok", "errors", "lost", "audio_s_per_s", "queue_p50_s",
+COLUMNS = ("batching", "scheduling", "max_batch", "users", "rate", "requests", "ok", "errors", "lost", "audio_s_per_s",
+           "usd_per_audio_hour", "queue_p50_s",
            "queue_p90_s", "ttfb_p90_s", "ttfa_p50_s", "ttfa_p90_s", "ttfa_p99_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
            "stall_worst_p50_s", "stall_worst_p90_s", "stall_worst_p99_s", "stall_total_p90_s", "continuity_pct",
            "batch_sizes", "rss_growth_pct", "rss_late_growth_pct", "slo_broken")
@@ -35,6 +38,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
                             description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_spec_options(p, ServeSpec, "measurement")
     p.add_argument("--db", default="results/lab.sqlite", help="SQLite file that keeps every run")
+    add_price_options(p)
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(serve_parser=p)  # its usage errors are the subcommand's own
     return p
@@ -46,16 +50,20 @@ def spec_from_args(args: argparse.Namespace) -> ServeSpec:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        spec = spec_from_args(args)
+        spec, price = spec_from_args(args), price_from_args(args)
     except SpecError as exc:
         args.serve_parser.error(str(exc))
     found: list[dict] = []
     try:
         for event in (run_capacity if spec.capacity else run_serving)(spec, args.db):
+            if isinstance(event, ServeStarted):
+                save_price(args.db, event.sweep_id, price)
             if isinstance(event, CapacityFound):
                 found.append(event.result)
                 print(f"- {capacity_sentence(event.result)}")
-            _show(event, spec)
+                if cost := capacity_cost(event.result, price):
+                    print(f"- {cost}")
+            _show(event, spec, price)
             if isinstance(event, ServeFinished) and (gain := capacity_gain(found)):
                 print(f"- {gain}")
             if isinstance(event, ServeFinished):
@@ -69,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     return 1
 
 
-def _show(event, spec: ServeSpec) -> None:
+def _show(event, spec: ServeSpec, price=None) -> None:
     if isinstance(event, ServeStarted):
         print(f"serving run {event.sweep_id}: " + (f"{event.levels} load levels" if event.levels else
                                                     "capacity search"), file=sys.stderr)
@@ -86,8 +94,10 @@ def _show(event, spec: ServeSpec) -> None:
               f"p99 first audio {_num(s['ttfa_p99_s'])} s, continuity {_num(s['continuity_pct'])} %, "
               f"batches {s['batch_sizes']}", file=sys.stderr)
     elif isinstance(event, ServeFinished):
-        frame = pd.DataFrame(event.summaries)
+        frame = with_cost(pd.DataFrame(event.summaries), price)
         print(markdown_table(frame, [c for c in COLUMNS if c in frame.columns]))
+        if price is not None:
+            print(f"- {price.sentence()}")
         for users in spec.users:
             if (sentence := batching_gain(event.summaries, users)):
                 print(f"- {sentence}")

@@ -50,3 +50,14 @@ def floor_step_ms(weight_mb: float, read_gbps: float) -> float | None:
 def roofline(floor_ms: float, measured_step_ms: float) -> float | None:
     """Fraction of the hardware's floor reached: floor_step_ms / step_ms. 1.0 is at the floor, 0.5 twice as slow."""
     return floor_ms / measured_step_ms if measured_step_ms and measured_step_ms > 0 else None
+
+
+def usd_per_audio_hour(usd_per_machine_hour: float | None, audio_s_per_s: float | None) -> float | None:
+    """What an hour of audio costs: the machine's price per hour / the audio hours it makes per hour.
+
+    Audio hours made per machine-hour = audio seconds per wall second (`audio_s_per_s`), so a $0.067/h machine making
+    3.9 audio s/s costs $0.017 per audio hour. For a capacity, pass the real-time streams held: each plays one audio
+    second per second, so N streams make N audio hours an hour."""
+    if usd_per_machine_hour is None or not audio_s_per_s or audio_s_per_s <= 0:
+        return None
+    return usd_per_machine_hour / audio_s_per_s

@@ -108,12 +108,13 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, ready=(200,)) ->
     raise TimeoutError(f"the app did not answer at {url} within {timeout:.0f} s")
 
 
-def start_app(tmp: Path, *extra: str, model: str = TINY) -> tuple[str, subprocess.Popen]:
+def start_app(tmp: Path, *extra: str, model: str = TINY, env: dict | None = None) -> tuple[str, subprocess.Popen]:
+    """`python app.py --model MODEL --port N *extra`, its outputs and history under `tmp`; `env` adds variables."""
     from chattts_lab.serving.loadtest import free_port  # the library's; imported here, like the fixtures' own imports
 
     port = free_port()
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
-               CHATTTS_LAB_OUTPUTS=str(tmp / "outputs"), CHATTTS_LAB_HISTORY=str(tmp / "history.sqlite"))
+               CHATTTS_LAB_OUTPUTS=str(tmp / "outputs"), CHATTTS_LAB_HISTORY=str(tmp / "history.sqlite"), **(env or {}))
     log = open(tmp / f"app-{port}.log", "w")
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", model, "--port", str(port), *extra],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -13,6 +13,7 @@ from chattts_lab import metrics
 from chattts_lab.history.report import FORMATS, results_frame, write_reports
 from chattts_lab.history.bundle import BUNDLE_VERSION, BundleError, export_bundle, import_bundle
 from chattts_lab.history.frames import cells_frame, compare_frame, sweeps_frame
+from chattts_lab.history.price import COST_COLUMNS
 from chattts_lab.history.schema import SCHEMA_VERSION
 from chattts_lab.history.store import Store
 from chattts_lab.sweep.results import CANONICAL_COLUMNS, CellResult, RunConfig, summarize
@@ -60,7 +61,7 @@ def test_cells_are_kept_with_raw_samples_in_a_wal_database(tmp_path):
     assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
     assert conn.execute("SELECT rtf, status FROM cells ORDER BY idx").fetchall()[1] == (None, "unsupported")
     df = cells_frame(db)
-    assert list(df.columns[3:]) == list(CANONICAL_COLUMNS) and len(df) == 2  # failed cells stay visible
+    assert list(df.columns[3:]) == [*CANONICAL_COLUMNS, *COST_COLUMNS] and len(df) == 2  # failed cells stay visible
     assert sweeps_frame(db).loc[0, "n_ok"] == 1
 
 

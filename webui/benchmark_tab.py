@@ -19,13 +19,14 @@ import pandas as pd
 from chattts_lab.trackers import env as lab_env
 from chattts_lab.history.report import environment_lines, results_frame
 from chattts_lab.sweep.results import STATUSES
-from webui import figures, present
+from webui import figures, present, zerogpu
+from webui.i18n import t
 from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import devices
 from webui.quality_panel import build_quality_panel
 from webui.serving_tab import build_serving_tab
 from webui.sweep_form import (SweepControls, SweepForm, build_sweep_controls, cli_command, estimate, offered_precisions,
-                              quick_form, quick_label, spec_from_form)
+                              PRICE_FIELDS, price_from_form, quick_form, quick_label, spec_from_form)
 from webui.sweep_history import (COMPARE_METRICS, HISTORY_COLUMNS, HistoryView, RecommendView, compare_sweeps,
                                  download_reports, export_bundle_handler, import_bundle_handler, load_sweeps,
                                  recommended_or_latest)
@@ -51,19 +52,19 @@ class BenchmarkTab:
 def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
     c = {}
     with gr.Tabs() as c["tabs"]:
-        with gr.Tab("Sweep", id="sweep"):
+        with gr.Tab(t("Sweep"), id="sweep"):
             _sweep_panel(c, quick_label(ctx))
             _results_panel(c)
             _recommend_panel(c)
             quality = build_quality_panel()
-        with gr.Tab("Serving", id="serving"):
+        with gr.Tab(t("Serving"), id="serving"):
             build_serving_tab(ctx)
-        with gr.Tab("History", id="history"):
+        with gr.Tab(t("History"), id="history"):
             _history_panel(c)
             _compare_panel(c)
-        with gr.Tab("Hardware", id="hardware"):
+        with gr.Tab(t("Hardware"), id="hardware"):
             c["hw_md"] = gr.Markdown(elem_id="hw-summary")
-            c["hw_json"] = gr.JSON(label="As recorded with every sweep", elem_id="hw-json")
+            c["hw_json"] = gr.JSON(label=t("As recorded with every sweep"), elem_id="hw-json")
     view = SweepView(c["progress"], c["status"], c["gain"], c["table"], gr.State(None), gr.State(None),
                      {name: c[f"fig_{name}"] for name in ("latency", "rtf", "pareto", "memory", "roofline")},
                      c["filter_note"])
@@ -90,73 +91,73 @@ def _sweep_panel(c: dict, quick: str) -> None:
     c["estimate"] = gr.Markdown(elem_id="sw-estimate")
     with gr.Row():
         c["quick"] = gr.Button(quick, elem_id="sw-quick")  # its estimate follows the sweeps (page_loaded, _wire_sweep)
-        c["run"] = gr.Button("Run sweep", variant="primary", elem_id="sw-run")
-        c["stop"] = gr.Button("Stop", variant="stop", elem_id="sw-stop")
+        c["run"] = gr.Button(t("Run sweep"), variant="primary", elem_id="sw-run")
+        c["stop"] = gr.Button(t("Stop"), variant="stop", elem_id="sw-stop")
     c["progress"] = gr.HTML(elem_id="sw-progress")
     c["status"] = gr.Markdown(elem_id="sw-status")
 
 
 def _results_panel(c: dict) -> None:
     with gr.Row():
-        c["f_devices"] = gr.Dropdown(devices(), multiselect=True, label="Filter: device", elem_id="f-devices")
-        c["f_precisions"] = gr.Dropdown(offered_precisions(), multiselect=True, label="Filter: precision",
+        c["f_devices"] = gr.Dropdown(devices(), multiselect=True, label=t("Filter: device"), elem_id="f-devices")
+        c["f_precisions"] = gr.Dropdown(offered_precisions(), multiselect=True, label=t("Filter: precision"),
                                         elem_id="f-precisions")
-        c["f_status"] = gr.Dropdown(list(STATUSES), multiselect=True, label="Filter: status", elem_id="f-status")
+        c["f_status"] = gr.Dropdown(list(STATUSES), multiselect=True, label=t("Filter: status"), elem_id="f-status")
     c["table"] = gr.DataFrame(display_frame(results_frame([])), elem_id="sw-table", show_search="search",
                               label="Results: a row per cell once a sweep runs or History shows one (click a header "
                                     "to sort; failed cells keep their reason)", interactive=False, max_height=420)
     c["gain"] = gr.Markdown(elem_id="sw-gain")
     c["filter_note"] = gr.Markdown(elem_id="sw-filter-note")
     with gr.Row():
-        c["fig_latency"] = gr.Plot(EMPTY["latency"], label="Latency vs batch", elem_id="fig-latency")
-        c["fig_rtf"] = gr.Plot(EMPTY["rtf"], label="RTF by configuration and threads", elem_id="fig-rtf")
+        c["fig_latency"] = gr.Plot(EMPTY["latency"], label=t("Latency vs batch"), elem_id="fig-latency")
+        c["fig_rtf"] = gr.Plot(EMPTY["rtf"], label=t("RTF by configuration and threads"), elem_id="fig-rtf")
     with gr.Row():
-        c["fig_pareto"] = gr.Plot(EMPTY["pareto"], label="Throughput vs latency (Pareto front)", elem_id="fig-pareto")
-        c["fig_memory"] = gr.Plot(EMPTY["memory"], label="Peak memory", elem_id="fig-memory")
-    c["fig_roofline"] = gr.Plot(EMPTY["roofline"], label="Distance from the memory-bandwidth floor",
+        c["fig_pareto"] = gr.Plot(EMPTY["pareto"], label=t("Throughput vs latency (Pareto front)"), elem_id="fig-pareto")
+        c["fig_memory"] = gr.Plot(EMPTY["memory"], label=t("Peak memory"), elem_id="fig-memory")
+    c["fig_roofline"] = gr.Plot(EMPTY["roofline"], label=t("Distance from the memory-bandwidth floor"),
                                 elem_id="fig-roofline")
     with gr.Row():
-        c["reports_btn"] = gr.Button("Download CSV / JSON / HTML", elem_id="sw-reports")
-        c["reports"] = gr.File(label="Reports (CSV, JSON, HTML)", file_count="multiple", elem_id="sw-report-files")
+        c["reports_btn"] = gr.Button(t("Download CSV / JSON / HTML"), elem_id="sw-reports")
+        c["reports"] = gr.File(label=t("Reports (CSV, JSON, HTML)"), file_count="multiple", elem_id="sw-report-files")
 
 
 def _recommend_panel(c: dict) -> None:
     with gr.Group():
-        gr.Markdown("### Recommendation for this machine")
+        gr.Markdown(t("### Recommendation for this machine"))
         with gr.Row():
-            c["budget"] = gr.Slider(256, 65536, value=8192, step=256, label="Memory budget (MB of peak RSS)",
+            c["budget"] = gr.Slider(256, 65536, value=8192, step=256, label=t("Memory budget (MB of peak RSS)"),
                                     elem_id="budget")
-            c["recommend"] = gr.Button("Recommend", elem_id="recommend")
+            c["recommend"] = gr.Button(t("Recommend"), elem_id="recommend")
         c["recommendation"] = gr.Markdown(elem_id="recommendation")
-        c["apply_best"] = gr.Button("Apply to the Synthesis tab", variant="primary", elem_id="apply-best")
+        c["apply_best"] = gr.Button(t("Apply to the Synthesis tab"), variant="primary", elem_id="apply-best")
 
 
 def _history_panel(c: dict) -> None:
     with gr.Row():
-        c["refresh"] = gr.Button("Refresh", elem_id="h-refresh")
-    c["history_table"] = gr.DataFrame(pd.DataFrame(columns=HISTORY_COLUMNS), label="Past sweeps and serving runs",
+        c["refresh"] = gr.Button(t("Refresh"), elem_id="h-refresh")
+    c["history_table"] = gr.DataFrame(pd.DataFrame(columns=HISTORY_COLUMNS), label=t("Past sweeps and serving runs"),
                                       interactive=False, elem_id="h-table", max_height=300)
     with gr.Row():
-        c["pick"] = gr.Dropdown([], multiselect=True, label="Sweeps", elem_id="h-pick")
-        c["load"] = gr.Button("Show in the Sweep tab", elem_id="h-load")
-        c["export"] = gr.Button("Export bundle", elem_id="h-export")
+        c["pick"] = gr.Dropdown([], multiselect=True, label=t("Sweeps"), elem_id="h-pick")
+        c["load"] = gr.Button(t("Show in the Sweep tab"), elem_id="h-load")
+        c["export"] = gr.Button(t("Export bundle"), elem_id="h-export")
     with gr.Row():
-        c["bundle_out"] = gr.File(label="Bundle (download)", elem_id="h-bundle-out", height=100)
-        c["bundle_in"] = gr.File(label="Import a bundle", file_types=[".json"], elem_id="h-bundle-in", height=100)
+        c["bundle_out"] = gr.File(label=t("Bundle (download)"), elem_id="h-bundle-out", height=100)
+        c["bundle_in"] = gr.File(label=t("Import a bundle"), file_types=[".json"], elem_id="h-bundle-in", height=100)
 
 
 def _compare_panel(c: dict) -> None:
-    gr.Markdown("### Compare two sweeps (or two machines)")
+    gr.Markdown(t("### Compare two sweeps (or two machines)"))
     with gr.Row():
-        c["cmp_a"] = gr.Dropdown([], label="Sweep A", elem_id="cmp-a")
-        c["cmp_b"] = gr.Dropdown([], label="Sweep B", elem_id="cmp-b")
-        c["cmp_metric"] = gr.Dropdown(COMPARE_METRICS, value="latency_p50_s", label="Metric", elem_id="cmp-metric")
-        c["cmp_run"] = gr.Button("Compare", elem_id="cmp-run")
+        c["cmp_a"] = gr.Dropdown([], label=t("Sweep A"), elem_id="cmp-a")
+        c["cmp_b"] = gr.Dropdown([], label=t("Sweep B"), elem_id="cmp-b")
+        c["cmp_metric"] = gr.Dropdown(COMPARE_METRICS, value="latency_p50_s", label=t("Metric"), elem_id="cmp-metric")
+        c["cmp_run"] = gr.Button(t("Compare"), elem_id="cmp-run")
     c["cmp_envs"] = gr.Markdown(elem_id="cmp-envs")
     c["cmp_table"] = gr.DataFrame(pd.DataFrame(columns=["configuration", "sweep A", "sweep B"]), interactive=False,
-                                  label="Side by side: the metric for each configuration ok in both, once you Compare",
+                                  label=t("Side by side: the metric for each configuration ok in both, once you Compare"),
                                   elem_id="cmp-table")
-    c["cmp_fig"] = gr.Plot(label="Comparison", elem_id="cmp-fig")
+    c["cmp_fig"] = gr.Plot(label=t("Comparison"), elem_id="cmp-fig")
 
 
 # Handlers that need the tab's components (bound with `bind`).
@@ -174,17 +175,25 @@ def estimates_refreshed(ctx: AppContext, controls: SweepControls, quick: gr.Butt
 def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, values: dict, request: gr.Request):
     """Run sweep: a mistake in the form is a warning, and the sweep on screen stays (an error would cover it)."""
     try:
-        spec = spec_from_form(ctx.model, controls.form(values), ctx.history_db)
+        form = controls.form(values)
+        spec, price = spec_from_form(ctx.model, form, ctx.history_db), price_from_form(form)
+        updates = zerogpu.sweep_updates_for(ctx, spec, request.session_hash if request else uuid.uuid4().hex, price)
+    except zerogpu.OverGpuLimit as exc:
+        present.warn(str(exc))
+        return
     except gr.Error as exc:
         present.warn(exc.message)
         return
-    for update in sweep_updates(ctx, spec, request.session_hash if request else uuid.uuid4().hex):
+    for update in updates:
         yield view.show(update)
 
 
 def quick_clicked(controls: SweepControls, status: gr.Markdown) -> dict:
     """The preset only fills the form in (a person may change it first); the status line says what starts it."""
-    return {**controls.show(quick_form()), status: QUICK_NOTE}
+    shown = controls.show(quick_form())
+    for name in PRICE_FIELDS:  # the machine's price stays as typed
+        shown.pop(controls.by_name[name])
+    return {**shown, status: QUICK_NOTE}
 
 
 QUICK_NOTE = ("**Quick sweep filled in** (stock against lab, fp32 and int8, batch 1, short clips): the estimate is "

@@ -14,7 +14,10 @@ import gradio as gr
 import pandas as pd
 
 from chattts_lab.history import plots
-from chattts_lab.serving.capacity import CapacityFound, capacity_frame, capacity_gain, capacity_sentence, run_capacity
+from chattts_lab.history.price import MachinePrice
+from chattts_lab.history.store import save_price
+from chattts_lab.serving.capacity import (CapacityFound, capacity_cost, capacity_frame, capacity_gain, capacity_sentence,
+                                          run_capacity)
 from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
                                           run_serving)
 from chattts_lab.serving.summaries import batching_gain, serving_frame
@@ -35,8 +38,9 @@ INTRO = ("Many users at once against this app's `/v1/audio/speech`: continuous b
          "holds under a service level.")
 
 
-CAPACITY_TABLE = ["sweep_id", "machine", "batching", "max_batch", "streams", "broke_at", "broken_because", "tokens",
-                  "slo_ttfa_p99_s", "slo_continuity_pct", "config"]
+CAPACITY_TABLE = ["sweep_id", "machine", "batching", "max_batch", "streams", "usd_per_audio_hour", "broke_at",
+                  "broken_because", "tokens", "slo_ttfa_p99_s", "slo_continuity_pct", "config", "usd_per_hour",
+                  "price_source"]
 
 
 def serving_spec(ctx: AppContext, users: str, max_batch: str, requests: int, tokens: int, stream: bool,
@@ -62,23 +66,29 @@ def cli_command(ctx: AppContext, spec: ServeSpec) -> str:
 
 
 def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, engine, precision, batching, capacity,
-                slo_ttfa, slo_continuity, max_users, request: gr.Request):
+                slo_ttfa, slo_continuity, max_users, price_usd_per_hour, price_source, request: gr.Request):
     """Yields (status, table, latency figure, throughput figure, capacity figure) as each load level finishes. A
     mistake, or an app that would not start, is a warning and a status line: the run on screen stays (an error
     would cover it)."""
     try:
         spec = serving_spec(ctx, users, max_batch, requests, tokens, stream, engine, precision, batching, capacity,
                             slo_ttfa, slo_continuity, max_users)
+        price = MachinePrice.given(price_usd_per_hour, price_source)
+    except ValueError as exc:
+        present.warn(f"Machine price: {exc}")
+        return
     except gr.Error as exc:
         present.warn(exc.message)
         return
     session = request.session_hash if request else uuid.uuid4().hex
     flag = STOPS.start(session)
-    run = _Run(spec, f"Starting: `{cli_command(ctx, spec)}`")
+    run = _Run(spec, f"Starting: `{cli_command(ctx, spec)}`", price)
     yield run.view()
     try:
         with ctx.model_work:  # this app's model stays idle while the measured apps run
             for event in (run_capacity if spec.capacity else run_serving)(spec, ctx.history_db, flag.is_set):
+                if isinstance(event, ServeStarted):
+                    save_price(ctx.history_db, event.sweep_id, price)
                 run.saw(event)
                 yield run.view()
     except RuntimeError as exc:  # an app that would not start or serve: its log tail says why
@@ -92,8 +102,8 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
 class _Run:
     """What the panel shows of the run in progress, updated by each of its events."""
 
-    def __init__(self, spec: ServeSpec, status: str):
-        self.spec, self.status, self.run_id = spec, status, None
+    def __init__(self, spec: ServeSpec, status: str, price: MachinePrice | None = None):
+        self.spec, self.status, self.run_id, self.price = spec, status, None, price
         self.levels: list[dict] = []
         self.found: list[dict] = []  # a capacity search: one answer per scheduling
 
@@ -117,7 +127,8 @@ class _Run:
         if not self.spec.capacity:
             return [g for u in self.spec.users if (g := batching_gain(summaries, u))]
         gain = capacity_gain(self.found)
-        return [_capitalized(capacity_sentence(r)) for r in self.found] + ([_capitalized(gain)] if gain else [])
+        costs = [_capitalized(cost) for r in self.found if (cost := capacity_cost(r, self.price))]
+        return [_capitalized(capacity_sentence(r)) for r in self.found] + costs + ([_capitalized(gain)] if gain else [])
 
     def view(self):
         return _view(self.status, self.levels, self.run_id) + (plots.capacity_curve(self.found),)
@@ -198,6 +209,11 @@ def build_serving_tab(ctx: AppContext) -> None:
                                     label="Scheduling (continuous: one app; request-level: one app per max batch)")
     capacity_inputs = _capacity_controls(shown)
     with gr.Row():
+        price = gr.Number(None, minimum=0, label="Machine price ($ per hour)", elem_id="sv-price",
+                          info="optional: a capacity then says what an audio hour costs (price / streams held)")
+        source = gr.Textbox(label="Where the price comes from", elem_id="sv-price-source",
+                            placeholder="e.g. AWS c7a.large on-demand, us-east-1, 2026-12")
+    with gr.Row():
         run = gr.Button("Run serving benchmark", variant="primary", elem_id="sv-run")
         stop = gr.Button("Stop", variant="stop", elem_id="sv-stop")
     status = gr.Markdown(elem_id="sv-status")
@@ -216,7 +232,7 @@ def build_serving_tab(ctx: AppContext) -> None:
                          "history; Show narrows to the picked runs)", interactive=False, elem_id="sv-capacity-table")
 
     private = dict(api_visibility="private")
-    inputs = [users, max_batch, requests, tokens, stream, engine, precision, batching, *capacity_inputs]
+    inputs = [users, max_batch, requests, tokens, stream, engine, precision, batching, *capacity_inputs, price, source]
     outputs = [status, table, fig_latency, fig_throughput, fig_capacity]
     ran = run.click(bind(run_clicked, ctx), inputs, outputs, concurrency_id=MODEL_QUEUE, concurrency_limit=1,
                     **private)

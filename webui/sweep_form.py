@@ -13,9 +13,11 @@ from chattts_lab.devices import parse_device
 from chattts_lab import engines as engine_registry
 from chattts_lab.engines import ENGINES, PRECISIONS, unsupported_reason
 from chattts_lab.sweep.grid import describe, estimate_grid, int_list, refuse_huge_grid
+from chattts_lab.history.price import MachinePrice
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError, SweepSpec
+from webui.i18n import t
 from webui.context import AppContext
 from webui.runtime import devices, precisions_for
 
@@ -65,6 +67,8 @@ class SweepForm:
     drift_threshold_pct: float = _shown("drift_threshold_pct")
     cluster: str = ""  # blank: this machine; ray or ray:HOST:PORT: a fleet sweep on that Ray cluster
     nodes: str = _shown("nodes")  # Ray resource labels of the machines to measure every cell on (comma list)
+    price_usd_per_hour: float | None = None  # what the machine costs: $ per audio hour beside every row (not a spec field)
+    price_source: str = ""
 
 
 def quick_form() -> SweepForm:
@@ -117,9 +121,22 @@ def _given(text) -> bool:
 
 
 def cli_command(model: str, db: str, form: SweepForm) -> str:
-    """The `python -m bench` command line that runs the same sweep into the same history."""
+    """The `python -m bench` command line that runs the same sweep into the same history (with the same price)."""
     spec = SweepSpec.from_choices({**asdict(form), "model": model})
-    return "python -m bench " + shlex.join([*spec_argv(spec), "--db", str(db)])
+    price = price_from_form(form)
+    priced = ["--price", f"{price.usd_per_hour:g}", "--price-source", price.source] if price else []
+    return "python -m bench " + shlex.join([*spec_argv(spec), "--db", str(db), *priced])
+
+
+PRICE_FIELDS = ("price_usd_per_hour", "price_source")  # the machine's, not the sweep's: a preset leaves them
+
+
+def price_from_form(form: SweepForm) -> MachinePrice | None:
+    """The machine price the form gives (None when blank); a negative or absurd one is the form's mistake."""
+    try:
+        return MachinePrice.given(form.price_usd_per_hour, form.price_source)
+    except ValueError as exc:
+        raise gr.Error(f"Machine price: {exc}") from None
 
 
 def estimate(ctx: AppContext, form: SweepForm) -> str:
@@ -200,55 +217,62 @@ def build_sweep_controls(form: SweepForm) -> SweepControls:
 
 def _axes_rows(c: dict, form: SweepForm) -> None:
     with gr.Row():
-        c["devices"] = gr.CheckboxGroup(devices(), value=list(form.devices), label="Devices (present here)",
+        c["devices"] = gr.CheckboxGroup(devices(), value=list(form.devices), label=t("Devices (present here)"),
                                         elem_id="sw-devices")
-        c["engines"] = gr.CheckboxGroup(runnable_engines(), value=list(form.engines), label="Engines",
+        c["engines"] = gr.CheckboxGroup(runnable_engines(), value=list(form.engines), label=t("Engines"),
                                         info="; ".join(f"{e}: {ENGINE_NOTES.get(e, '')}" for e in runnable_engines()),
                                         elem_id="sw-engines")
-        c["precisions"] = gr.CheckboxGroup(offered_precisions(), value=list(form.precisions), label="Precisions",
+        c["precisions"] = gr.CheckboxGroup(offered_precisions(), value=list(form.precisions), label=t("Precisions"),
                                            elem_id="sw-precisions")
     with gr.Row():
         c["compiles"] = gr.CheckboxGroup(
             list(ON_OFF), value=list(form.compiles), label="torch.compile", interactive=has_cuda(), elem_id="sw-compiles",
-            info="CUDA only" if has_cuda() else "ignored off CUDA, so it stays off on this machine")
-        c["streams"] = gr.CheckboxGroup(list(ON_OFF), value=list(form.streams), label="Stream",
-                                        info="on also measures time to first audio", elem_id="sw-streams")
+            info=t("CUDA only") if has_cuda() else "ignored off CUDA, so it stays off on this machine")
+        c["streams"] = gr.CheckboxGroup(list(ON_OFF), value=list(form.streams), label=t("Stream"),
+                                        info=t("on also measures time to first audio"), elem_id="sw-streams")
     with gr.Row():
-        c["batches"] = gr.Textbox(form.batches, label="Batch sizes", info="1,4,8 or 1-8*2", elem_id="sw-batches")
-        c["threads"] = gr.Textbox(form.threads, label="Threads", info="1,2 or 1-4; empty: every usable core",
+        c["batches"] = gr.Textbox(form.batches, label=t("Batch sizes"), info=t("1,4,8 or 1-8*2"), elem_id="sw-batches")
+        c["threads"] = gr.Textbox(form.threads, label=t("Threads"), info=t("1,2 or 1-4; empty: every usable core"),
                                   elem_id="sw-threads")
-        c["tokens"] = gr.Textbox(form.tokens, label="Audio tokens", info=f"{STEPS_PER_AUDIO_SECOND:.3g} per second of audio", elem_id="sw-tokens")
+        c["tokens"] = gr.Textbox(form.tokens, label=t("Audio tokens"), info=f"{STEPS_PER_AUDIO_SECOND:.3g} per second of audio", elem_id="sw-tokens")
     with gr.Row():
-        c["repeats"] = gr.Number(form.repeats, precision=0, minimum=1, label="Repeats", elem_id="sw-repeats")
-        c["passes"] = gr.Number(form.passes, precision=0, minimum=1, label="Interleaved passes",
+        c["repeats"] = gr.Number(form.repeats, precision=0, minimum=1, label=t("Repeats"), elem_id="sw-repeats")
+        c["passes"] = gr.Number(form.passes, precision=0, minimum=1, label=t("Interleaved passes"),
                                 info="each pass times every cell once, in a fresh random order (Repeats and Min "
                                      "seconds then do not apply); 1: each cell in its own process", elem_id="sw-passes")
-        c["warmup"] = gr.Number(form.warmup, precision=0, minimum=0, label="Warm-up calls", elem_id="sw-warmup")
-        c["min_time_s"] = gr.Number(form.min_time_s, minimum=0, label="Min seconds per cell", elem_id="sw-min-time")
-        c["fidelity"] = gr.Checkbox(form.fidelity, label="Fidelity check (drift from fp32)", elem_id="sw-fidelity")
-        c["quality"] = gr.Checkbox(form.quality, label="Quality beside stock fp32 (MOS, WER, voice; minutes more)",
+        c["warmup"] = gr.Number(form.warmup, precision=0, minimum=0, label=t("Warm-up calls"), elem_id="sw-warmup")
+        c["min_time_s"] = gr.Number(form.min_time_s, minimum=0, label=t("Min seconds per cell"), elem_id="sw-min-time")
+        c["fidelity"] = gr.Checkbox(form.fidelity, label=t("Fidelity check (drift from fp32)"), elem_id="sw-fidelity")
+        c["quality"] = gr.Checkbox(form.quality, label=t("Quality beside stock fp32 (MOS, WER, voice; minutes more)"),
                                    elem_id="sw-quality")
 
 
 def _more_settings(c: dict, form: SweepForm) -> None:
-    with gr.Accordion("More measurement settings (as in python -m bench)", open=False):
+    with gr.Accordion(t("More measurement settings (as in python -m bench)"), open=False):
         with gr.Row():
-            c["max_repeats"] = gr.Number(form.max_repeats, precision=0, minimum=1, label="Max repeats per cell",
+            c["max_repeats"] = gr.Number(form.max_repeats, precision=0, minimum=1, label=t("Max repeats per cell"),
                                          elem_id="sw-max-repeats")
-            c["timeout_s"] = gr.Number(form.timeout_s, minimum=1, label="Timeout per cell (s)", elem_id="sw-timeout")
-            c["memory_budget_mb"] = gr.Number(form.memory_budget_mb, minimum=1, label="Memory budget per cell (MB)",
-                                              info="empty: no limit; over it a cell is oom", elem_id="sw-memory-budget")
-            c["fidelity_tokens"] = gr.Number(form.fidelity_tokens, precision=0, minimum=2, label="Fidelity tokens",
+            c["timeout_s"] = gr.Number(form.timeout_s, minimum=1, label=t("Timeout per cell (s)"), elem_id="sw-timeout")
+            c["memory_budget_mb"] = gr.Number(form.memory_budget_mb, minimum=1, label=t("Memory budget per cell (MB)"),
+                                              info=t("empty: no limit; over it a cell is oom"), elem_id="sw-memory-budget")
+            c["fidelity_tokens"] = gr.Number(form.fidelity_tokens, precision=0, minimum=2, label=t("Fidelity tokens"),
                                              elem_id="sw-fidelity-tokens")
         with gr.Row():
-            c["drift_threshold_pct"] = gr.Number(form.drift_threshold_pct, minimum=0.1, label="Drift threshold (%)",
-                                                 info="above it the sweep is marked noisy",
+            c["drift_threshold_pct"] = gr.Number(form.drift_threshold_pct, minimum=0.1, label=t("Drift threshold (%)"),
+                                                 info=t("above it the sweep is marked noisy"),
                                                  elem_id="sw-drift-threshold")
-    with gr.Accordion("Fleet: run the cells on a Ray cluster's machines (README: fleet sweeps)", open=False):
+    with gr.Row():
+        c["price_usd_per_hour"] = gr.Number(form.price_usd_per_hour, minimum=0, label=t("Machine price ($ per hour)"),
+                                            info="optional: adds $ per audio hour to every row (price / audio s per "
+                                                 "s); kept with the sweep", elem_id="sw-price")
+        c["price_source"] = gr.Textbox(form.price_source, label=t("Where the price comes from"),
+                                       placeholder=t("e.g. AWS c7a.large on-demand, us-east-1, 2026-12"),
+                                       elem_id="sw-price-source")
+    with gr.Accordion(t("Fleet: run the cells on a Ray cluster's machines (README: fleet sweeps)"), open=False):
         with gr.Row():
-            c["cluster"] = gr.Textbox(form.cluster, label="Ray cluster", placeholder="blank: this machine",
-                                      info="ray (a cluster started on this machine) or ray:HOST:PORT of its head",
+            c["cluster"] = gr.Textbox(form.cluster, label=t("Ray cluster"), placeholder=t("blank: this machine"),
+                                      info=t("ray (a cluster started on this machine) or ray:HOST:PORT of its head"),
                                       elem_id="sw-cluster")
-            c["nodes"] = gr.Textbox(form.nodes, label="Machines (node labels)", placeholder="blank: any node",
+            c["nodes"] = gr.Textbox(form.nodes, label=t("Machines (node labels)"), placeholder=t("blank: any node"),
                                     info="every cell is measured on each machine carrying one of these Ray "
                                          "resource labels", elem_id="sw-nodes")

@@ -24,7 +24,7 @@ from webui.sweep_run import SweepUpdate
 
 HISTORY_COLUMNS = ["id", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
                    "noisy"]
-COMPARE_METRICS = ["latency_p50_s", "rtf", "audio_s_per_s", "step_ms", "peak_rss_mb", "ttfa_s"]
+COMPARE_METRICS = ["latency_p50_s", "rtf", "audio_s_per_s", "usd_per_audio_hour", "step_ms", "peak_rss_mb", "ttfa_s"]
 
 
 def _sweep_choices(frame: pd.DataFrame, kinds=("sweep", "serve")) -> list[tuple[str, int]]:

@@ -12,16 +12,17 @@ import gradio as gr
 import pandas as pd
 
 from chattts_lab.engines import DEFAULT_ENGINE, DEFAULT_PRECISION
-from chattts_lab.history.store import Store
+from chattts_lab.history.price import MachinePrice, with_cost
+from chattts_lab.history.store import Store, save_price
 from chattts_lab.sweep.grid import describe
 from chattts_lab.history.report import results_frame, shown_columns
 from chattts_lab.sweep.results import CellResult
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.sweep.runner import (CallTimed, CellFinished, CellStarted, FidelityStarted, PassStarted, QualityStarted,
                                SweepFinished, SweepPlanned, SweepStarted, run_sweep, unused_settings)
-from webui import figures
+from webui import figures, zerogpu
 from webui.context import AppContext, StopFlags
-from webui.sweep_form import ON_OFF, SweepForm, spec_from_form
+from webui.sweep_form import ON_OFF, SweepForm, price_from_form, spec_from_form
 
 STOPS = StopFlags({})
 
@@ -73,9 +74,15 @@ def display_frame(df: pd.DataFrame) -> pd.DataFrame:
 FINISH_NOTES = {"finished": "finished", "cancelled": "stopped: every finished row is kept", "interrupted": "interrupted"}
 
 
-def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str) -> Iterator[SweepUpdate]:
-    """Run a sweep, describing its progress after every event; the Stop button of `session` ends it."""
+def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str,
+                  price: MachinePrice | None = None) -> Iterator[SweepUpdate]:
+    """Run a sweep, describing its progress after every event; the Stop button of `session` ends it. With a machine
+    price, the sweep keeps it and every row shows its $ per audio hour."""
     flag = STOPS.start(session)
+
+    def frame(rows):
+        return with_cost(results_frame(rows), price)
+
     results, sweep_id, plan = [], None, ""
     progress = Progress(total=len(spec.expand()))
     try:
@@ -83,7 +90,8 @@ def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str) -> Iterator[Sw
             for event in run_sweep(spec, ctx.history_db, should_stop=flag.is_set):
                 if isinstance(event, SweepStarted):
                     sweep_id = event.sweep_id
-                    yield SweepUpdate(progress.html("starting"), results_frame(results),
+                    save_price(ctx.history_db, sweep_id, price)
+                    yield SweepUpdate(progress.html("starting"), frame(results),
                                       f"Sweep {sweep_id} running: {progress.total} cell(s).", sweep_id, results)
                 elif isinstance(event, CellStarted):
                     # once per cell: when its process starts (interleaved cells then wait for their passes)
@@ -107,7 +115,7 @@ def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str) -> Iterator[Sw
                     results.append(event.result)
                     progress = replace(progress, done=len(results))
                     label = f"{event.result.config.label}: {event.result.status}"
-                    yield SweepUpdate(progress.html(label), results_frame(results), cells=list(results))
+                    yield SweepUpdate(progress.html(label), frame(results), cells=list(results))
                 elif isinstance(event, FidelityStarted):
                     yield SweepUpdate(progress.html(f"fidelity check: {event.precision} on {event.device} vs fp32"))
                 elif isinstance(event, QualityStarted):
@@ -117,7 +125,7 @@ def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str) -> Iterator[Sw
                     # a stopped sweep's bar shows what was measured, not its cancelled rows
                     progress = replace(progress, done=sum(r.status != "cancelled" for r in event.results))
                     drift = (event.drift or {}).get("sentence", "")
-                    yield SweepUpdate(progress.html(note), results_frame(event.results),
+                    yield SweepUpdate(progress.html(note), frame(event.results),
                                       " ".join(filter(None, [f"Sweep {sweep_id} {note}.", drift, plan])), sweep_id,
                                       event.results)
     finally:
@@ -138,18 +146,24 @@ def _csv(text: str) -> tuple[str, ...]:
 def api_run_sweep(ctx: AppContext, devices: str = "cpu", precisions: str = DEFAULT_PRECISION, batches: str = "1",
                   threads: str = "", tokens: str = "32", repeats: int = 1, stream: bool = False,
                   engines: str = DEFAULT_ENGINE, compile: bool = False, warmup: int = 0, min_time_s: float = 0.0,
-                  fidelity: bool = False, passes: int = SweepSpec.passes):
+                  fidelity: bool = False, passes: int = SweepSpec.passes, price_usd_per_hour: float = 0.0,
+                  price_source: str = ""):
     """The `/run_sweep` API: comma lists as in `python -m bench` (empty threads: every usable core); returns the
     results table when done, each row with its sweep's `sweep_id`, `drift_pct`, `noisy` and `sweep_note` (the
     drift sentence, and which settings took no effect). The first seven parameters keep the README's order; later
     ones have defaults. With `passes` > 1 (interleaved) each cell is timed once per pass: `repeats` and
-    `min_time_s` apply with passes=1 only."""
+    `min_time_s` apply with passes=1 only. A `price_usd_per_hour` (with its `price_source`) adds each row's
+    `usd_per_audio_hour` and is kept with the sweep."""
     form = replace(SweepForm(), devices=_csv(devices), precisions=_csv(precisions), batches=batches, threads=threads,
                    tokens=tokens, repeats=repeats, streams=(ON_OFF[bool(stream)],), engines=_csv(engines),
                    compiles=(ON_OFF[bool(compile)],), warmup=warmup, min_time_s=min_time_s, fidelity=fidelity,
-                   passes=passes)
+                   passes=passes, price_usd_per_hour=price_usd_per_hour, price_source=price_source)
     final, sweep_id, spec = pd.DataFrame(), None, spec_from_form(ctx.model, form, ctx.history_db)
-    for update in sweep_updates(ctx, spec, uuid.uuid4().hex):
+    try:
+        updates = zerogpu.sweep_updates_for(ctx, spec, uuid.uuid4().hex, price_from_form(form))
+    except zerogpu.OverGpuLimit as exc:
+        raise gr.Error(str(exc)) from None
+    for update in updates:
         if update.results is not None:
             final, sweep_id = update.results, update.sweep_id or sweep_id
     return display_frame(final).assign(**sweep_columns(ctx, sweep_id, unused_settings(spec)))

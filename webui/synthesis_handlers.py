@@ -14,8 +14,9 @@ from chattts_lab import audio as audio_io
 from chattts_lab.trackers.stages import StageTimes
 from chattts_lab.synthesis import SAMPLE_RATE, Measurements, StreamChunk
 from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
-from webui import present, speech
+from webui import present, speech, zerogpu
 from webui.context import AppContext
+from webui.i18n import localized
 from webui.runtime import (ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for, plural, precisions_for,
                            serving_choice, settings_from)
 from webui.synthesis_components import SynthesisTab
@@ -41,26 +42,30 @@ async def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.
         reqs = await asyncio.to_thread(build_requests, ctx, settings, form, values[ui.imported_code])
         # What the request waits for, where its result will be; the player alone shows Gradio's timer.
         yield {ui.metrics: speech.waiting_note(ctx, settings)}
-        if not form.stream:
+        if not form.stream or zerogpu.active():  # on ZeroGPU one call makes the whole result
             yield await _generate_batches(ctx, ui, settings, reqs, session)
             return
         async for update in _generate_stream(ctx, ui, settings, [t for r in reqs for t in r.texts], reqs[0],
                                              session, live_playback()):
             yield update
     except USER_ERRORS as exc:
-        present.warn(str(exc))
+        present.warn(localized(str(exc), request))
         yield {ui.metrics: values[ui.metrics]}
 
 
 async def _generate_batches(ctx: AppContext, ui: SynthesisTab, settings: RuntimeSettings,
                             reqs: list[SynthesisRequest], session) -> dict:
     """The batches one after another (a long text split into sentences may need several), joined in order."""
-    outs = []
-    for req in reqs:
-        out, model = await speech.serve(ctx, settings, req, session, continues=bool(outs))  # (counted at the first)
-        outs.append(out)
-        if out.measurements.interrupted:
-            break
+    if zerogpu.active():  # one call on the lent GPU makes every batch
+        made = await zerogpu.serve(ctx, settings, reqs)
+        outs, model = [out for out, _ in made], made[-1][1]
+    else:
+        outs = []
+        for req in reqs:
+            out, model = await speech.serve(ctx, settings, req, session, continues=bool(outs))  # (counted at the first)
+            outs.append(out)
+            if out.measurements.interrupted:
+                break
     joined = outs[0] if len(outs) == 1 else replace(outs[0], audio=[a for o in outs for a in o.audio],
                                                     measurements=_merged([o.measurements for o in outs]))
     path, m = _result(ctx, joined, model, {"batches": len(outs)} if len(outs) > 1 else None)
@@ -226,7 +231,10 @@ async def api_synthesize(ctx: AppContext, text: str, voice: str = "", temperatur
             sampling=Sampling(float(temperature), float(top_p), int(top_k), _seed(audio_seed)),
             speed=int(speed), max_new_token=int(max_new_token),
         )
-        out, model = await speech.serve(ctx, speech.serving_settings(ctx), req)
+        if zerogpu.active():
+            ((out, model),) = await zerogpu.serve(ctx, speech.serving_settings(ctx), [req])
+        else:
+            out, model = await speech.serve(ctx, speech.serving_settings(ctx), req)
     except USER_ERRORS as exc:
         raise gr.Error(str(exc)) from exc
     return _result(ctx, out, model)

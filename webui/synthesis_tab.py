@@ -10,6 +10,7 @@ import gradio as gr
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.requests import MAX_NEW_TOKEN
 from chattts_lab.voices import PRESET_VOICES, saved_card_names
+from webui.i18n import t
 from webui.context import MODEL_QUEUE, SYNTHESIS_QUEUE, AppContext, bind
 from webui.runtime import CHOSEN, ServingChoice, default_settings, devices, engines_for, max_threads, precisions_for
 from webui.synthesis_components import SynthesisTab
@@ -53,92 +54,92 @@ def build_synthesis_tab(ctx: AppContext) -> SynthesisTab:
 
 
 def _text_panel(c: dict) -> None:
-    c["text"] = gr.Textbox(label="Text", lines=4, value=EXAMPLES[1][0], elem_id="text",
-                           info="Inline control tokens work: [uv_break] [laugh] [lbreak]")
-    gr.Examples(EXAMPLES, inputs=[c["text"]], label="Examples")
+    c["text"] = gr.Textbox(label=t("Text"), lines=4, value=EXAMPLES[1][0], elem_id="text",
+                           info=t("Inline control tokens work: [uv_break] [laugh] [lbreak]"))
+    gr.Examples(EXAMPLES, inputs=[c["text"]], label=t("Examples"))
     with gr.Row():
-        c["generate"] = gr.Button("Generate", variant="primary", elem_id="generate")
-        c["interrupt"] = gr.Button("Interrupt", variant="stop", elem_id="interrupt")
+        c["generate"] = gr.Button(t("Generate"), variant="primary", elem_id="generate")
+        c["interrupt"] = gr.Button(t("Interrupt"), variant="stop", elem_id="interrupt")
     with gr.Row():
-        c["stream"] = gr.Checkbox(label="Stream (play while generating)", value=False, elem_id="stream")
-        c["split"] = gr.Checkbox(label="Split long text into sentences (batched)", value=False, elem_id="split")
+        c["stream"] = gr.Checkbox(label=t("Stream (play while generating)"), value=False, elem_id="stream")
+        c["split"] = gr.Checkbox(label=t("Split long text into sentences (batched)"), value=False, elem_id="split")
 
 
 def _voice_panel(c: dict, voices_dir) -> None:
-    with gr.Accordion("Voice", open=True):
-        c["voice_mode"] = gr.Radio(list(VOICE_MODES), value=VOICE_MODES[0], label="Voice from", elem_id="voice-mode")
+    with gr.Accordion(t("Voice"), open=True):
+        c["voice_mode"] = gr.Radio([(t(mode), mode) for mode in VOICE_MODES], value=VOICE_MODES[0], label=t("Voice from"), elem_id="voice-mode")
         with gr.Row():
             c["preset"] = gr.Dropdown([(f"{name} (seed {seed})", name) for name, seed in PRESET_VOICES.items()],
-                                      value=None, label="Preset voice", elem_id="preset",
-                                      info="a named seed: the same voice every time (noise on random weights)")
-            c["saved_voice"] = gr.Dropdown(saved_card_names(voices_dir), value=None, label="Saved voice",
-                                           elem_id="saved-voice", info="cards saved to the voice library")
-            c["voice_seed"] = gr.Number(value=2, precision=0, label="Voice seed", elem_id="voice-seed", minimum=0)
-            c["dice"] = gr.Button("Random voice", elem_id="dice", scale=0, min_width=120)
-        c["speaker"] = gr.Textbox(label="Speaker embedding (copy / paste)", lines=2, max_lines=4, elem_id="speaker",
-                                  buttons=["copy"], placeholder="paste a speaker string to reuse a voice")
-        c["show_speaker"] = gr.Button("Show the speaker string for this seed", size="sm")
+                                      value=None, label=t("Preset voice"), elem_id="preset",
+                                      info=t("a named seed: the same voice every time (noise on random weights)"))
+            c["saved_voice"] = gr.Dropdown(saved_card_names(voices_dir), value=None, label=t("Saved voice"),
+                                           elem_id="saved-voice", info=t("cards saved to the voice library"))
+            c["voice_seed"] = gr.Number(value=2, precision=0, label=t("Voice seed"), elem_id="voice-seed", minimum=0)
+            c["dice"] = gr.Button(t("Random voice"), elem_id="dice", scale=0, min_width=120)
+        c["speaker"] = gr.Textbox(label=t("Speaker embedding (copy / paste)"), lines=2, max_lines=4, elem_id="speaker",
+                                  buttons=["copy"], placeholder=t("paste a speaker string to reuse a voice"))
+        c["show_speaker"] = gr.Button(t("Show the speaker string for this seed"), size="sm")
         with gr.Row():
-            c["sample_audio"] = gr.Audio(label="Sample clip (voice from a recording)", sources=["upload"],
+            c["sample_audio"] = gr.Audio(label=t("Sample clip (voice from a recording)"), sources=["upload"],
                                          type="filepath", elem_id="sample-audio")
-            c["sample_text"] = gr.Textbox(label="Transcript of the clip", lines=3, elem_id="sample-text")
+            c["sample_text"] = gr.Textbox(label=t("Transcript of the clip"), lines=3, elem_id="sample-text")
 
 
 def _card_panel(c: dict) -> None:
     # Open from the start: Gradio 6 mounts a closed accordion's controls on first opening and then
     # resets them to their initial values, dropping whatever was typed in the meantime (a card name).
-    with gr.Accordion("Voice card: export / import", open=True, elem_id="card-accordion"):
-        gr.Markdown("A small JSON with the speaker embedding, seeds and parameters: the voice reproduces "
-                    "on another machine. Saved cards are also voices for the OpenAI-compatible endpoint.")
+    with gr.Accordion(t("Voice card: export / import"), open=True, elem_id="card-accordion"):
+        gr.Markdown(t("A small JSON with the speaker embedding, seeds and parameters: the voice reproduces "
+                      "on another machine. Saved cards are also voices for the OpenAI-compatible endpoint."))
         with gr.Row():
-            c["card_name"] = gr.Textbox(label="Voice name", value="my-voice", elem_id="card-name")
-            c["export_card"] = gr.Button("Export voice card", elem_id="export-card")
-            c["save_card"] = gr.Button("Save to voice library", elem_id="save-card")
+            c["card_name"] = gr.Textbox(label=t("Voice name"), value="my-voice", elem_id="card-name")
+            c["export_card"] = gr.Button(t("Export voice card"), elem_id="export-card")
+            c["save_card"] = gr.Button(t("Save to voice library"), elem_id="save-card")
         with gr.Row():
-            c["card_out"] = gr.File(label="Voice card (download)", elem_id="card-out", height=120)
-            c["card_in"] = gr.File(label="Import a voice card", file_types=[".json"], elem_id="card-in", height=120)
+            c["card_out"] = gr.File(label=t("Voice card (download)"), elem_id="card-out", height=120)
+            c["card_in"] = gr.File(label=t("Import a voice card"), file_types=[".json"], elem_id="card-in", height=120)
 
 
 def _sampling_panel(c: dict) -> None:
-    with gr.Accordion("Sampling", open=True):  # open from the start, for the same reason
+    with gr.Accordion(t("Sampling"), open=True):  # open from the start, for the same reason
         with gr.Row():
             c["temperature"] = gr.Slider(0.01, 1.0, value=DEFAULT_SAMPLING.temperature, step=0.01,
-                                         label="Temperature", elem_id="temperature")
+                                         label=t("Temperature"), elem_id="temperature")
             c["top_p"] = gr.Slider(0.1, 1.0, value=DEFAULT_SAMPLING.top_p, step=0.05, label="Top-P")
             c["top_k"] = gr.Slider(1, 50, value=DEFAULT_SAMPLING.top_k, step=1, label="Top-K")
         with gr.Row():
-            c["audio_seed"] = gr.Textbox("", label="Sampling seed", placeholder="blank: random", max_lines=1,
+            c["audio_seed"] = gr.Textbox("", label=t("Sampling seed"), placeholder=t("blank: random"), max_lines=1,
                                          elem_id="audio-seed")
-            c["text_seed"] = gr.Textbox("", label="Text seed (refine)", placeholder="blank: random", max_lines=1,
+            c["text_seed"] = gr.Textbox("", label=t("Text seed (refine)"), placeholder=t("blank: random"), max_lines=1,
                                         elem_id="text-seed")
-            c["speed"] = gr.Slider(0, 9, value=DEFAULT_REQUEST.speed, step=1, label="Speed")
+            c["speed"] = gr.Slider(0, 9, value=DEFAULT_REQUEST.speed, step=1, label=t("Speed"))
         with gr.Row():
-            c["refine"] = gr.Checkbox(label="Refine text first", value=DEFAULT_REFINE.enabled)
-            c["oral"] = gr.Slider(0, 9, value=DEFAULT_REFINE.oral, step=1, label="Oral")
-            c["laugh"] = gr.Slider(0, 2, value=DEFAULT_REFINE.laugh, step=1, label="Laugh")
-            c["brk"] = gr.Slider(0, 7, value=DEFAULT_REFINE.break_, step=1, label="Break")
+            c["refine"] = gr.Checkbox(label=t("Refine text first"), value=DEFAULT_REFINE.enabled)
+            c["oral"] = gr.Slider(0, 9, value=DEFAULT_REFINE.oral, step=1, label=t("Oral"))
+            c["laugh"] = gr.Slider(0, 2, value=DEFAULT_REFINE.laugh, step=1, label=t("Laugh"))
+            c["brk"] = gr.Slider(0, 7, value=DEFAULT_REFINE.break_, step=1, label=t("Break"))
         with gr.Row():
             c["max_new_token"] = gr.Slider(1, MAX_NEW_TOKEN, value=DEFAULT_REQUEST.max_new_token, step=1,
-                                           label=f"Max audio tokens ({STEPS_PER_AUDIO_SECOND:.1f} per second)",
+                                           label=t(f"Max audio tokens ({STEPS_PER_AUDIO_SECOND:.1f} per second)"),
                                            elem_id="max-new-token")
-            c["min_new_token"] = gr.Slider(0, MAX_NEW_TOKEN, value=0, step=1, label="Min audio tokens",
+            c["min_new_token"] = gr.Slider(0, MAX_NEW_TOKEN, value=0, step=1, label=t("Min audio tokens"),
                                            elem_id="min-new-token")
 
 
 def _runtime_panel(c: dict, serving: ServingChoice) -> None:
     start = serving.settings
     # Open: controls in a closed accordion are built on first opening and reset to these values then.
-    with gr.Accordion("Runtime", open=True):
+    with gr.Accordion(t("Runtime"), open=True):
         c["in_use"] = gr.Markdown(in_use_note(start, serving.reason), elem_id="in-use")
         with gr.Row():
-            c["device"] = gr.Dropdown(devices(), value=start.device, label="Device", elem_id="device")
-            c["engine"] = gr.Dropdown(engines_for(start.device), value=start.engine, label="Engine", elem_id="engine")
+            c["device"] = gr.Dropdown(devices(), value=start.device, label=t("Device"), elem_id="device")
+            c["engine"] = gr.Dropdown(engines_for(start.device), value=start.engine, label=t("Engine"), elem_id="engine")
             c["precision"] = gr.Dropdown(precisions_for(start.device, start.engine), value=start.precision,
-                                         label="Precision", elem_id="precision")
-            c["threads"] = gr.Slider(1, max_threads(), value=start.threads or max_threads(), step=1, label="Threads",
+                                         label=t("Precision"), elem_id="precision")
+            c["threads"] = gr.Slider(1, max_threads(), value=start.threads or max_threads(), step=1, label=t("Threads"),
                                      elem_id="threads")
         with gr.Row():
-            c["apply_best"] = gr.Button("Apply the best configuration from the benchmark", elem_id="apply-best-synth")
+            c["apply_best"] = gr.Button(t("Apply the best configuration from the benchmark"), elem_id="apply-best-synth")
             best = fastest_offer(serving)
             c["use_fastest"] = gr.Button(fastest_label(best), visible=best not in (None, start), elem_id="use-fastest")
             c["fastest"] = gr.State(best)
@@ -146,18 +147,18 @@ def _runtime_panel(c: dict, serving: ServingChoice) -> None:
 
 def _results_panel(c: dict) -> None:
     c["banner"] = gr.HTML(elem_id="banner")
-    c["stream_audio"] = gr.Audio(label="Stream", streaming=True, autoplay=True, visible=False, elem_id="stream-audio")
-    c["audio"] = gr.Audio(label="Audio", type="filepath", autoplay=True, buttons=["download"], elem_id="audio",
+    c["stream_audio"] = gr.Audio(label=t("Stream"), streaming=True, autoplay=True, visible=False, elem_id="stream-audio")
+    c["audio"] = gr.Audio(label=t("Audio"), type="filepath", autoplay=True, buttons=["download"], elem_id="audio",
                           interactive=False)
     # A streamed result, whole, to play again or download: a player of its own that never autoplays, since the
     # Stream player above has played it (Gradio 6 reads `autoplay` once, when a player mounts: an update to it is
     # ignored, so the autoplaying player above cannot be told to stay quiet for one result).
-    c["streamed"] = gr.Audio(label="Audio (the whole stream: play it again or download it)", type="filepath",
+    c["streamed"] = gr.Audio(label=t("Audio (the whole stream: play it again or download it)"), type="filepath",
                              autoplay=False, buttons=["download"], elem_id="streamed-audio", interactive=False,
                              visible=False)
     c["metrics"] = gr.Markdown(elem_id="metrics")
-    with gr.Accordion("Raw measurements (JSON)", open=False):
-        c["measurements"] = gr.JSON(label="Measurements", elem_id="measurements")
+    with gr.Accordion(t("Raw measurements (JSON)"), open=False):
+        c["measurements"] = gr.JSON(label=t("Measurements"), elem_id="measurements")
 
 
 PRIVATE = dict(api_visibility="private")

@@ -61,8 +61,14 @@ class _Serving(_Open):
     requests: list = []
 
 
+class _Price(_Open):  # chattts_lab.history.price: what tables divide by
+    usd_per_hour: Number
+    source: StrictStr
+
+
 class _Notes(_Open):
     serving: _Serving | None = None
+    price: _Price | None = None
 
 
 class _Fidelity(_Open):
@@ -109,6 +115,8 @@ def _problem(err: dict) -> str:
     if part == "fidelity" and rest:
         return f"{where}: a fidelity record is malformed"
     if part == "notes":
+        if rest[:1] == ("price",):
+            return f"{where}: the price note must hold a number 'usd_per_hour' and a text 'source'"
         if "levels" in rest and len(rest) > 2:
             return f"{where}: a serving level is malformed (its counts and times must be numbers)"
         if rest:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from chattts_lab import metrics
+from chattts_lab.history.price import COST_COLUMNS, price_from_notes
 from chattts_lab.history.store import DEFAULT_DB, Store
 from chattts_lab.sweep.results import CANONICAL_COLUMNS
 
@@ -23,7 +25,8 @@ def sweeps_frame(db_path: str | Path = DEFAULT_DB):
 
 
 def cells_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None = None):
-    """Canonical rows of the given sweeps (all when None), failed cells included, with sweep columns."""
+    """Canonical rows of the given sweeps (all when None), failed cells included, with sweep columns and, where the
+    sweep has a machine price, its price and each row's $ per audio hour."""
     import pandas as pd
 
     with Store(db_path) as store:
@@ -31,11 +34,19 @@ def cells_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None = 
         ids = list(sweeps) if sweep_ids is None else [i for i in sweep_ids if i in sweeps]
         rows = []
         for sid in ids:
+            price = price_from_notes(store.notes(sid))
             for r in store.results(sid, with_samples=False):
                 row = r.row()
                 rows.append({"sweep_id": sid, "machine": _machine(row, sweeps[sid]["machine"]),
-                             "created_at": sweeps[sid]["created_at"], **row})
-    return pd.DataFrame(rows, columns=["sweep_id", "machine", "created_at", *CANONICAL_COLUMNS])
+                             "created_at": sweeps[sid]["created_at"], **row, **_cost(price, row["audio_s_per_s"])})
+    return pd.DataFrame(rows, columns=["sweep_id", "machine", "created_at", *CANONICAL_COLUMNS, *COST_COLUMNS])
+
+
+def _cost(price, audio_s_per_s) -> dict:
+    if price is None:
+        return {}
+    return {"usd_per_hour": price.usd_per_hour, "price_source": price.source,
+            "usd_per_audio_hour": metrics.usd_per_audio_hour(price.usd_per_hour, audio_s_per_s)}
 
 
 def _machine(row: dict, sweep_machine: str) -> str:

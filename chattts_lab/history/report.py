@@ -11,6 +11,7 @@ from typing import Iterable
 
 import pandas as pd
 
+from chattts_lab.history.price import MachinePrice
 from chattts_lab.sweep.results import CANONICAL_COLUMNS, CellResult
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ RESULTS_FORMAT = "chattts-lab-results"
 RESULTS_VERSION = 1
 # What the markdown table shows (every column is in the CSV/JSON).
 TABLE_COLUMNS = ("engine", "device", "precision", "batch_size", "threads", "tokens", "compile", "stream", "status",
-                 "latency_p50_s", "latency_std_s", "rtf", "audio_s_per_s", "step_ms", "floor_step_ms", "roofline",
+                 "latency_p50_s", "latency_std_s", "rtf", "audio_s_per_s", "usd_per_audio_hour", "step_ms", "floor_step_ms", "roofline",
                  "ttfa_s", "peak_rss_mb", "load_s", "cold_s", "passes", "cpu_share", "reason")
 INT_COLUMNS = ("batch_size", "threads", "tokens", "repeats", "threads_effective", "passes")
 # The quality section: one row per configuration (every cell of one carries the same figures).
@@ -66,8 +67,11 @@ def _fmt(v) -> str:
 
 
 def shown_columns(df: pd.DataFrame) -> tuple[str, ...]:
-    """TABLE_COLUMNS, led by the cluster node when the rows come from a fleet sweep."""
-    return ("node",) * bool("node" in df and df["node"].notna().any()) + TABLE_COLUMNS
+    """TABLE_COLUMNS, led by the cluster node when the rows come from a fleet sweep; the cost per audio hour only
+    where a row has one (a price was given)."""
+    priced = "usd_per_audio_hour" in df and df["usd_per_audio_hour"].notna().any()
+    return ("node",) * bool("node" in df and df["node"].notna().any()) + tuple(
+        c for c in TABLE_COLUMNS if priced or c != "usd_per_audio_hour")
 
 
 def markdown_table(df: pd.DataFrame, columns: Iterable[str] | None = None) -> str:
@@ -131,13 +135,21 @@ def bandwidth_lines(env: dict) -> list[str]:
     return lines
 
 
+def price_lines(df: pd.DataFrame) -> list[str]:
+    """The machine price each priced row was costed at, and its source (one line per price)."""
+    if "usd_per_hour" not in df:
+        return []
+    prices = df[df["usd_per_hour"].notna()].drop_duplicates(["usd_per_hour", "price_source"])
+    return [MachinePrice(float(r.usd_per_hour), r.price_source).sentence() for r in prices.itertuples()]
+
+
 def markdown_report(df: pd.DataFrame, env: dict, fidelity: list[dict], sweep: dict | None = None,
                     comparisons: dict | None = None) -> str:
     parts = ["# ChatTTS Lab benchmark", ""]
     if sweep:
         parts += [f"Sweep {sweep.get('id')} ({sweep.get('status')}), {sweep.get('created_at')}", ""]
     parts += ["## Environment", ""] + [f"- {line}" for line in environment_lines(env)] + [""]
-    parts += ["## Results", "", markdown_table(df), ""]
+    parts += ["## Results", "", markdown_table(df), ""] + [f"{line}\n" for line in price_lines(df)]
     if comparisons:
         parts += ["## Comparisons", ""] + [f"- {_fmt(line)}" for line in comparison_lines(comparisons)] + [""]
         raw = passes_frame(comparisons)
@@ -202,6 +214,7 @@ td,th{{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}} th{{backg
 <p>{html.escape(str(sweep.get('status', ''))) if sweep else ''} {html.escape(str(sweep.get('created_at', ''))) if sweep else ''}</p>
 <h2>Environment</h2><ul>{env_items}</ul>
 <h2>Results</h2>{table}
+{''.join(f"<p>{html.escape(line)}</p>" for line in price_lines(df))}
 {compared}
 {quality_html}
 {'<h2>Fidelity (drift from fp32 stock)</h2>' + fid_html if fid_html else ''}

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from chattts_lab.history.price import PRICE_NOTE, MachinePrice
 from chattts_lab.history.schema import StoreError, migrate
 from chattts_lab.quality import QUALITY_COLUMNS
 from chattts_lab.sweep.results import CANONICAL_COLUMNS, STATUSES, CellResult
@@ -279,3 +280,10 @@ def _sweep_dict(r: sqlite3.Row) -> dict:
         "status": r["status"], "origin": r["origin"], "host": r["host"], "machine": r["machine"],
         "spec": json.loads(r["spec_json"]), "environment": json.loads(r["env_json"]),
     }
+
+
+def save_price(db_path: str | Path, sweep_id: int, price: MachinePrice | None) -> None:
+    """Keep a run's machine price in the history, as its sweep note (nothing when none was given)."""
+    if price is not None:
+        with Store(db_path) as store:
+            store.set_note(sweep_id, PRICE_NOTE, price.as_note())

@@ -16,7 +16,8 @@ import asyncio
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
-from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens
+from chattts_lab.history.price import MachinePrice, price_from_notes
+from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens, usd_per_audio_hour
 from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
                                           _measured_level, _save)
 from chattts_lab.serving.summaries import NOTE, summarize_level
@@ -121,6 +122,18 @@ def capacity_sentence(result: dict) -> str:
     return sentence + "."
 
 
+def capacity_cost(result: dict, price: MachinePrice | None) -> str | None:
+    """What an audio hour costs at the streams held: the machine's price per hour / streams (each stream plays one
+    audio hour an hour)."""
+    if price is None:
+        return None
+    cost = usd_per_audio_hour(price.usd_per_hour, result["streams"])
+    if cost is None:
+        return f"at ${price.usd_per_hour:g} per hour ({price.source}), no cost per audio hour: not one stream held."
+    return (f"at ${price.usd_per_hour:g} per hour ({price.source}), {result['streams']} real-time stream(s) make "
+            f"audio at ${cost:.4g} per audio hour.")
+
+
 def capacity_gain(results: list[dict]) -> str | None:
     """Continuous against request-level batching in the same run."""
     best = {b: max((r["streams"] for r in results if r["batching"] == b), default=None) for b in ("continuous", "request")}
@@ -136,7 +149,8 @@ def capacity_gain(results: list[dict]) -> str | None:
 
 
 def capacity_frame(db_path):
-    """One row per scheduling of every capacity run in the history, with the machine that ran it."""
+    """One row per scheduling of every capacity run in the history, with the machine that ran it and, where the run
+    has a machine price, its $ per audio hour (price / streams held)."""
     import pandas as pd
 
     from chattts_lab.history.store import Store
@@ -144,9 +158,14 @@ def capacity_frame(db_path):
     rows = []
     with Store(db_path) as store:
         for sweep in store.sweeps_list():
-            for result in (store.notes(sweep["id"]).get(NOTE) or {}).get("capacity") or []:
+            notes = store.notes(sweep["id"])
+            price = price_from_notes(notes)
+            cost = {} if price is None else {"usd_per_hour": price.usd_per_hour, "price_source": price.source}
+            for result in (notes.get(NOTE) or {}).get("capacity") or []:
+                if price is not None:
+                    cost["usd_per_audio_hour"] = usd_per_audio_hour(price.usd_per_hour, result["streams"])
                 rows.append({"sweep_id": sweep["id"], "machine": sweep["machine"],
-                             **{k: v for k, v in result.items() if k != "curve"}})
+                             **{k: v for k, v in result.items() if k != "curve"}, **cost})
     return pd.DataFrame(rows)
 
 

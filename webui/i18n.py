@@ -1,0 +1,196 @@
+"""The page in English and Simplified Chinese (gr.I18n: the browser's language picks; Settings, at the page's foot,
+switches it).
+
+A key is the English text itself, so the English page reads as before and a text not translated yet stays English
+(tests/test_browser_i18n.py lists what is left). Translated so far: the header, the tab names and the Synthesis
+tab's labels, help texts and buttons. Not yet: the Benchmark tab, and messages made at run time (warnings, the
+metrics line, banners), which gr.I18n cannot translate: they are written per request, in English.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
+
+ZH = {
+    # the page
+    "Try ChatTTS voices and measure how fast they run on this machine.":
+        "试听 ChatTTS 的音色，并测量它在这台机器上的运行速度。",
+    "Synthesis": "语音合成",
+    "Benchmark": "基准测试",
+    # text
+    "Text": "文本",
+    "Inline control tokens work: [uv_break] [laugh] [lbreak]": "文本中可使用控制标记：[uv_break] [laugh] [lbreak]",
+    "Examples": "示例",
+    "Generate": "生成",
+    "Interrupt": "中断",
+    "Stream (play while generating)": "流式（边生成边播放）",
+    "Split long text into sentences (batched)": "长文本按句拆分（批量生成）",
+    # voice
+    "Voice": "音色",
+    "Voice from": "音色来源",
+    "Seed / preset": "种子 / 预设",
+    "Speaker string": "说话人字符串",
+    "Sample audio": "样本音频",
+    "Preset voice": "预设音色",
+    "a named seed: the same voice every time (noise on random weights)":
+        "有名字的种子：每次都是同一个音色（随机权重下是噪声）",
+    "Saved voice": "已保存的音色",
+    "cards saved to the voice library": "保存在音色库中的音色卡",
+    "Voice seed": "音色种子",
+    "Random voice": "随机音色",
+    "Speaker embedding (copy / paste)": "说话人嵌入（复制 / 粘贴）",
+    "paste a speaker string to reuse a voice": "粘贴说话人字符串即可复用音色",
+    "Show the speaker string for this seed": "显示此种子的说话人字符串",
+    "Sample clip (voice from a recording)": "样本音频（从录音中取音色）",
+    "Transcript of the clip": "音频的文字稿",
+    # voice card
+    "Voice card: export / import": "音色卡：导出 / 导入",
+    "A small JSON with the speaker embedding, seeds and parameters: the voice reproduces on another machine. Saved "
+    "cards are also voices for the OpenAI-compatible endpoint.":
+        "一个小 JSON 文件，包含说话人嵌入、种子和参数：在另一台机器上也能复现同一个音色。保存的音色卡也可作为 "
+        "OpenAI 兼容接口的音色。",
+    "Voice name": "音色名称",
+    "Export voice card": "导出音色卡",
+    "Save to voice library": "保存到音色库",
+    "Voice card (download)": "音色卡（下载）",
+    "Import a voice card": "导入音色卡",
+    # sampling
+    "Sampling": "采样",
+    "Temperature": "温度",
+    "Sampling seed": "采样种子",
+    "blank: random": "留空：随机",
+    "Text seed (refine)": "文本种子（润色）",
+    "Speed": "语速",
+    "Refine text first": "先润色文本",
+    "Oral": "口语化",
+    "Laugh": "笑声",
+    "Break": "停顿",
+    f"Max audio tokens ({STEPS_PER_AUDIO_SECOND:.1f} per second)":
+        f"最大音频 token 数（每秒 {STEPS_PER_AUDIO_SECOND:.1f} 个）",
+    "Min audio tokens": "最小音频 token 数",
+    # runtime
+    "Runtime": "运行配置",
+    "Device": "设备",
+    "Engine": "引擎",
+    "Precision": "精度",
+    "Threads": "线程数",
+    "Apply the best configuration from the benchmark": "应用基准测试推荐的最佳配置",
+    # results
+    "Stream": "流式播放",
+    "Audio": "音频",
+    "Audio (the whole stream: play it again or download it)": "音频（完整的流式结果：可重播或下载）",
+    "Raw measurements (JSON)": "原始测量数据（JSON）",
+    "Measurements": "测量数据",
+    # the Benchmark tab (labels, buttons, help; its sentences and tables are not translated yet)
+    "Fleet: run the cells on a Ray cluster's machines (README: fleet sweeps)": '集群：在 Ray 集群的机器上运行各个单元（见 README：fleet sweeps）',
+    'More measurement settings (as in python -m bench)': '更多测量设置（与 python -m bench 相同）',
+    'Apply to the Synthesis tab': '应用到语音合成页',
+    'Compare': '比较',
+    'Download CSV / JSON / HTML': '下载 CSV / JSON / HTML',
+    'Export bundle': '导出结果包',
+    'Recommend': '推荐',
+    'Refresh': '刷新',
+    'Run sweep': '运行扫描',
+    'Show in the Sweep tab': '在扫描页显示',
+    'Stop': '停止',
+    '### Compare two sweeps (or two machines)': '### 比较两次扫描（或两台机器）',
+    '### Recommendation for this machine': '### 本机推荐配置',
+    'Hardware': '硬件',
+    'History': '历史',
+    'Serving': '服务',
+    'Sweep': '扫描',
+    '1,2 or 1-4; empty: every usable core': '1,2 或 1-4；留空：所有可用核心',
+    '1,4,8 or 1-8*2': '1,4,8 或 1-8*2',
+    'CUDA only': '仅限 CUDA',
+    'above it the sweep is marked noisy': '超过此值，扫描会被标记为有噪声',
+    'empty: no limit; over it a cell is oom': '留空：不限；超过则该单元记为 oom',
+    'on also measures time to first audio': '开启时也测量首段音频时间',
+    'ray (a cluster started on this machine) or ray:HOST:PORT of its head': 'ray（在本机启动的集群）或其头节点的 ray:HOST:PORT',
+    'As recorded with every sweep': '每次扫描时记录的信息',
+    'Audio tokens': '音频 token 数',
+    'Batch sizes': '批大小',
+    'Bundle (download)': '结果包（下载）',
+    'Comparison': '比较结果',
+    'Devices (present here)': '设备（本机已有）',
+    'Distance from the memory-bandwidth floor': '与内存带宽下限的距离',
+    'Drift threshold (%)': '漂移阈值（%）',
+    'Engines': '引擎',
+    'Fidelity check (drift from fp32)': '保真度检查（相对 fp32 的偏差）',
+    'Fidelity tokens': '保真度检查 token 数',
+    'Filter: device': '筛选：设备',
+    'Filter: precision': '筛选：精度',
+    'Filter: status': '筛选：状态',
+    'Import a bundle': '导入结果包',
+    'Interleaved passes': '交错轮数',
+    'Latency vs batch': '延迟与批大小',
+    'Machine price ($ per hour)': '机器价格（美元/小时）',
+    'Machines (node labels)': '机器（节点标签）',
+    'Max repeats per cell': '每单元最多重复次数',
+    'Memory budget (MB of peak RSS)': '内存预算（峰值 RSS，MB）',
+    'Memory budget per cell (MB)': '每单元内存预算（MB）',
+    'Metric': '指标',
+    'Min seconds per cell': '每单元最少秒数',
+    'Past sweeps and serving runs': '以往的扫描与服务测试',
+    'Peak memory': '峰值内存',
+    'Precisions': '精度',
+    'Quality beside stock fp32 (MOS, WER, voice; minutes more)': '与 stock fp32 对比音质（MOS、WER、音色；多花几分钟）',
+    'RTF by configuration and threads': '各配置与线程数的 RTF',
+    'Ray cluster': 'Ray 集群',
+    'Repeats': '重复次数',
+    'Reports (CSV, JSON, HTML)': '报告（CSV、JSON、HTML）',
+    'Side by side: the metric for each configuration ok in both, once you Compare': '并排：两次都成功的每个配置的指标（点“比较”后显示）',
+    'Sweep A': '扫描 A',
+    'Sweep B': '扫描 B',
+    'Sweeps': '扫描',
+    'Throughput vs latency (Pareto front)': '吞吐量与延迟（帕累托前沿）',
+    'Timeout per cell (s)': '每单元超时（秒）',
+    'Warm-up calls': '预热调用次数',
+    'Where the price comes from': '价格来源',
+    'blank: any node': '留空：任意节点',
+    'blank: this machine': '留空：本机',
+    'e.g. AWS c7a.large on-demand, us-east-1, 2026-12': '例如：AWS c7a.large 按需，us-east-1，2026-12',
+}
+
+# Browsers say zh-CN (or zh); both read the same texts. English is the keys themselves.
+I18N = gr.I18n(en={key: key for key in ZH}, zh=ZH, **{"zh-CN": ZH})
+
+
+def t(english: str):
+    """`english` as a translatable text where a translation exists; otherwise the English text as it is."""
+    return I18N(english) if english in ZH else english
+
+
+# The mistakes people make most often, as the library words them (chattts_lab.requests, .voices) and in Chinese. A
+# message is written when a request fails, so its language comes from the request (the browser's Accept-Language);
+# one not listed here stays English.
+MESSAGES_ZH = [
+    (r"text( \d+)? is empty", "文本{0}为空"),
+    (r"text( \d+)? has nothing to speak \(only spaces, punctuation, symbols or tags\)",
+     "文本{0}没有可朗读的内容（只有空格、标点、符号或标记）"),
+    (r"text is ([\d,]+) characters; at most ([\d,]+) per request", "文本有 {0} 个字符；每次请求最多 {1} 个"),
+    (r"unknown voice '(.+)'; known voices: (.+) or seed:N", "未知的音色“{0}”；可用的音色：{1}，或 seed:N"),
+    (r"speaker string is empty", "说话人字符串为空"),
+    (r"speaker string is malformed or truncated.*", "说话人字符串格式错误或不完整：请重新完整复制（“显示此种子的说话人字符串”）"),
+    (r"voice card is not valid JSON \((.+)\)", "音色卡不是有效的 JSON（{0}）"),
+    (r"a sample-audio voice needs the transcript of its clip", "样本音频音色需要这段音频的文字稿"),
+]
+
+
+def wants_chinese(request) -> bool:
+    """Whether the browser that sent `request` (a gr.Request, or None) prefers Chinese."""
+    headers = getattr(request, "headers", None) or {}
+    return str(headers.get("accept-language", "")).lower().startswith("zh")
+
+
+def localized(message: str, request) -> str:
+    """A mistake's message in the language of the browser that made the request (English when not translated)."""
+    import re
+
+    if not wants_chinese(request):
+        return message
+    for pattern, chinese in MESSAGES_ZH:
+        if m := re.fullmatch(pattern, message):
+            return chinese.format(*[(g or "").strip() for g in m.groups()])
+    return message
