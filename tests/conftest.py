@@ -59,7 +59,8 @@ RAY_FILES = ("tests/test_fleet_sweep.py", "tests/test_ray_serve.py")
 LONGEST_FIRST = (*RAY_FILES, "tests/test_browser_benchmark.py", "tests/test_served_default.py",
                  "tests/test_quality_sweep.py", "tests/test_passes_interleaved.py", "tests/test_bench_cli.py",
                  "tests/test_serving_bench.py", "tests/test_load.py", "tests/test_reliability_app_sweep.py",
-                 "tests/test_roofline.py", "tests/test_bench_history_cli.py", "tests/test_api.py")
+                 "tests/test_roofline.py", "tests/test_bench_history_cli.py", "tests/test_api.py",
+                 "tests/test_serving_faults.py", "tests/test_lab_engine.py")
 
 
 def _test_file(nodeid: str) -> str:
