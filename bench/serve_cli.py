@@ -18,6 +18,7 @@ import pandas as pd
 from bench.cli import add_spec_options
 from chattts_lab.serving.capacity import CapacityFound, capacity_gain, capacity_sentence, run_capacity
 from chattts_lab.history.report import markdown_table
+from chattts_lab.history.store import DEFAULT_DB
 from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
                                           run_serving)
 from chattts_lab.serving.summaries import batching_gain
@@ -34,7 +35,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p = commands.add_parser("serve", help="the serving benchmark: many users against the real app",
                             description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_spec_options(p, ServeSpec, "measurement")
-    p.add_argument("--db", default="results/lab.sqlite", help="SQLite file that keeps every run")
+    p.add_argument("--db", default=str(DEFAULT_DB), help="SQLite file that keeps every run")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(serve_parser=p)  # its usage errors are the subcommand's own
     return p
