@@ -30,7 +30,7 @@ from chattts_lab.history.recommend import MOS_DROP, WER_RISE_PTS, precision_by_l
 from chattts_lab.sweep.spec import SpecError, SweepSpec, cell_rule
 from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle
 from chattts_lab.history.frames import compare_frame, sweeps_frame
-from chattts_lab.history.store import Store, save_price
+from chattts_lab.history.store import DEFAULT_DB, Store, save_price
 from chattts_lab.sweep.runner import (
     CallTimed,
     CellFinished,
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = p.add_argument_group("fleet (Ray; pip install -r requirements-cluster.txt)")
     add_spec_options(c, SweepSpec, "fleet")
     o = p.add_argument_group("results")
-    o.add_argument("--db", default="results/lab.sqlite", help="SQLite file that keeps every sweep")
+    o.add_argument("--db", default=str(DEFAULT_DB), help="SQLite file that keeps every sweep")
     o.add_argument("--out", default=None, help="report folder (default results/sweep-<id>)")
     o.add_argument("--format", type=str_list, default=("md", "csv", "json", "html"), help="md,csv,json,html")
     o.add_argument("--resume", nargs="?", const="latest", default=None, metavar="SWEEP_ID",

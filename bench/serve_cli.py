@@ -20,6 +20,7 @@ from chattts_lab.serving.capacity import CapacityFound, capacity_cost, capacity_
 from chattts_lab.history.price import with_cost
 from chattts_lab.history.store import save_price
 from chattts_lab.history.report import markdown_table
+from chattts_lab.history.store import DEFAULT_DB
 from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
                                           run_serving)
 from chattts_lab.serving.summaries import batching_gain
@@ -37,7 +38,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p = commands.add_parser("serve", help="the serving benchmark: many users against the real app",
                             description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_spec_options(p, ServeSpec, "measurement")
-    p.add_argument("--db", default="results/lab.sqlite", help="SQLite file that keeps every run")
+    p.add_argument("--db", default=str(DEFAULT_DB), help="SQLite file that keeps every run")
     add_price_options(p)
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(serve_parser=p)  # its usage errors are the subcommand's own

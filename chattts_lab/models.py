@@ -107,11 +107,12 @@ def _local_source(path: Path) -> ModelSource:
 
 
 def _hf_cache_snapshot() -> Path | None:
-    from huggingface_hub import constants
+    """The released weights' snapshot in the Hugging Face cache (its `main`, found by huggingface_hub itself), if
+    its GPT is there."""
+    from huggingface_hub import try_to_load_from_cache
 
-    snapshots = Path(constants.HF_HUB_CACHE) / "models--2Noise--ChatTTS" / "snapshots"
-    found = sorted(snapshots.glob("*/asset/gpt"), key=lambda p: p.stat().st_mtime) if snapshots.is_dir() else []
-    return found[-1].parent.parent if found else None
+    found = try_to_load_from_cache(HF_REPO, "asset/gpt/config.json")  # None, or a marker that it is known absent
+    return Path(found).parents[2] if isinstance(found, str) else None
 
 
 def _network_reachable(host: str = "huggingface.co", port: int = 443) -> bool:

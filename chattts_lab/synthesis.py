@@ -1,7 +1,8 @@
 """synthesize(model, request) -> audio plus honest measurements of how it was made.
 
-Both engines run through ChatTTS's own `Chat.infer` (the lab engine swaps only the token generator),
-so text normalisation, prompts, speaker handling, the decoder and the vocoder are ChatTTS's own.
+Every engine runs through ChatTTS's own `Chat.infer` (lab and onnx swap only the token generator); an engine that
+streams by itself (`EngineRuntime.streams_incrementally`) streams with its own loop over ChatTTS's parts. Either way
+text normalisation, prompts, speaker handling, the decoder and the vocoder are ChatTTS's own.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 TINY = "synthetic-tiny"
 ROOT = Path(__file__).resolve().parents[1]
 # Browser tests still take their screenshots (taking one can fail), into a temporary folder: the README's come
-# from docs/make_screenshots.py on full-size weights, which is what a user sees.
+# from scripts/make_screenshots.py on full-size weights, which is what a user sees.
 SCREENSHOTS = Path(tempfile.gettempdir()) / "chattts_lab_screenshots"
 CHROMIUM = "/usr/bin/chromium"
 # Debian chromium under Playwright (never `playwright install`: it downloads a browser).

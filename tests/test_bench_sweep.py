@@ -1,7 +1,10 @@
 """Sweep specs: cartesian expansion, validation, the skip rules, derived statistics, and the parent's
 handling of worker processes that die, hang or are stopped."""
 
-import stat
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -95,24 +98,21 @@ def test_ok_without_timed_samples_is_an_error():
 
 
 @pytest.fixture
-def fake_worker(tmp_path, monkeypatch):
-    """Make the sweep's workers a stand-in that dies or hangs on purpose: `fake_worker("sleep 3600")`."""
-    def use(body: str) -> None:
-        path = tmp_path / "fake-worker"
-        path.write_text("#!/bin/sh\n" + body + "\n")
-        path.chmod(path.stat().st_mode | stat.S_IEXEC)
-        monkeypatch.setattr(supervisor, "WORKER_COMMAND", [str(path)])
+def fake_worker(monkeypatch):
+    """Make the sweep's workers a stand-in from tests/fake_workers.py that dies or hangs on purpose."""
+    def use(name: str) -> None:
+        monkeypatch.setattr(supervisor, "WORKER_ENTRY", f"tests.fake_workers:{name}")
     return use
 
 
 def test_a_worker_killed_by_a_signal_becomes_a_crashed_row(fake_worker):
-    fake_worker("echo dying >&2; kill -9 $$")
+    fake_worker("dying")
     out = run_child({"kind": "cell"}, timeout_s=30)
     assert out.status == "crashed" and "SIGKILL" in out.reason and "dying" in out.reason
 
 
 def test_a_hung_worker_is_killed_at_the_timeout(fake_worker):
-    fake_worker("sleep 3600")
+    fake_worker("hanging")
     out = run_child({"kind": "cell"}, timeout_s=1.0)
     # `timeout`, not `crashed`: the fix is a larger --timeout, not a bug report
     assert out.status == "timeout" and "timeout" in out.reason
@@ -120,10 +120,22 @@ def test_a_hung_worker_is_killed_at_the_timeout(fake_worker):
 
 
 def test_stopping_kills_the_running_worker_and_cancels_the_cell(fake_worker):
-    fake_worker("sleep 3600")
+    fake_worker("hanging")
     calls = []
     out = run_child({"kind": "cell"}, timeout_s=3600, should_stop=lambda: calls.append(1) or len(calls) > 3)
     assert out.status == "cancelled" and len(calls) == 4 and out.elapsed_s < 3600  # stopped, not waited for
+
+
+def test_each_worker_is_a_fresh_process_with_its_own_threads_from_a_server_that_runs_none(fake_worker):
+    """Forked from the preloaded server (chattts_lab.sweep.launcher), a worker still starts clean: its own pid, its
+    task on stdin, the thread count it was given, and nothing running in the server that a fork could copy."""
+    fake_worker("threads_and_parent")
+    one = run_child({"kind": "cell", "n": 1}, timeout_s=120, threads=1)
+    two = run_child({"kind": "cell", "n": 2}, timeout_s=120, threads=2)
+    assert (one.status, two.status) == ("ok", "ok"), (one.reason, two.reason)
+    assert one.payload["pid"] != two.payload["pid"] and two.payload["task"] == {"kind": "cell", "n": 2}
+    assert (one.payload["omp"], two.payload["omp"]) == ("1", "2")
+    assert one.payload["server_threads"] == 1 and two.payload["server_threads"] == 1
 
 
 
@@ -151,3 +163,16 @@ def test_run_sweep_events_and_stop_keep_finished_rows(tmp_path):
     with Store(db) as store:
         assert store.sweep(final.sweep_id)["status"] == "cancelled"
     assert resumable_sweep(db) == final.sweep_id
+
+
+def test_a_worker_does_not_run_the_main_script_again(tmp_path):
+    """Started from a script (app.py is one), a worker must not re-import it: multiprocessing would, by default."""
+    script = tmp_path / "script.py"
+    script.write_text("print('script ran')\n"
+                      "from chattts_lab.sweep import supervisor\n"
+                      "supervisor.WORKER_ENTRY = 'tests.fake_workers:threads_and_parent'\n"
+                      "print(supervisor.run_child({'kind': 'cell'}, timeout_s=120).status)\n")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(script)], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.stdout.split() == ["script", "ran", "ok"], done.stderr[-2000:]

@@ -31,6 +31,7 @@ from chattts_lab.history.store import Store
 from chattts_lab.sweep.fleet import fleet_result, measure_on_node
 from chattts_lab.sweep.runner import run_sweep
 from tests.conftest import ROOT, TINY
+from tests.fake_workers import is_worker
 from tests.ray_cli import WAIT_S, without_auth
 
 # Timed calls of each cell last at least this long: once node_b's worker has started, its cell has at least its
@@ -44,15 +45,12 @@ def bench(*args: str, env: dict | None = None) -> subprocess.Popen:
 
 
 def cell_worker_on(cluster, label: str, sweep: subprocess.Popen) -> psutil.Process:
-    """The cell's worker process (`python -m chattts_lab.sweep.worker`) under the node's Ray task, once it exists."""
+    """The cell's worker process (forked by the Ray task's forkserver) on the node, once it exists."""
     deadline = time.monotonic() + WAIT_S
     while True:
         for proc in cluster.processes(label):
-            try:
-                if "chattts_lab.sweep.worker" in proc.cmdline():
-                    return proc
-            except psutil.Error:
-                pass  # a process that ended meanwhile
+            if is_worker(proc):  # a process that ended meanwhile is none
+                return proc
         if sweep.poll() is not None:
             pytest.fail(f"the sweep ended before a cell worker ran on {label}:\n{sweep.stdout.read()}")
         assert time.monotonic() < deadline, f"no cell worker on {label} after {WAIT_S} s"

@@ -1,4 +1,4 @@
-"""docs/gpu/sweep.sh, the one prepared command for a lent GPU, checked here where there is no GPU.
+"""scripts/gpu/sweep.sh, the one prepared command for a lent GPU, checked here where there is no GPU.
 
 The GPU's numbers cannot be checked here. What can: the reasons its rule rows will give, and (opt-in, `-m slow`:
 the script starts four Python processes, about 25 s) that `python -m bench` accepts the script's arguments, every
@@ -34,7 +34,7 @@ def test_the_gpu_sweep_without_a_gpu_writes_a_bundle_whose_36_rows_say_why(tmp_p
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), CHATTTS_LAB_GPU_DRY="1", CHATTTS_LAB_GPU_WORK=str(tmp_path / "work"),
                PYTHON=sys.executable)
-    run = subprocess.run(["bash", "docs/gpu/sweep.sh", "--device", "cuda"], cwd=ROOT, env=env, capture_output=True,
+    run = subprocess.run(["bash", "scripts/gpu/sweep.sh", "--device", "cuda"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 

@@ -53,3 +53,21 @@ def test_an_unfinished_build_is_not_mistaken_for_a_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="unknown synthetic size"):
         synthetic.SyntheticSpec("huge")
     assert json.loads(json.dumps(synthetic.SIZES))["tiny"]["gpt_layers"] == 2
+
+
+def test_the_hf_cache_snapshot_is_found_by_huggingface_hub(monkeypatch, tmp_path):
+    """The cache layout huggingface_hub writes (refs/main names the snapshot); a snapshot without the GPT is none."""
+    import huggingface_hub.constants as c
+
+    from chattts_lab.models import _hf_cache_snapshot
+
+    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    repo = tmp_path / "hub" / "models--2Noise--ChatTTS"
+    snapshot = repo / "snapshots" / ("a" * 40)
+    (snapshot / "asset").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    assert _hf_cache_snapshot() is None
+    (snapshot / "asset" / "gpt").mkdir()
+    (snapshot / "asset" / "gpt" / "config.json").write_text("{}")
+    assert _hf_cache_snapshot() == snapshot

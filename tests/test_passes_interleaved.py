@@ -18,6 +18,7 @@ import sys
 import psutil
 import pytest
 
+from tests.fake_workers import running_workers
 from chattts_lab.history.compare import speed_ratio, sweep_comparison
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.history.bundle import export_bundle
@@ -34,9 +35,8 @@ def timed(result) -> list[dict]:
 
 
 def workers() -> list[psutil.Process]:
-    """This test's `python -m chattts_lab.sweep.worker` children, oldest first (the sweep loads them in grid order)."""
-    found = [c for c in psutil.Process().children(recursive=True) if "chattts_lab.sweep.worker" in " ".join(c.cmdline())]
-    return sorted(found, key=lambda p: p.create_time())
+    """This test's sweep workers, oldest first (the sweep loads them in grid order)."""
+    return running_workers()
 
 
 def test_each_cell_keeps_one_loaded_worker_and_every_pass_is_recorded(tmp_path):

@@ -208,7 +208,7 @@ PATHLIKE = re.compile(r"^[\w.~-]+(?:/[\w.-]*)+$|^[\w-]+\.(?:py|md|txt|sh|json|pn
 
 
 # Inside commands too: any token that starts with one of the repository's source or docs folders.
-IN_FOLDER = re.compile(r"(?<![\w/.-])((?:docs|tests|bench|webui|chattts_lab)/[\w./-]*[\w/])")
+IN_FOLDER = re.compile(r"(?<![\w/.-])((?:docs|scripts|tests|bench|webui|chattts_lab)/[\w./-]*[\w/])")
 
 
 def named_paths(text: str = README) -> set[str]:
@@ -219,7 +219,7 @@ def named_paths(text: str = README) -> set[str]:
 
 def test_every_file_or_folder_the_readme_names_exists():
     paths = named_paths()
-    assert {"docs/gpu/sweep.sh", "docs/make_screenshots.py", "packages.txt"} <= paths  # the scan finds them
+    assert {"scripts/gpu/sweep.sh", "scripts/make_screenshots.py", "packages.txt"} <= paths  # the scan finds them
     missing = [p for p in sorted(paths - NOT_IN_REPO) if not (ROOT / p).exists()]
     assert not missing, f"README names paths that are not in the repository: {missing}"
 

@@ -12,6 +12,7 @@ import pytest
 from chattts_lab.history.store import Store
 from chattts_lab.sweep.runner import resumable_sweep
 from tests.conftest import start_app, stop_app
+from tests.fake_workers import running_workers
 
 SYNTH = dict(temperature=0.3, top_p=0.7, top_k=20, audio_seed=1, speed=5, max_new_token=8, split=False)
 # /run_sweep inputs in the README's order: devices, precisions, batches, threads, tokens, repeats, stream
@@ -52,14 +53,7 @@ def _cells_stored(db) -> int:
 
 
 def _app_workers(app: subprocess.Popen) -> list[psutil.Process]:
-    found = []
-    for child in psutil.Process(app.pid).children():
-        try:
-            if "chattts_lab.sweep.worker" in " ".join(child.cmdline()):
-                found.append(child)
-        except psutil.NoSuchProcess:  # ended between listing and reading its command line
-            pass
-    return found
+    return running_workers(app.pid)
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.fake_workers import running_workers
 from chattts_lab.history.schema import SCHEMA_VERSION
 from chattts_lab.history.store import Store
 from chattts_lab.sweep.results import CellResult, RunConfig
@@ -36,15 +37,12 @@ TINY = dict(model="synthetic-tiny", tokens=(8,), threads=(1,), repeats=1, min_ti
 
 
 def wait_for_worker(timeout_s: float = 300) -> psutil.Process:
-    """The `python -m chattts_lab.sweep.worker` child of this test process, as soon as it exists."""
+    """This test process's sweep worker (forked by its forkserver), as soon as it exists."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for child in psutil.Process().children(recursive=True):
-            try:
-                if "chattts_lab.sweep.worker" in " ".join(child.cmdline()):
-                    return child
-            except psutil.NoSuchProcess:
-                continue
+        found = running_workers()
+        if found:
+            return found[0]
         time.sleep(0.05)
     raise AssertionError("no worker process started")
 

@@ -1,4 +1,4 @@
-"""Pure `DataFrame -> plotly Figure` functions over canonical result rows (see sweep.CANONICAL_COLUMNS).
+"""Pure `DataFrame -> plotly Figure` functions over canonical result rows (see chattts_lab.sweep.results.CANONICAL_COLUMNS).
 
 Used by the HTML report and the app alike; testable without a browser. Only `ok` cells carry numbers
 to plot; every figure says in its title how many cells were not ok, so failures stay visible (the

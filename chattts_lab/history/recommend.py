@@ -1,6 +1,6 @@
 """Which configuration to use here: the Pareto front of a sweep and the fastest cell under a memory budget.
 
-Pure functions over canonical result rows (sweep.CANONICAL_COLUMNS); no plotting, no UI.
+Pure functions over canonical result rows (chattts_lab.sweep.results.CANONICAL_COLUMNS); no plotting, no UI.
 """
 
 from __future__ import annotations

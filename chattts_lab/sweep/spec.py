@@ -118,7 +118,7 @@ class SweepSpec:
         RunConfig.max_repeats, "timed calls per cell, at most", "--max-repeats", int)
     timeout_s: Annotated[float, Limit(gt=0)] = option(
         RunConfig.timeout_s, "seconds per cell before it is killed", "--timeout", float)
-    fidelity: bool = option(True, "measure drift from fp32 once per precision", "--fidelity", _on)
+    fidelity: bool = option(True, "measure drift from stock fp32 once per device, engine and precision", "--fidelity", _on)
     fidelity_tokens: Annotated[int, Limit(ge=2, le=MAX_NEW_TOKEN)] = option(
         32, "audio tokens of the fidelity check's decode", "--fidelity-tokens", int)
     # Audio quality beside the reference, stock fp32 on the same device, per (device, engine, precision): fixed texts

@@ -1,4 +1,5 @@
-"""The one supervisor of a sweep's worker processes (`python -m chattts_lab.sweep.worker`): a one-shot task
+"""The one supervisor of a sweep's worker processes (`chattts_lab.sweep.worker.main`, each forked from a server that
+has imported torch and ChatTTS once: chattts_lab.sweep.launcher): a one-shot task
 (`run_child`, `run_cell`), a cell's worker kept loaded between passes or calls (`CellWorker`), and a cell's row from
 what its worker gave back (`result_of`). Every wait watches the clock and the stop flag; nothing is left running.
 """
@@ -10,8 +11,6 @@ import logging
 import os
 import queue
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -20,12 +19,13 @@ from pathlib import Path
 from typing import Callable
 
 from chattts_lab.limits import crash_under_budget
+from chattts_lab.sweep.launcher import ForkedWorker
 from chattts_lab.trackers.measure import repeat_until
 from chattts_lab.sweep.results import PASS_MARKER, RESULT_MARKER, CellResult, RunConfig, summarize
 from chattts_lab.sweep.spec import cell_rule
 
 log = logging.getLogger(__name__)
-WORKER_COMMAND = [sys.executable, "-m", "chattts_lab.sweep.worker"]
+WORKER_ENTRY = "chattts_lab.sweep.worker:main"  # module:function each worker runs (tests swap in a stand-in)
 STDERR_KEPT_CHARS = 4000  # what a crashed cell keeps of its worker's stderr (the end, where the error is)
 
 
@@ -34,14 +34,15 @@ STDERR_KEPT_CHARS = 4000  # what a crashed cell keeps of its worker's stderr (th
 
 
 def worker_env(threads: int | None) -> dict:
-    """The child's environment: thread pools sized before torch starts, so nothing leaks in."""
+    """The worker's environment: its own thread counts (what the row records; the pools themselves are sized when
+    the worker loads its model, since torch was imported before the fork), offline, its parent named."""
     env = dict(os.environ)
     if threads:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[var] = str(threads)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env["PYTHONUNBUFFERED"] = "1"
-    env["CHATTTS_LAB_PARENT_PID"] = str(os.getpid())  # the worker dies with its parent (see worker.main)
+    env["CHATTTS_LAB_PARENT_PID"] = str(os.getpid())  # dies with us (worker.main; forked ones: launcher._die_with)
     return env
 
 
@@ -56,7 +57,7 @@ class ChildOutcome:
 
 def run_child(task: dict, timeout_s: float, threads: int | None = None,
               should_stop: Callable[[], bool] | None = None) -> ChildOutcome:
-    """Run `python -m chattts_lab.sweep.worker` on one task (a JSON object on stdin) and read its result."""
+    """Run a worker on one task (a JSON object on its stdin) and read its result."""
     worker = WorkerProcess(task, timeout_s, threads)
     try:
         worker.next_message(should_stop or (lambda: False))  # a one-shot task answers with its result alone
@@ -67,11 +68,8 @@ def run_child(task: dict, timeout_s: float, threads: int | None = None,
     return ChildOutcome("error", "the worker answered a one-shot task with a pass sample", {}, worker.busy_s)
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
+def _kill(proc: ForkedWorker) -> None:
+    proc.kill()  # its whole process group
     proc.wait()
 
 
@@ -121,23 +119,21 @@ class WorkerEnded(Exception):
 
 
 class WorkerProcess:
-    """One `python -m chattts_lab.sweep.worker`, spoken to in JSON lines: the first line on its stdin is its task.
+    """One worker process (chattts_lab.sweep.launcher), spoken to in JSON lines: the first line on its stdin is its
+    task.
 
     A one-shot task (`cell`, `fidelity`, ...) answers with its result line; a `serve` task (CellWorker) stays
     loaded and answers one line per command. A reader thread moves its stdout lines into a queue so that every
     wait also watches the clock (`timeout_s` per wait) and the stop flag. Its stderr goes to a temporary file
-    (kept for a crash's traceback). `busy_s` is the wall time the worker spent on what it was asked.
+    (kept for a crash's traceback; the worker unlinks its name once open). `busy_s` is the wall time the worker spent on what it was asked.
     """
 
     def __init__(self, task: dict, timeout_s: float, threads: int | None = None):
         self.timeout_s = timeout_s
         self.busy_s = 0.0
-        self._stderr = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen(
-            WORKER_COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self._stderr, env=worker_env(threads), text=True, bufsize=1, start_new_session=True,
-            cwd=str(Path(__file__).resolve().parents[2]),
-        )
+        fd, self._stderr_path = tempfile.mkstemp(prefix="chattts-lab-worker-", suffix=".stderr")
+        self._stderr = os.fdopen(fd, "w+")
+        self.proc = ForkedWorker(WORKER_ENTRY, worker_env(threads), self._stderr_path)
         self._lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self._send(task)
@@ -194,7 +190,7 @@ class WorkerProcess:
         self.proc.wait()
         self._stderr.seek(0)
         stderr = self._stderr.read()
-        self._stderr.close()
+        self._close_stderr()
         if payload is None:
             raise WorkerEnded(ChildOutcome("crashed", _death_reason(self.proc.returncode, stderr), {},
                                            self.busy_s, stderr))
@@ -204,8 +200,12 @@ class WorkerProcess:
     def kill(self) -> None:
         if self.proc.poll() is None:
             _kill(self.proc)
+        self._close_stderr()
+
+    def _close_stderr(self) -> None:
         if not self._stderr.closed:
             self._stderr.close()
+            Path(self._stderr_path).unlink(missing_ok=True)  # the worker unlinks it once open; not if it died first
 
 
 class CellWorker(WorkerProcess):

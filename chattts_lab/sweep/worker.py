@@ -1,4 +1,5 @@
-"""One benchmark cell in a fresh process: `python -m chattts_lab.sweep.worker` < task.json.
+"""One benchmark cell in a fresh process: `main()`, in a process forked from a server that imported torch and
+ChatTTS once (chattts_lab.sweep.launcher), or by hand `python -m chattts_lab.sweep.worker` < task.json.
 
 The parent (`chattts_lab.sweep.supervisor.run_child`) writes one JSON task on stdin and reads one line on stdout
 that starts with RESULT_MARKER; a failure comes back as a status, a reason and the full traceback. A

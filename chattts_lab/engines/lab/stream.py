@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 SAMPLES_PER_TOKEN = 2 * SAMPLES_PER_STEP_PAIR  # one GPT step = 2 mel frames
 FIRST_CHUNK = 12  # steps before the first audio (~0.25 s of audio)
 # Tokens re-decoded before each chunk. The decoder's and vocoder's convolutions reach fewer than 8 tokens back: with 8,
-# a streamed clip is its whole decode within rounding (docs/measurements/probes/seam_bound.py: full-size weights at lab
+# a streamed clip is its whole decode within rounding (scripts/probes/seam_bound.py: full-size weights at lab
 # int8, 256 tokens, the continuous loop's chunk schedule: the same largest difference, 0.02 % of the clip's peak, at 8,
 # 12, 16 and 24 tokens, so not from the seams; 10x that with 4, 77 % with none. Tiny weights at fp32: 1e-6 of the
 # peak, the tested bound below). Each token of context costs decode time in every chunk.

@@ -1,7 +1,7 @@
 """Remake the README's screenshots as a user sees the app: full-size synthetic weights, a warm synthesis and a
 finished quick sweep (stock against lab).
 
-    .venv/bin/python docs/make_screenshots.py        # about 5 minutes on 2 quiet cores, more on busy ones
+    .venv/bin/python scripts/make_screenshots.py        # about 5 minutes on 2 quiet cores, more on busy ones
 
 It drives the real app in Debian chromium, like the browser tests (whose helpers it uses), and writes
 docs/screenshots/synthesis.png and benchmark.png. The audio of random weights is noise; the timings are real.

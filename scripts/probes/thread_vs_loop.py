@@ -1,6 +1,6 @@
 """A lab int8 256-token synthesis on full-size synthetic weights: on the main thread, on another thread, and through
 the continuous loop with 1 and 12 rows (2026-12-02: 5.9, 9.2, 9.6 and 8.5 s, while the app served the same request
-in 3.0-3.7 s; the thread gap is explained in docs/measurements/2026-12-02-openmp-pools.md). Run from the checkout: python docs/measurements/probes/thread_vs_loop.py"""
+in 3.0-3.7 s; the thread gap is explained in docs/measurements/2026-12-02-openmp-pools.md). Run from the checkout: python scripts/probes/thread_vs_loop.py"""
 import sys, time, os, threading
 sys.path.insert(0, os.getcwd())
 import torch

@@ -2,7 +2,7 @@
 memory as in a real step), per kernel and dispatch level, in interleaved rounds; medians, with the machine's own read
 bandwidth measured between rounds. Run from the checkout:
 
-    python docs/measurements/probes/kernel_levels.py avx512_vnni,avx2 1,8 int8,int4,fp32,fbgemm,torch-fp32 [threads]
+    python scripts/probes/kernel_levels.py avx512_vnni,avx2 1,8 int8,int4,fp32,fbgemm,torch-fp32 [threads]
 
 Levels this CPU cannot run are refused (chattts_lab.engines.lab.cpu). fbgemm and torch run at their own levels
 (fbgemm reads /proc/cpuinfo; torch follows ATEN_CPU_CAPABILITY and MKL_ENABLE_INSTRUCTIONS)."""

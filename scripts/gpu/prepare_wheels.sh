@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The wheels `python -m bench` needs on the lent GPU machine and its image lacks, downloaded into <repo>/.whl.
 #
-#     bash docs/gpu/prepare_wheels.sh        # here, once, where pip reaches PyPI (a few seconds, about 4 MB)
+#     bash scripts/gpu/prepare_wheels.sh        # here, once, where pip reaches PyPI (a few seconds, about 4 MB)
 #
 # The nvidia-h200 image (/work/.library/device/KINDS.md) has Python 3.12, torch 2.11 (CUDA 13), torchaudio,
 # transformers, numpy, pandas, scipy, numba, einops, sympy, narwhals, psutil, tqdm, onnx and onnxruntime (CPU), but
 # not ChatTTS and its own needs, nor plotly; nothing can be downloaded there. `.whl/` is git-ignored (.gitignore), so
-# it travels only when a device call names it in `carry`; docs/gpu/sweep.sh installs it there into /tmp/site.
+# it travels only when a device call names it in `carry`; scripts/gpu/sweep.sh installs it there into /tmp/site.
 # `--no-deps`: every missing dependency is named below, pinned to the version this project's venv runs; the check at
 # the end fails if a wheel needs something that is neither carried nor in the image.
 set -euo pipefail

@@ -1,7 +1,7 @@
 """Stalls of real-time listeners on the continuous loop (2026-12-02): U users (default 2) start 0.7 s apart, each sends
 R (default 3) streamed 256-token requests one after another; prints (user, request, first audio s, worst stall s,
 total stall s, chunks, first arrivals). Full-size synthetic weights, lab P=int8, 2 threads.
-Run from the checkout: U=3 R=2 python docs/measurements/probes/listeners.py  (see 2026-12-02-engine-thread.md)"""
+Run from the checkout: U=3 R=2 python scripts/probes/listeners.py  (see 2026-12-02-engine-thread.md)"""
 import sys, os, time, threading, random
 sys.path.insert(0, os.getcwd())
 import numpy as np

@@ -1,8 +1,8 @@
 """Why a lab synthesis runs ~2x slower on a thread other than the first one that ran torch (2026-12-02).
 
 Full-size synthetic weights, lab int8, 2 threads, 64 tokens, 3 calls each; run from the checkout:
-  python docs/measurements/probes/omp_pools.py            (load in thread A, then B, then main, then C)
-  MODE=main python docs/measurements/probes/omp_pools.py  (everything in the main thread)
+  python scripts/probes/omp_pools.py            (load in thread A, then B, then main, then C)
+  MODE=main python scripts/probes/omp_pools.py  (everything in the main thread)
 See docs/measurements/2026-12-02-openmp-pools.md for the numbers and the explanation."""
 import sys, time, os, threading
 sys.path.insert(0, os.getcwd())

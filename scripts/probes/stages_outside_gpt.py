@@ -3,7 +3,7 @@ of the decoder and vocoder take it, on full-size synthetic weights (median of 3 
 AVX2-only CPU on an AVX-512 one, run it as
 
     CHATTTS_LAB_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \\
-        python docs/measurements/probes/stages_outside_gpt.py lab:int8 --fp32-projections
+        python scripts/probes/stages_outside_gpt.py lab:int8 --fp32-projections
 
 (--fp32-projections: what an AVX2 CPU without native bf16 runs; on an AVX-512 bf16 machine the lab would otherwise
 put the decoder's and vocoder's projections in bf16, which oneDNN then emulates under ONEDNN_MAX_CPU_ISA=AVX2)."""

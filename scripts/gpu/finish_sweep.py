@@ -1,11 +1,11 @@
-"""Close the sweep docs/gpu/sweep.sh ran against its deadline, export its bundle and print a short table.
+"""Close the sweep scripts/gpu/sweep.sh ran against its deadline, export its bundle and print a short table.
 
-    PYTHONPATH=. python docs/gpu/finish_sweep.py DB BUNDLE.json [--machine machine.json]
+    PYTHONPATH=. python scripts/gpu/finish_sweep.py DB BUNDLE.json [--machine machine.json]
 
 - Every cell of the grid the deadline left without a row gets one: the rule table's reason where the cell could
   not run here anyway, else a `cancelled` row saying the deadline came first (a bundle that only lacked them would
   not tell a reader whether they failed or never ran; `--resume` measures them again).
-- What docs/gpu/prepare_machine.py found (versions, the independent bandwidth check) is kept with the sweep as the
+- What scripts/gpu/prepare_machine.py found (versions, the independent bandwidth check) is kept with the sweep as the
   note `device_check`, so it travels in the bundle.
 - The table is short on purpose: the device call's reply shows only the end of the output.
 """
@@ -22,11 +22,11 @@ from chattts_lab.sweep.spec import SweepSpec, cell_rule
 from chattts_lab.history.bundle import export_bundle
 from chattts_lab.history.store import Store
 
-NOT_REACHED = "not measured: the device call's time budget (docs/gpu/sweep.sh) ran out before this cell finished"
+NOT_REACHED = "not measured: the device call's time budget (scripts/gpu/sweep.sh) ran out before this cell finished"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="docs/gpu/finish_sweep.py")
+    p = argparse.ArgumentParser(prog="scripts/gpu/finish_sweep.py")
     p.add_argument("db")
     p.add_argument("bundle")
     p.add_argument("--machine", help="prepare_machine.py's JSON, kept as the sweep's note `device_check`")
@@ -71,7 +71,7 @@ def device_check(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        return {"status": "error", "reason": f"docs/gpu/prepare_machine.py left no report ({exc})"}
+        return {"status": "error", "reason": f"scripts/gpu/prepare_machine.py left no report ({exc})"}
 
 
 def bandwidth_line(environment: dict, check: dict) -> str:

@@ -1,6 +1,6 @@
 """What a chunk's decode costs (2026-12-02): ChatTTS's decoder and vocoder over N tokens of hidden states, batch 1/4/8,
 full-size synthetic weights, on the torch thread with 2 threads.
-Run from the checkout: python docs/measurements/probes/chunk_decode.py  (see 2026-12-02-engine-thread.md)"""
+Run from the checkout: python scripts/probes/chunk_decode.py  (see 2026-12-02-engine-thread.md)"""
 import os, sys, time, torch
 sys.path.insert(0, os.getcwd())
 from chattts_lab.models import LoadConfig, load_model

@@ -1,6 +1,6 @@
 """Streams the continuous loop makes when every row starts together (2026-12-02): 256-token requests, 1-12 at once,
 whole and streamed, full-size synthetic weights, lab (P=int8 default, P=int4), 2 threads.
-Run from the checkout: python docs/measurements/probes/continuous_rows.py  (see 2026-12-02-engine-thread.md)"""
+Run from the checkout: python scripts/probes/continuous_rows.py  (see 2026-12-02-engine-thread.md)"""
 import sys, os, time, threading
 sys.path.insert(0, os.getcwd())
 from chattts_lab import SynthesisRequest

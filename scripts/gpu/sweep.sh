@@ -2,21 +2,21 @@
 # The CUDA sweep of issue 13 in one device call of at most 8 minutes, from carried wheels; writes a bundle to $OUT.
 #
 # On the lent GPU (the device tool's `run`; docs/results/README.md has the exact call):
-#     bash docs/gpu/sweep.sh                 carry [".whl"] (docs/gpu/prepare_wheels.sh fills it), timeout_s 540
+#     bash scripts/gpu/sweep.sh                 carry [".whl"] (scripts/gpu/prepare_wheels.sh fills it), timeout_s 540
 # Here, on CPU, the same steps on tiny weights and 8 tokens (checks the script and the bundle, not the GPU):
-#     CHATTTS_LAB_GPU_DRY=1 PYTHON=.venv/bin/python bash docs/gpu/sweep.sh
+#     CHATTTS_LAB_GPU_DRY=1 PYTHON=.venv/bin/python bash scripts/gpu/sweep.sh
 # Extra arguments go to `python -m bench` after the script's own, so they win: a narrower rerun is
-#     bash docs/gpu/sweep.sh --engine lab --batch 1
+#     bash scripts/gpu/sweep.sh --engine lab --batch 1
 #
 # Steps, each with its own time limit so a failure costs seconds, never the lease:
 #   1. the carried wheels into /tmp/site (the image has torch, transformers, pandas ... but not ChatTTS or plotly)
-#   2. docs/gpu/prepare_machine.py: versions, an independent GPU bandwidth check, the full-size synthetic checkpoint
+#   2. scripts/gpu/prepare_machine.py: versions, an independent GPU bandwidth check, the full-size synthetic checkpoint
 #   3. the sweep: engines onnx,lab,stock x fp32,fp16,bf16,int8 x batch 1,8,32, 128 tokens. Each cell in a fresh process
 #      (--passes 1) so each row is committed as it ends and a deadline loses at most the cell it interrupts; its own
 #      --timeout; the sweep's environment records the GPU's read bandwidth, from which each row's roofline follows.
 #      Cells that cannot run are rows with the reason (stock int8 has CPU kernels only; the image's onnxruntime
 #      has no CUDA provider). Order: onnx (rule rows, instant), then lab (the issue's GPU target), then stock.
-#   4. docs/gpu/finish_sweep.py: cells the deadline left out become `cancelled` rows saying so; the bundle; a table
+#   4. scripts/gpu/finish_sweep.py: cells the deadline left out become `cancelled` rows saying so; the bundle; a table
 #   5. the reports (results.md, results.html) from the same store
 #
 # Time (estimated, not yet measured on an H200): 21 cells run (lab 12, stock 9; onnx and stock int8 are rule rows).
@@ -52,12 +52,12 @@ run_all() {
                 --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site" \
                 || echo "WARNING: installing the carried wheels failed; cells will say what is missing"
         else
-            echo "WARNING: no .whl/ here: run docs/gpu/prepare_wheels.sh where pip works and carry [\".whl\"]"
+            echo "WARNING: no .whl/ here: run scripts/gpu/prepare_wheels.sh where pip works and carry [\".whl\"]"
         fi
     fi
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>/dev/null
     local model=${GRID[1]}  # the grid's --model
-    timeout 240 "$PY" docs/gpu/prepare_machine.py --model "$model" --out "$WORK/machine.json" \
+    timeout 240 "$PY" scripts/gpu/prepare_machine.py --model "$model" --out "$WORK/machine.json" \
         || echo "WARNING: step 2 failed or ran out of time"
     cat "$WORK/machine.json" && echo
 
@@ -76,7 +76,7 @@ run_all() {
     local gpu
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr 'A-Z ' 'a-z-')
     local bundle="$OUT/sweep-$([ "$DRY" = 1 ] && echo dry-tiny || echo "cuda-${gpu:-no-gpu}").json"
-    timeout 40 "$PY" docs/gpu/finish_sweep.py "$WORK/lab.sqlite" "$bundle" --machine "$WORK/machine.json" || return 1
+    timeout 40 "$PY" scripts/gpu/finish_sweep.py "$WORK/lab.sqlite" "$bundle" --machine "$WORK/machine.json" || return 1
     timeout 40 "$PY" -m bench --db "$WORK/lab.sqlite" --report 1 --out "$OUT" --format md,html >/dev/null
     cp "$WORK/machine.json" "$OUT/"
     echo "== bundle $bundle ($(du -h "$bundle" | cut -f1)), after ${SECONDS} s; import it with python -m bench --import"

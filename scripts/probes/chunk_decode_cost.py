@@ -1,6 +1,6 @@
 """What one streamed chunk's decode (DVAE decoder + Vocos) costs by chunk size on full-size synthetic weights (lab
 int8, 2 threads), decoded as the continuous loop decodes it (LEFT_CONTEXT tokens before, HOLD after).
-Run from the checkout: python docs/measurements/probes/chunk_decode_cost.py"""
+Run from the checkout: python scripts/probes/chunk_decode_cost.py"""
 import sys, time, statistics, os
 sys.path.insert(0, os.getcwd())
 import torch

@@ -1,6 +1,6 @@
 """Before a GPU sweep: what the machine has, an independent check of its GPU's bandwidth, the checkpoint built.
 
-    PYTHONPATH=. python docs/gpu/prepare_machine.py --model synthetic --out machine.json   (docs/gpu/sweep.sh runs it)
+    PYTHONPATH=. python scripts/gpu/prepare_machine.py --model synthetic --out machine.json   (scripts/gpu/sweep.sh runs it)
 
 One process, so torch is imported once. Writes one JSON object (to a file: the libraries it imports may print); a
 part that fails says why in it and the others still run (the sweep after it runs too, and its rows say what failed for each cell).
@@ -24,13 +24,13 @@ import time
 from pathlib import Path
 
 READ_BYTES = 2 * 2**30  # about 35 times an H200's 60 MB L2 cache
-# What the bench needs that the device image lacks (carried as wheels: docs/gpu/prepare_wheels.sh): module -> dist
+# What the bench needs that the device image lacks (carried as wheels: scripts/gpu/prepare_wheels.sh): module -> dist
 CARRIED = {"ChatTTS": "chattts", "vocos": "vocos", "vector_quantize_pytorch": "vector-quantize-pytorch",
            "pybase16384": "pybase16384", "plotly": "plotly"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="docs/gpu/prepare_machine.py")
+    p = argparse.ArgumentParser(prog="scripts/gpu/prepare_machine.py")
     p.add_argument("--model", default="synthetic", help="the sweep's --model (a synthetic one is built here)")
     p.add_argument("--out", required=True, help="where the JSON report goes")
     args = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """A streamed clip against its whole decode for each left context (2026-12-02, full-size synthetic weights, lab int8:
 the same largest difference, 0.02 % of the peak, at 24/16/12/8 tokens; 0.23 % at 4; 77 % at 0). Random hidden states
 stand in for a generation: the seams depend on the decoder's and vocoder's reach, not on what the GPT said.
-Run from the checkout: python docs/measurements/probes/seam_bound.py  (M=synthetic-tiny for the tiny weights)"""
+Run from the checkout: python scripts/probes/seam_bound.py  (M=synthetic-tiny for the tiny weights)"""
 import sys, time, os
 sys.path.insert(0, os.getcwd())
 import numpy as np, torch
