@@ -2,9 +2,11 @@
 switches it).
 
 A key is the English text itself, so the English page reads as before and a text not translated yet stays English
-(tests/test_browser_i18n.py lists what is left). Translated so far: the header, the tab names and the Synthesis
-tab's labels, help texts and buttons. Not yet: the Benchmark tab, and messages made at run time (warnings, the
-metrics line, banners), which gr.I18n cannot translate: they are written per request, in English.
+(tests/test_browser_i18n.py lists what is left). Translated so far: the header, the tab names, the Synthesis tab's
+labels, help and buttons, the Benchmark tab's labels, buttons and short help, and the Synthesis tab's most common
+mistakes (`localized`, by the request's Accept-Language, since gr.I18n translates only what the page was built with).
+Not yet: the Benchmark tab's sentences (notes, estimates, results, recommendations), the Serving panel, the metrics
+line and banners, and the switch in Settings does not reach messages (they follow the browser's language).
 """
 
 from __future__ import annotations
