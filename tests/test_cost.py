@@ -59,6 +59,8 @@ def test_bench_prints_and_reports_dollars_per_audio_hour_with_the_price_and_its_
         assert "usd_per_audio_hour" in text and "made-up list price" in text
     cell = json.loads((out / "results.json").read_text())["cells"][0]
     assert cell["usd_per_audio_hour"] == pytest.approx(row["usd_per_audio_hour"])
+    listed = bench("--list", "--db", str(db)).stdout.splitlines()
+    assert listed[0].endswith("| noisy | usd_per_hour |") and listed[2].endswith("| 0.067 |")
 
 
 def test_an_older_history_reads_as_before_and_takes_a_price_later(tmp_path):
