@@ -119,3 +119,19 @@ def test_the_apps_run_sweep_table_shows_dollars_per_audio_hour_when_given_a_pric
     assert row["usd_per_audio_hour"] == pytest.approx(0.067 / row["audio_s_per_s"], rel=1e-3)
     stored = cells_frame(app_dir / "history.sqlite", [int(row["sweep_id"])])
     assert set(stored["price_source"]) == {"a test"}
+
+
+def test_a_price_kept_in_the_history_can_be_picked_again_and_fills_the_form(tmp_path):
+    from webui.benchmark_tab import price_choices, saved_price_picked
+    from webui.context import AppContext
+    from webui.sweep_form import SweepControls
+
+    db = tmp_path / "h.sqlite"
+    with Store(db) as store:
+        first, second = store.create_sweep({}, {}), store.create_sweep({}, {})
+    save_price(db, first, MachinePrice(0.067, "AWS list price"))
+    save_price(db, second, MachinePrice(0.067, "AWS list price"))  # the same price twice is offered once
+    (label, value), = price_choices(AppContext(history_db=db))
+    assert label == "$0.067 per hour · AWS list price"
+    controls = SweepControls({"price_usd_per_hour": "price box", "price_source": "source box"})
+    assert saved_price_picked(controls, value) == {"price box": 0.067, "source box": "AWS list price"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chattts_lab import metrics
-from chattts_lab.history.price import COST_COLUMNS, price_from_notes
+from chattts_lab.history.price import COST_COLUMNS, MachinePrice, price_from_notes
 from chattts_lab.history.store import DEFAULT_DB, Store
 from chattts_lab.sweep.results import CANONICAL_COLUMNS
 
@@ -32,6 +32,13 @@ def _drift(notes: dict) -> dict:
 def _price(notes: dict) -> dict:
     price = price_from_notes(notes)
     return {} if price is None else {"usd_per_hour": price.usd_per_hour, "price_source": price.source}
+
+
+def saved_prices(db_path: str | Path = DEFAULT_DB) -> list[MachinePrice]:
+    """Every distinct machine price the history keeps, newest first: what a person may pick again."""
+    frame = sweeps_frame(db_path)
+    priced = frame[frame["usd_per_hour"].notna()].drop_duplicates(["usd_per_hour", "price_source"])
+    return [MachinePrice(float(r.usd_per_hour), r.price_source) for r in priced.itertuples()]
 
 
 def cells_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None = None):
