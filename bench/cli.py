@@ -362,7 +362,7 @@ def _list(db: str) -> int:
     df = sweeps_frame(db)
     df["noisy"] = df["noisy"].map({True: "NOISY", False: "no"})  # blank: drift not checked (fewer than 2 passes)
     print(markdown_table(df, ("id", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok",
-                              "drift_pct", "noisy")))
+                              "drift_pct", "noisy", "usd_per_hour")))
     return 0
 
 

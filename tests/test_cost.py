@@ -59,6 +59,8 @@ def test_bench_prints_and_reports_dollars_per_audio_hour_with_the_price_and_its_
         assert "usd_per_audio_hour" in text and "made-up list price" in text
     cell = json.loads((out / "results.json").read_text())["cells"][0]
     assert cell["usd_per_audio_hour"] == pytest.approx(row["usd_per_audio_hour"])
+    listed = bench("--list", "--db", str(db)).stdout.splitlines()
+    assert listed[0].endswith("| noisy | usd_per_hour |") and listed[2].endswith("| 0.067 |")
 
 
 def test_an_older_history_reads_as_before_and_takes_a_price_later(tmp_path):
@@ -117,3 +119,19 @@ def test_the_apps_run_sweep_table_shows_dollars_per_audio_hour_when_given_a_pric
     assert row["usd_per_audio_hour"] == pytest.approx(0.067 / row["audio_s_per_s"], rel=1e-3)
     stored = cells_frame(app_dir / "history.sqlite", [int(row["sweep_id"])])
     assert set(stored["price_source"]) == {"a test"}
+
+
+def test_a_price_kept_in_the_history_can_be_picked_again_and_fills_the_form(tmp_path):
+    from webui.benchmark_tab import price_choices, saved_price_picked
+    from webui.context import AppContext
+    from webui.sweep_form import SweepControls
+
+    db = tmp_path / "h.sqlite"
+    with Store(db) as store:
+        first, second = store.create_sweep({}, {}), store.create_sweep({}, {})
+    save_price(db, first, MachinePrice(0.067, "AWS list price"))
+    save_price(db, second, MachinePrice(0.067, "AWS list price"))  # the same price twice is offered once
+    (label, value), = price_choices(AppContext(history_db=db))
+    assert label == "$0.067 per hour · AWS list price"
+    controls = SweepControls({"price_usd_per_hour": "price box", "price_source": "source box"})
+    assert saved_price_picked(controls, value) == {"price box": 0.067, "source box": "AWS list price"}

@@ -119,3 +119,14 @@ def test_with_auth_the_mcp_route_needs_the_bearer_key(mcp_app_with_auth):
     result = mcp_call(mcp_app_with_auth, call("speak", {"text": "Guarded."}),
                       headers={"Authorization": f"Bearer {KEY}"})
     assert not result.isError and result.content[0].text.endswith(".wav")
+
+
+@pytest.mark.slow
+def test_the_quick_benchmark_runs_and_then_a_configuration_is_recommended_under_a_budget(mcp_app):
+    """Runs after the test above that expects an empty history (file order); about two minutes on tiny weights."""
+    result = mcp_call(mcp_app, call("quick_benchmark", {}))
+    assert not result.isError, result.content
+    report = result.content[0].text
+    assert "| engine | precision |" in report and "| stock |" in report and "| lab |" in report
+    advice = mcp_call(mcp_app, call("recommend_configuration", {"memory_budget_mb": 100_000}))
+    assert not advice.isError and "python app.py --engine " in advice.content[0].text

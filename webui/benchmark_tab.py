@@ -10,6 +10,7 @@ another one's value.
 from __future__ import annotations
 
 import inspect
+import json
 import uuid
 from dataclasses import dataclass
 
@@ -17,6 +18,8 @@ import gradio as gr
 import pandas as pd
 
 from chattts_lab.trackers import env as lab_env
+from chattts_lab.history.frames import saved_prices
+from chattts_lab.history.price import MachinePrice
 from chattts_lab.history.report import environment_lines, results_frame
 from chattts_lab.sweep.results import STATUSES
 from webui import figures, present, zerogpu
@@ -88,6 +91,8 @@ EMPTY = figures.all_figures(results_frame([]), "Run a sweep (or Show one from Hi
 
 def _sweep_panel(c: dict, quick: str) -> None:
     c["controls"] = build_sweep_controls(SweepForm())
+    c["saved_price"] = gr.Dropdown([], value=None, label=t("Saved machine prices (fills the price fields)"),
+                                   elem_id="sw-saved-price")
     c["estimate"] = gr.Markdown(elem_id="sw-estimate")
     with gr.Row():
         c["quick"] = gr.Button(quick, elem_id="sw-quick")  # its estimate follows the sweeps (page_loaded, _wire_sweep)
@@ -112,7 +117,8 @@ def _results_panel(c: dict) -> None:
         c["fig_latency"] = gr.Plot(EMPTY["latency"], label=t("Latency vs batch"), elem_id="fig-latency")
         c["fig_rtf"] = gr.Plot(EMPTY["rtf"], label=t("RTF by configuration and threads"), elem_id="fig-rtf")
     with gr.Row():
-        c["fig_pareto"] = gr.Plot(EMPTY["pareto"], label=t("Throughput vs latency (Pareto front)"), elem_id="fig-pareto")
+        c["fig_pareto"] = gr.Plot(EMPTY["pareto"], label=t("Throughput vs latency (Pareto front)"),
+                                  elem_id="fig-pareto")
         c["fig_memory"] = gr.Plot(EMPTY["memory"], label=t("Peak memory"), elem_id="fig-memory")
     c["fig_roofline"] = gr.Plot(EMPTY["roofline"], label=t("Distance from the memory-bandwidth floor"),
                                 elem_id="fig-roofline")
@@ -155,8 +161,8 @@ def _compare_panel(c: dict) -> None:
         c["cmp_run"] = gr.Button(t("Compare"), elem_id="cmp-run")
     c["cmp_envs"] = gr.Markdown(elem_id="cmp-envs")
     c["cmp_table"] = gr.DataFrame(pd.DataFrame(columns=["configuration", "sweep A", "sweep B"]), interactive=False,
-                                  label=t("Side by side: the metric for each configuration ok in both, once you Compare"),
-                                  elem_id="cmp-table")
+                                  elem_id="cmp-table",
+                                  label=t("Side by side: the metric for each configuration ok in both, once you Compare"))
     c["cmp_fig"] = gr.Plot(label=t("Comparison"), elem_id="cmp-fig")
 
 
@@ -186,6 +192,20 @@ def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, value
         return
     for update in updates:
         yield view.show(update)
+
+
+def price_choices(ctx: AppContext) -> list[tuple[str, str]]:
+    """The prices the history keeps, as picker entries (the value is the price itself, as JSON)."""
+    return [(f"${p.usd_per_hour:g} per hour · {p.source}", json.dumps(p.as_note()))
+            for p in saved_prices(ctx.history_db)]
+
+
+def saved_price_picked(controls: SweepControls, value) -> dict:
+    """A saved price fills the form's price and its source."""
+    if not value:
+        return gr.skip()
+    price = MachinePrice.from_note(json.loads(value))
+    return {controls.by_name["price_usd_per_hour"]: price.usd_per_hour, controls.by_name["price_source"]: price.source}
 
 
 def quick_clicked(controls: SweepControls, status: gr.Markdown) -> dict:
@@ -229,6 +249,10 @@ def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView,
     # The button's figure and the form's come from one reading of the history (sweeps may have ended since the load).
     c["quick"].click(bind(quick_clicked, controls, c["status"]), None, controls.inputs() | {c["status"]}, queue=False,
                      **private).then(**refresh_estimates)
+    c["saved_price"].focus(lambda: gr.update(choices=price_choices(ctx)), None, c["saved_price"], queue=False,
+                           **private)
+    c["saved_price"].input(bind(saved_price_picked, controls), c["saved_price"],
+                           {controls.by_name[name] for name in PRICE_FIELDS}, queue=False, **private)
     sweep_run = c["run"].click(bind(run_clicked, ctx, controls, view), controls.inputs(), view.outputs(),
                                concurrency_id=MODEL_QUEUE, concurrency_limit=1, show_progress="minimal", **private)
     # A finished (or stopped) sweep is in the history at once: no page reload before History, compare or

@@ -23,7 +23,7 @@ from webui.present import WARNING_S
 from webui.sweep_run import SweepUpdate
 
 HISTORY_COLUMNS = ["id", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
-                   "noisy"]
+                   "noisy", "usd_per_hour", "price_source"]
 COMPARE_METRICS = ["latency_p50_s", "rtf", "audio_s_per_s", "usd_per_audio_hour", "step_ms", "peak_rss_mb", "ttfa_s"]
 
 

@@ -5,23 +5,40 @@ from __future__ import annotations
 from pathlib import Path
 
 from chattts_lab import metrics
-from chattts_lab.history.price import COST_COLUMNS, price_from_notes
+from chattts_lab.history.price import COST_COLUMNS, MachinePrice, price_from_notes
 from chattts_lab.history.store import DEFAULT_DB, Store
 from chattts_lab.sweep.results import CANONICAL_COLUMNS
 
 
 def sweeps_frame(db_path: str | Path = DEFAULT_DB):
-    """History: one row per sweep (id, created_at, kind, status, machine, origin, n_cells, n_ok, drift_pct, noisy)."""
+    """History: one row per sweep (id, created_at, kind, status, machine, origin, n_cells, n_ok, drift_pct, noisy, and
+    the machine price it was given: usd_per_hour, price_source)."""
     import pandas as pd
 
     with Store(db_path) as store:
-        rows = [{**r, "drift": store.notes(r["id"]).get("drift") or {}} for r in store.sweeps_list()]
+        rows = [{**r, "notes": store.notes(r["id"])} for r in store.sweeps_list()]
     cols = ["id", "uuid", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
-            "noisy"]
+            "noisy", "usd_per_hour", "price_source"]
     return pd.DataFrame([{**{k: r[k] for k in cols if k in r}, "model": r["spec"].get("model"),
                           "kind": r["spec"].get("kind", "sweep"),  # "serve": a serving benchmark (no cells)
-                          "drift_pct": r["drift"].get("drift_pct"), "noisy": r["drift"].get("noisy")} for r in rows],
-                        columns=cols)
+                          **_drift(r["notes"]), **_price(r["notes"])} for r in rows], columns=cols)
+
+
+def _drift(notes: dict) -> dict:
+    drift = notes.get("drift") or {}
+    return {"drift_pct": drift.get("drift_pct"), "noisy": drift.get("noisy")}
+
+
+def _price(notes: dict) -> dict:
+    price = price_from_notes(notes)
+    return {} if price is None else {"usd_per_hour": price.usd_per_hour, "price_source": price.source}
+
+
+def saved_prices(db_path: str | Path = DEFAULT_DB) -> list[MachinePrice]:
+    """Every distinct machine price the history keeps, newest first: what a person may pick again."""
+    frame = sweeps_frame(db_path)
+    priced = frame[frame["usd_per_hour"].notna()].drop_duplicates(["usd_per_hour", "price_source"])
+    return [MachinePrice(float(r.usd_per_hour), r.price_source) for r in priced.itertuples()]
 
 
 def cells_frame(db_path: str | Path = DEFAULT_DB, sweep_ids: list[int] | None = None):
