@@ -15,11 +15,10 @@ from typing import Iterator
 
 import numpy as np
 
-from chattts_lab.metrics import SAMPLES_PER_STEP_PAIR, samples_for_tokens
+from chattts_lab.metrics import SAMPLES_PER_TOKEN, samples_for_tokens
 
 log = logging.getLogger(__name__)
 
-SAMPLES_PER_TOKEN = 2 * SAMPLES_PER_STEP_PAIR  # one GPT step = 2 mel frames
 FIRST_CHUNK = 12  # steps before the first audio (~0.25 s of audio)
 # Tokens re-decoded before each chunk. The decoder's and vocoder's convolutions reach fewer than 8 tokens back: with 8,
 # a streamed clip is its whole decode within rounding (docs/measurements/probes/seam_bound.py: full-size weights at lab
