@@ -268,3 +268,36 @@ def test_a_burst_is_counted_as_it_arrives_before_the_loop_admits_anyone(model):
     assert all(exc.retry_after_s >= 1 and "at capacity" in str(exc) for exc in refused)
     assert [f.result(timeout=600).measurements.tokens for f in accepted] == [[8]] * 4
 
+
+
+def test_chunks_due_together_decode_in_one_call_as_each_decodes_alone(model, monkeypatch):
+    """The rows' chunks due at one step decode in one decoder and vocoder call (a call's fixed cost is paid once, not
+    per row), padded to the widest span; each row's audio is what it gets decoded alone, within the seam bound: a
+    middle chunk (the widest), a row's first chunk (padded after it), a row's last chunk (padded before it: its true
+    end is heard), and a whole short clip (both ends heard: a call of its own)."""
+    from chattts_lab.engines.lab.stream import SEAM_BOUND
+    from chattts_lab.metrics import SAMPLES_PER_TOKEN as T
+
+    decoder = model.engine.row_decoder(model.chat, 4)
+    joins = {0: request(0, 120), 30: request(1, 30), 36: request(2, 120), 44: request(3, 16)}
+    rows = []
+    for step in range(60):
+        if step in joins:
+            rows.append(decoder.admit(prompt(model, joins[step])))
+        for row in decoder.step():
+            decoder.release(row)
+    middle, last, first, whole = rows
+    assert last.ended and whole.ended and not (middle.ended or first.ended)
+    assert middle.generated - 8 > max(first.generated, last.generated)  # the others are padded to its width
+    hold = decoder.hold
+    spans = [(middle, 10 * T, (middle.generated - hold) * T), (first, 0, (first.generated - hold) * T),
+             (last, 10 * T, samples_for_tokens(last.generated)), (whole, 0, samples_for_tokens(whole.generated))]
+    calls = []
+    decode = model.chat._decode_to_wavs
+    monkeypatch.setattr(model.chat, "_decode_to_wavs", lambda parts, *a: calls.append(len(parts)) or decode(parts, *a))
+    together = decoder.decode_spans(spans)
+    assert calls == [3, 1]
+    for (row, a, b), audio in zip(spans, together):
+        own = decoder.decode_spans([(row, a, b)])[0]
+        assert audio.shape == own.shape == (b - a,)
+        assert np.abs(audio - own).max() <= SEAM_BOUND * np.abs(own).max()

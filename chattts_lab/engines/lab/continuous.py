@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from chattts_lab.engines.lab.sampler import Sampler, sample_rows
-from chattts_lab.engines.lab.stream import HOLD, LEFT_CONTEXT, _decode_span, prepare_text
+from chattts_lab.engines.lab.stream import HOLD, LEFT_CONTEXT, decode_spans, prepare_text
 from chattts_lab.metrics import samples_for_tokens
 
 log = logging.getLogger(__name__)
@@ -274,10 +274,10 @@ class RowDecoder:
         return capture_prompt(self.chat, text, params_code)
 
     def decode_spans(self, spans: list[tuple[Row, int, int]]) -> list[np.ndarray]:
-        """Samples [a, b) of each (row, a, b)'s audio, each decoded from `left_context` tokens before a (the lab's
-        streaming spans), so that a row's chunks join into its whole clip within stream.SEAM_BOUND."""
-        return [_decode_span(self.chat, [row.hiddens[: row.generated]], [row.generated], a, b, self.left_context)[0]
-                for row, a, b in spans]
+        """Samples [a, b) of each (row, a, b)'s audio, all rows in one decoder and vocoder call, each decoded from
+        `left_context` tokens before a (the lab's streaming spans), so that a row's chunks join into its whole clip
+        within stream.SEAM_BOUND."""
+        return decode_spans(self.chat, [(row.hiddens, row.generated, a, b) for row, a, b in spans], self.left_context)
 
     def audio(self, row: Row) -> np.ndarray:
         """The row's whole clip, decoded at once."""
