@@ -26,8 +26,8 @@ from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFini
 from chattts_lab.serving.summaries import batching_gain
 from chattts_lab.sweep.spec import SpecError
 
-COLUMNS = ("batching", "scheduling", "max_batch", "users", "rate", "requests", "ok", "errors", "lost", "audio_s_per_s",
-           "usd_per_audio_hour", "queue_p50_s",
+COLUMNS = ("batching", "scheduling", "max_batch", "floor", "users", "rate", "requests", "ok", "errors", "lost",
+           "audio_s_per_s", "usd_per_audio_hour", "queue_p50_s",
            "queue_p90_s", "ttfb_p90_s", "ttfa_p50_s", "ttfa_p90_s", "ttfa_p99_s", "latency_p50_s", "latency_p90_s", "latency_p99_s",
            "stall_worst_p50_s", "stall_worst_p90_s", "stall_worst_p99_s", "stall_total_p90_s", "continuity_pct",
            "batch_sizes", "rss_growth_pct", "rss_late_growth_pct", "slo_broken")
@@ -87,7 +87,8 @@ def _show(event, spec: ServeSpec, price=None) -> None:
         load = f"{users} user{'s' * (users != 1)}" if users else f"{event.level['rate']:g} req/s"
         limit = event.level["max_batch"] or "unknown (the app did not say)"
         how = (f"continuous, {limit} rows" if event.level.get("batching") == "continuous" else f"max batch {limit}")
-        print(f"level {event.index + 1}: {load}, {how}…", file=sys.stderr)
+        floor = " (the floor: every row started at once)" if event.level.get("floor") else ""
+        print(f"level {event.index + 1}: {load}, {how}{floor}…", file=sys.stderr)
     elif isinstance(event, LevelFinished):
         s = event.summary
         print(f"  served {s['ok']} of {s['requests']} ({s['errors']} errors, {s['lost']} lost), "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 SAMPLE_RATE = 24_000
 SAMPLES_PER_STEP_PAIR = 256  # Vocos hop length: one mel frame
+SAMPLES_PER_TOKEN = 2 * SAMPLES_PER_STEP_PAIR  # one GPT step (audio token) = 2 mel frames
 STEPS_PER_AUDIO_SECOND = SAMPLE_RATE / (2 * SAMPLES_PER_STEP_PAIR)  # 46.875: one GPT step = 2 mel frames
 
 

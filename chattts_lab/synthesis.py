@@ -250,7 +250,7 @@ def _begin(model: LoadedModel, request: SynthesisRequest, threads: int | None, s
 
 def _infer(model: LoadedModel, request: SynthesisRequest, stream: bool):
     chat = model.chat
-    params_code, params_refine = _params(model, request)
+    params_code, params_refine = chattts_params(model, request)
     if stream and model.engine.streams_incrementally:  # new frames only, first chunk early (the lab's loop)
         return model.engine.stream(chat, list(request.texts), params_refine, params_code,
                                    skip_refine_text=not request.refine.enabled,
@@ -289,7 +289,8 @@ def _speakers_per_row(model: LoadedModel, speakers: tuple[str, ...] | None):
         del model.chat.speaker.apply  # ...and deleting it restores the method
 
 
-def _params(model: LoadedModel, request: SynthesisRequest):
+def chattts_params(model: LoadedModel, request: SynthesisRequest):
+    """ChatTTS's (InferCodeParams, RefineTextParams) for one request on this model."""
     import ChatTTS
 
     s, v = request.sampling, request.voice

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from chattts_lab.serving.capacity import broken_because, capacity_frame, capacity_gain, next_users
+from chattts_lab.serving.capacity import (broken_because, capacity_frame, capacity_gain, capacity_sentence,
+                                         floor_diagnosis, next_users)
 from chattts_lab.serving.loadtest import ServeSpec
 from chattts_lab.serving.summaries import serving_frame
 from chattts_lab.sweep.spec import SpecError
@@ -61,10 +62,33 @@ def test_capacity_end_to_end_is_kept_in_the_history_and_travels_in_a_bundle(tmp_
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "this machine holds 2 real-time stream(s) of this configuration" in done.stdout
+    assert "this machine makes with 2 started together" in done.stdout and "Diagnosis: " in done.stdout
     levels = serving_frame(db)
-    assert list(levels["users"]) == [1, 2] and list(levels["scheduling"]) == ["continuous"] * 2
+    # the floor first (both rows started together), then the search
+    assert list(levels["users"]) == [2, 1, 2] and list(levels["scheduling"]) == ["continuous"] * 3
+    assert list(levels["floor"].fillna(False)) == [True, False, False] and levels["audio_s_per_s"][0] > 0
     found = capacity_frame(db)
     assert list(found["streams"]) == [2] and list(found["batching"]) == ["continuous"]
+    assert list(found["floor_rows"]) == [2] and list(found["floor_streams"]) == [levels["audio_s_per_s"][0]]
+    assert found["floor_pct"][0] == pytest.approx(100 * 2 / found["floor_streams"][0])
+    assert found["diagnosis"][0] == floor_diagnosis(found.iloc[0].to_dict())
     other = tmp_path / "other.sqlite"
     import_bundle(other, export_bundle(db, tmp_path / "bundle.json"))
     assert list(capacity_frame(other)["streams"]) == [2]
+
+
+def test_capacity_is_a_share_of_the_floor_measured_with_it_and_the_diagnosis_says_what_limits_it():
+    base = {"batching": "continuous", "max_batch": 8, "config": "lab int8", "tokens": 256, "slo_ttfa_p99_s": 1.0,
+            "slo_continuity_pct": 99.0, "broke_at": 6, "broken_because": "continuity 80.00 % < 99 %"}
+    near = base | {"streams": 5, "floor_streams": 5.5, "floor_rows": 8, "floor_pct": 100 * 5 / 5.5}
+    assert "machine's floor" in floor_diagnosis(near)
+    far = near | {"streams": 2, "floor_pct": 100 * 2 / 5.5}
+    assert floor_diagnosis(far).startswith("64 % of what the machine makes is lost to scheduling (at 6 streams: "
+                                           "continuity")
+    slow = near | {"streams": 0, "floor_streams": 0.6, "floor_pct": 0.0}
+    assert "cannot keep one listener fed" in floor_diagnosis(slow)
+    sentence = capacity_sentence(near | {"diagnosis": floor_diagnosis(near)})
+    assert "holds 5 real-time stream(s)" in sentence and "91 % of the 5.5 this machine makes with 8 started together" \
+        in sentence and "Diagnosis: the capacity is at the machine's floor" in sentence
+    assert floor_diagnosis(base | {"streams": 3}) is None  # a result from before floors were measured
+    assert "this machine makes" not in capacity_sentence(base | {"streams": 3})

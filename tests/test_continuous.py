@@ -18,8 +18,8 @@ from chattts_lab.engines.lab.continuous import RowDecoder, capture_prompt
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.models import LoadConfig, load_model
 from chattts_lab.requests import Sampling, SynthesisRequest, Voice
-from chattts_lab.serving.scheduler import ContinuousScheduler, Overloaded, SchedulerPolicy, engine_of
-from chattts_lab.synthesis import _params
+from chattts_lab.serving.scheduler import ContinuousScheduler, Overloaded, SchedulerPolicy
+from chattts_lab.synthesis import chattts_params
 
 from tests.conftest import TINY
 
@@ -43,17 +43,17 @@ def alone(model, req: SynthesisRequest) -> torch.Tensor:
     """The request's audio tokens from ChatTTS's own `_infer_code` through the lab engine's `lab_generate`."""
     chat = model.chat
     text = chat.normalizer(req.texts[0], True, True, None)
-    return next(chat._infer_code([text], False, chat.device, True, _params(model, req)[0])).ids[0].clone()
+    return next(chat._infer_code([text], False, chat.device, True, chattts_params(model, req)[0])).ids[0].clone()
 
 
 def prompt(model, req: SynthesisRequest):
-    return capture_prompt(model.chat, model.chat.normalizer(req.texts[0], True, True, None), _params(model, req)[0])
+    return capture_prompt(model.chat, model.chat.normalizer(req.texts[0], True, True, None), chattts_params(model, req)[0])
 
 
 def test_rows_that_join_and_leave_a_running_generation_get_the_tokens_they_get_alone(model):
     requests = [request(0, 30), request(1, 40), request(2, 50)]
     expected = [alone(model, r) for r in requests]
-    decoder = RowDecoder(engine_of(model), model.chat, rows=2)  # the third waits for the first to leave
+    decoder = model.engine.row_decoder(model.chat, 2)  # the third waits for the first to leave
     rows, waiting, step = [decoder.admit(prompt(model, requests[0]))], [prompt(model, r) for r in requests[1:]], 0
     while decoder.active or waiting:
         if waiting and (step == 5 or (decoder.free and step > 5)):  # joins after 5 steps, then into a freed row
@@ -68,7 +68,7 @@ def test_rows_that_join_and_leave_a_running_generation_get_the_tokens_they_get_a
 
 def test_a_row_that_ends_at_its_own_eos_leaves_and_its_row_is_reused(model):
     # seeds with no minimum length: the first seed whose row ends at its own EOS before 40 tokens
-    decoder = RowDecoder(engine_of(model), model.chat, rows=1)
+    decoder = model.engine.row_decoder(model.chat, 1)
     for seed in range(30):
         req = request(0, 40, min_new_token=0, sampling=Sampling(audio_seed=seed))
         row = decoder.admit(prompt(model, req))
@@ -168,13 +168,12 @@ def test_a_streamed_clip_is_the_whole_clip_within_the_seam_bound(model, monkeypa
     and vocoder's convolutions reach, so the joined chunks are the whole clip's decode within float rounding
     (docs/serving.md states the bound). Without that context the seams break the bound by orders of magnitude."""
     from chattts_lab.engines.lab.stream import SEAM_BOUND
-    from chattts_lab.serving import scheduler
 
     req = request(0, 200)
     streamed, whole, chunks = streamed_and_whole(model, req)
     assert chunks >= 5 and len(streamed) == len(whole) == samples_for_tokens(200)
     assert np.abs(streamed - whole).max() <= SEAM_BOUND * np.abs(whole).max()
-    monkeypatch.setattr(scheduler, "LEFT_CONTEXT", 0)
+    monkeypatch.setattr(RowDecoder, "left_context", 0)
     streamed, whole, _ = streamed_and_whole(model, req)
     assert np.abs(streamed - whole).max() > 100 * SEAM_BOUND * np.abs(whole).max()
 
@@ -184,7 +183,7 @@ def test_a_longer_prompt_joining_never_reads_what_an_unwritten_cache_slot_held(m
     that a longer prompt overtakes must still compute what it computes alone (its next slot, never written,
     becomes masked for it when the longer row joins)."""
     short, long = request(2, 12), request(1, 12)
-    decoder = RowDecoder(engine_of(model), model.chat, rows=2)
+    decoder = model.engine.row_decoder(model.chat, 2)
     for k, v in decoder._caches:
         k.fill_(float("nan"))
         v.fill_(float("nan"))
@@ -205,15 +204,15 @@ def test_a_stream_sends_large_chunks_while_its_listener_is_ahead_and_what_it_has
     from chattts_lab.serving.scheduler import FIRST_AT, MAX_CHUNK, MIN_CHUNK, chunk_due
 
     low = 0.2
-    assert not chunk_due(FIRST_AT - 1, 0, None, low) and chunk_due(FIRST_AT, 0, None, low)  # the first audio
+    assert not chunk_due(FIRST_AT - 1, 0, None, low, HOLD) and chunk_due(FIRST_AT, 0, None, low, HOLD)  # the first audio
     sent = FIRST_AT - HOLD
     waiting = sent + HOLD  # generated tokens at which MIN_CHUNK or MAX_CHUNK tokens wait to be sent
-    assert not chunk_due(waiting + MAX_CHUNK - 1, sent, 5.0, low)  # far ahead: waits for a large chunk
-    assert chunk_due(waiting + MAX_CHUNK, sent, 5.0, low)
-    assert chunk_due(waiting + MIN_CHUNK, sent, low - 0.01, low)  # about to run dry: sends what it has
-    assert not chunk_due(waiting + MIN_CHUNK - 1, sent, low - 0.01, low)  # but not a chunk too small to pay
+    assert not chunk_due(waiting + MAX_CHUNK - 1, sent, 5.0, low, HOLD)  # far ahead: waits for a large chunk
+    assert chunk_due(waiting + MAX_CHUNK, sent, 5.0, low, HOLD)
+    assert chunk_due(waiting + MIN_CHUNK, sent, low - 0.01, low, HOLD)  # about to run dry: sends what it has
+    assert not chunk_due(waiting + MIN_CHUNK - 1, sent, low - 0.01, low, HOLD)  # but not a chunk too small to pay
     # a loop slower than real time (no low water): its listeners fall behind whatever it sends, so full chunks only
-    assert not chunk_due(waiting + MAX_CHUNK - 1, sent, -1.0, None) and chunk_due(waiting + MAX_CHUNK, sent, -1.0, None)
+    assert not chunk_due(waiting + MAX_CHUNK - 1, sent, -1.0, None, HOLD) and chunk_due(waiting + MAX_CHUNK, sent, -1.0, None, HOLD)
 
 
 def test_the_low_water_follows_the_loops_slowest_recent_iterations_and_is_gone_when_it_is_slower_than_real_time():
@@ -237,7 +236,7 @@ def test_rows_sampled_together_draw_what_each_row_draws_alone(model):
     decide its draw: the tokens equal its own sampler's, for rows of different temperature, top-K and seed."""
     from chattts_lab.engines.lab.sampler import sample_rows
 
-    decoder = RowDecoder(engine_of(model), model.chat, 3)
+    decoder = model.engine.row_decoder(model.chat, 3)
     rows = [decoder.admit(prompt(model, request(i, 24)), owner=None) for i in range(3)]
     for _ in range(5):  # their repetition windows hold tokens
         decoder.step()
@@ -268,3 +267,37 @@ def test_a_burst_is_counted_as_it_arrives_before_the_loop_admits_anyone(model):
     assert len(accepted) == 4 and len(refused) == 12
     assert all(exc.retry_after_s >= 1 and "at capacity" in str(exc) for exc in refused)
     assert [f.result(timeout=600).measurements.tokens for f in accepted] == [[8]] * 4
+
+
+
+def test_chunks_due_together_decode_in_one_call_as_each_decodes_alone(model, monkeypatch):
+    """The rows' chunks due at one step decode in one decoder and vocoder call (a call's fixed cost is paid once, not
+    per row), padded to the widest span; each row's audio is what it gets decoded alone, within the seam bound: a
+    middle chunk (the widest), a row's first chunk (padded after it), a row's last chunk (padded before it: its true
+    end is heard), and a whole short clip (both ends heard: a call of its own)."""
+    from chattts_lab.engines.lab.stream import SEAM_BOUND
+    from chattts_lab.metrics import SAMPLES_PER_TOKEN as T
+
+    decoder = model.engine.row_decoder(model.chat, 4)
+    joins = {0: request(0, 120), 30: request(1, 30), 36: request(2, 120), 44: request(3, 16)}
+    rows = []
+    for step in range(60):
+        if step in joins:
+            rows.append(decoder.admit(prompt(model, joins[step])))
+        for row in decoder.step():
+            decoder.release(row)
+    middle, last, first, whole = rows
+    assert last.ended and whole.ended and not (middle.ended or first.ended)
+    assert middle.generated - 8 > max(first.generated, last.generated)  # the others are padded to its width
+    hold = decoder.hold
+    spans = [(middle, 10 * T, (middle.generated - hold) * T), (first, 0, (first.generated - hold) * T),
+             (last, 10 * T, samples_for_tokens(last.generated)), (whole, 0, samples_for_tokens(whole.generated))]
+    calls = []
+    decode = model.chat._decode_to_wavs
+    monkeypatch.setattr(model.chat, "_decode_to_wavs", lambda parts, *a: calls.append(len(parts)) or decode(parts, *a))
+    together = decoder.decode_spans(spans)
+    assert calls == [3, 1]
+    for (row, a, b), audio in zip(spans, together):
+        own = decoder.decode_spans([(row, a, b)])[0]
+        assert audio.shape == own.shape == (b - a,)
+        assert np.abs(audio - own).max() <= SEAM_BOUND * np.abs(own).max()

@@ -118,3 +118,12 @@ def test_no_package_reaches_a_layer_above_it(layer, above):
     assert mine, layer  # the layer exists (a rename would otherwise pass this test by emptying it)
     wrong = sorted({(m, n) for m in mine for n in GRAPH[m] if n in above or _package(n) in above})
     assert wrong == []
+
+
+def test_serving_reaches_engines_only_through_the_registry_and_the_interface():
+    """Continuous batching runs on whatever engine gives a row decoder (EngineRuntime.row_decoder), so nothing under
+    chattts_lab/serving imports an engine's own modules (the lab's rows, its streaming spans)."""
+    interface = {"chattts_lab.engines", "chattts_lab.engines.base"}
+    reached = {(name, m) for name, path in MODULES.items() if name.startswith("chattts_lab.serving")
+               for m in imports_of(path) if m.startswith("chattts_lab.engines") and m not in interface}
+    assert reached == set()

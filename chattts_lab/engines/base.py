@@ -8,8 +8,9 @@ registry (`chattts_lab.engines`) or the runtime that hangs off the loaded model 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ContextManager
+from typing import ContextManager, Protocol
 
+import numpy as np
 import torch
 
 
@@ -102,6 +103,47 @@ class EngineRuntime(ABC):
 
     def stream(self, chat, texts: list[str], params_refine, params_code, **kwargs):
         raise NotImplementedError(f"the {self.name} engine streams through ChatTTS's own infer(stream=True)")
+
+    def row_decoder(self, chat, max_rows: int) -> "RowDecoder | None":
+        """A decoder of up to `max_rows` rows that join and leave a running generation (continuous batching), or
+        None where this engine's generation cannot admit rows (its `Engine.continuous_batching_reason` says why)."""
+        return None
+
+
+class RowDecoder(Protocol):
+    """What a continuous-batching scheduler drives (chattts_lab/serving/scheduler.py): rows of a running
+    generation, each one text with its own prompt, sampling settings and voice, and each row's audio. One thread
+    drives it. A row (`admit`'s answer) has `generated` (audio tokens kept), `ended` (None, or why it ended:
+    "eos", "max_new_token", or what its caller sets, such as "stopped"), `steps`, `prefill_s`, `owner` and `meta`
+    (the caller's)."""
+
+    rows: int  # rows in all
+    active: list  # the rows generating now
+    hold: int  # trailing tokens whose audio waits for their right context (decode_spans cuts before them)
+
+    @property
+    def free(self) -> int: ...
+
+    def prompt(self, text: str, params_refine, params_code, refine: bool, normalize: bool):
+        """One text's prompt as ChatTTS's `infer` builds it (normalized, refined when asked, speaker, settings)."""
+
+    def admit(self, prompt, owner=None):
+        """Prefill `prompt` into a free row and sample its first token; it steps from the next `step()` on."""
+
+    def step(self) -> list:
+        """One GPT step for every active row; the rows that ended at it."""
+
+    def release(self, row) -> None:
+        """Free the row now."""
+
+    def reset(self) -> None:
+        """Drop every row (after a failure inside a step, whose state is then unknown)."""
+
+    def decode_spans(self, spans: list[tuple[object, int, int]]) -> list[np.ndarray]:
+        """Samples [a, b) of each (row, a, b)'s audio: chunks of a stream that join into the whole clip."""
+
+    def audio(self, row) -> np.ndarray:
+        """The row's whole clip, decoded at once."""
 
 
 def module_dtype(module: torch.nn.Module) -> str:

@@ -8,6 +8,13 @@ every request answered. It doubles the users while the level holds, then halves 
 that held and the first that broke. The answer, "this machine holds N real-time streams of this
 configuration", is kept with the curve (every level tried) in the run's `serving` note, so the history, bundles
 and comparisons across machines carry it like every other result.
+
+Before the search, each app measures its floor in the same run: every row (a full batch, for request-level
+batching) started at once, one streamed request each, and the audio seconds they make per second, which is how
+many real-time streams this machine makes of this configuration with perfect scheduling. Capacity is reported as
+a share of it, with a diagnosis in plain words (`floor_diagnosis`): a capacity far below the floor is lost to
+scheduling (first audio, stalls), one near it needs a faster step, and a floor below one stream means the
+configuration cannot serve one listener in real time here.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens, usd_per_audio_h
 from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
                                           _measured_level, _save)
 from chattts_lab.serving.summaries import NOTE, summarize_level
+
+FLOOR_REACHED_PCT = 85  # a capacity at this share of its floor is limited by the machine, not by scheduling
 
 
 @dataclass
@@ -67,23 +76,30 @@ def run_capacity(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lam
     apps = spec.apps()
     yield ServeStarted(sweep_id, 0)  # how many levels is what the search finds out
     summaries, requests, found, status = [], [], [], "interrupted"
+
+    def measure(app, level: dict, level_spec: ServeSpec) -> Iterator:
+        """One level run, summarized and stored (requests too)."""
+        yield LevelStarted(len(summaries), level)
+        records, rss = asyncio.run(_measured_level(app, level_spec, level))
+        summary = summarize_level(level, records) | rss
+        summary["slo_broken"] = broken_because(summary, spec)
+        requests.extend({"level": len(summaries), **r} for r in records)
+        summaries.append(summary)
+        _save(db_path, sweep_id, summaries, requests, capacity=found)
+        yield LevelFinished(len(summaries) - 1, summary)
+
     try:
         for batching, max_batch in apps:
             if should_stop():
                 break
             with _app(spec, batching, max_batch, db_path) as app:
+                floor_level = {"batching": batching, "max_batch": max_batch, "users": max_batch or spec.max_rows,
+                               "floor": True}
+                yield from measure(app, floor_level, floor_spec(spec))
                 tried: dict[int, bool] = {}
                 while (users := next_users(tried, spec.max_users)) is not None and not should_stop():
-                    level = {"batching": batching, "max_batch": max_batch, "users": users}
-                    yield LevelStarted(len(summaries), level)
-                    records, rss = asyncio.run(_measured_level(app, spec, level))
-                    summary = summarize_level(level, records) | rss
-                    summary["slo_broken"] = broken_because(summary, spec)
-                    tried[users] = summary["slo_broken"] is None
-                    requests += [{"level": len(summaries), **r} for r in records]
-                    summaries.append(summary)
-                    _save(db_path, sweep_id, summaries, requests, capacity=found)
-                    yield LevelFinished(len(summaries) - 1, summary)
+                    yield from measure(app, {"batching": batching, "max_batch": max_batch, "users": users}, spec)
+                    tried[users] = summaries[-1]["slo_broken"] is None
                 found.append(_result(spec, batching, max_batch, tried, summaries))
                 _save(db_path, sweep_id, summaries, requests, capacity=found)
                 yield CapacityFound(found[-1])
@@ -93,17 +109,52 @@ def run_capacity(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lam
     yield ServeFinished(sweep_id, status, summaries)
 
 
+def floor_spec(spec: ServeSpec) -> ServeSpec:
+    """The floor's load: every user's one request started at once (no ramp), so every row generates together."""
+    return replace(spec, ramp_s=0.0, requests_per_user=1)
+
+
 def _result(spec: ServeSpec, batching, max_batch: int, tried: dict[int, bool], summaries: list[dict]) -> dict:
     held = max((n for n, ok in tried.items() if ok), default=0)
     broke = min((n for n, ok in tried.items() if not ok), default=None)
-    mine = [s for s in summaries if (s["batching"], s["max_batch"]) == (batching, max_batch)]
+    ours = [s for s in summaries if (s["batching"], s["max_batch"]) == (batching, max_batch)]
+    mine = [s for s in ours if not s.get("floor")]
+    floor = next((s for s in ours if s.get("floor")), None)
     at = {s["users"]: s for s in mine}
     config = (at.get(held) or (mine[0] if mine else {})).get("config")
-    return {"batching": batching, "max_batch": max_batch, "streams": held, "broke_at": broke,
-            "broken_because": at[broke]["slo_broken"] if broke else None, "config": config, "tokens": spec.tokens,
-            "slo_ttfa_p99_s": spec.slo_ttfa_p99_s, "slo_continuity_pct": spec.slo_continuity_pct,
-            "curve": [{"users": s["users"], "ttfa_p99_s": s["ttfa_p99_s"], "continuity_pct": s["continuity_pct"],
-                       "held": s["slo_broken"] is None} for s in sorted(mine, key=lambda s: s["users"])]}
+    result = {"batching": batching, "max_batch": max_batch, "streams": held, "broke_at": broke,
+              "broken_because": at[broke]["slo_broken"] if broke else None, "config": config, "tokens": spec.tokens,
+              "slo_ttfa_p99_s": spec.slo_ttfa_p99_s, "slo_continuity_pct": spec.slo_continuity_pct,
+              "curve": [{"users": s["users"], "ttfa_p99_s": s["ttfa_p99_s"], "continuity_pct": s["continuity_pct"],
+                         "held": s["slo_broken"] is None} for s in sorted(mine, key=lambda s: s["users"])],
+              **floor_figures(held, floor)}
+    return result | {"diagnosis": floor_diagnosis(result)}
+
+
+def floor_figures(streams: int, floor: dict | None) -> dict:
+    """The floor measured (its level's summary) as a capacity result keeps it: the real-time streams the machine
+    makes with every row started together (audio seconds made per second; None when none was made), the rows it
+    ran, and the capacity found as a percentage of it."""
+    made = floor.get("audio_s_per_s") if floor else None
+    return {"floor_streams": made, "floor_rows": floor["users"] if floor else None,
+            "floor_pct": 100 * streams / made if made else None}
+
+
+def floor_diagnosis(result: dict) -> str | None:
+    """What limits the capacity found, in plain words, from its floor (None when no floor was measured)."""
+    floor, pct = result.get("floor_streams"), result.get("floor_pct")
+    if floor is None:
+        return None
+    if floor < 1:
+        return (f"with every row started together this machine makes {floor:.1f} real-time streams of this "
+                "configuration: it cannot keep one listener fed, whatever the scheduling; a faster engine or "
+                "precision raises the floor")
+    if pct >= FLOOR_REACHED_PCT:
+        return ("the capacity is at the machine's floor: more streams need a faster step (the floor raised), "
+                "not better scheduling")
+    why = f" (at {result['broke_at']} streams: {result['broken_because']})" if result.get("broke_at") else ""
+    return (f"{100 - pct:.0f} % of what the machine makes is lost to scheduling{why}: first audio and stalls "
+            "break the service level before the machine runs out of audio")
 
 
 def capacity_sentence(result: dict) -> str:
@@ -115,11 +166,15 @@ def capacity_sentence(result: dict) -> str:
                 f"({result['config'] or 'the app default'}; {how}; {result['tokens']} tokens a request) with p99 "
                 f"first audio <= {result['slo_ttfa_p99_s']:g} s and >= {result['slo_continuity_pct']:g} % of "
                 f"streams without a stall over 100 ms")
+    if result.get("floor_streams") is not None:
+        sentence += (f", {result['floor_pct']:.0f} % of the {result['floor_streams']:.1f} this machine makes with "
+                     f"{result['floor_rows']} started together")
     if result["broke_at"]:
         sentence += f"; at {result['broke_at']}: {result['broken_because']}"
     else:
         sentence += " (the most users tried: raise --max-users to look further)"
-    return sentence + "."
+    sentence += "."
+    return sentence + (f" Diagnosis: {result['diagnosis']}." if result.get("diagnosis") else "")
 
 
 def capacity_cost(result: dict, price: MachinePrice | None) -> str | None:

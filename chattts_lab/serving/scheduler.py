@@ -1,17 +1,18 @@
 """Continuous batching for a server: each request's texts join the running generation at the next GPT step.
 
 Request-level batching (`batcher.py`) runs a batch from start to end, so a request that arrives meanwhile waits
-for the whole batch. Here one thread owns the lab engine's `RowDecoder` (a fixed number of KV-cache rows) and
-steps it: between two steps it admits what has arrived into free rows (prefilled alone, in its own rows), and a
+for the whole batch. Here one thread owns the engine's row decoder (`EngineRuntime.row_decoder`: a fixed number of
+KV-cache rows, chattts_lab/engines/base.py's `RowDecoder`) and steps it: between two steps it admits what has arrived into free rows (prefilled alone, in its own rows), and a
 row that ends (its EOS, its token limit, its caller's stop or hang-up) leaves at once and frees its row for the
 next. Every row streams on its own and samples with its own request's settings (temperature, top-P/top-K, seed,
 token limits, voice), so different settings no longer split requests into separate batches.
 
 Bounded: at most `max_rows` rows generate at once (the KV-cache budget) and at most `max_queue` requests wait
 for a row, counted as they arrive (a request waits unless a free row is there for it); beyond that `submit` refuses
-at once with `Overloaded` (and a Retry-After estimate) rather than let waiting grow without limit. Only the lab
-engine's own decode loop can admit rows: stock ChatTTS's `infer` (and the ONNX session, whose cache is bound per
-batch) keep request-level batching, and every result says which scheduling ran (`Measurements.scheduling`).
+at once with `Overloaded` (and a Retry-After estimate) rather than let waiting grow without limit. Only an engine
+whose runtime gives a row decoder can admit rows (the lab engine's decode loop); the others keep request-level
+batching (`Engine.continuous_batching_reason` says why), and every result says which scheduling ran
+(`Measurements.scheduling`). Nothing here knows an engine's internals: it asks the runtime and its decoder.
 """
 
 from __future__ import annotations
@@ -34,25 +35,26 @@ import psutil
 from chattts_lab import engines, metrics, torch_thread
 from chattts_lab.serving.batch import Part
 from chattts_lab.serving.spec import SchedulerPolicy  # the bounds: defined with the serving spec that uses them
-from chattts_lab.engines.lab.continuous import Row, RowDecoder, capture_prompt
-from chattts_lab.engines.lab.stream import FIRST_CHUNK, HOLD, LEFT_CONTEXT, SAMPLES_PER_TOKEN, _decode_span, prepare_text
+from chattts_lab.engines.base import RowDecoder
+from chattts_lab.metrics import SAMPLES_PER_TOKEN
 from chattts_lab.models import LoadedModel, set_threads
 from chattts_lab.trackers.stages import StageTimes
-from chattts_lab.synthesis import (SAMPLE_RATE, STOPPED_BY_CALLER, Measurements, StreamChunk, SynthesisOutput, _params,
-                                   memory_errors_explained, memory_errors_of, own_stop)
+from chattts_lab.synthesis import (SAMPLE_RATE, STOPPED_BY_CALLER, Measurements, StreamChunk, SynthesisOutput,
+                                   chattts_params, memory_errors_explained, memory_errors_of, own_stop)
 
 log = logging.getLogger(__name__)
-FIRST_AT = 2 * FIRST_CHUNK  # tokens before a row's first audio
+FIRST_AT = 24  # tokens before a row's first audio (0.5 s of audio: twice the lab's own stream.FIRST_CHUNK)
 MIN_CHUNK = 12  # tokens: each chunk decodes 14 more and costs a call; at 8, three listeners stalled more
 MAX_CHUNK = 48  # tokens a stream well ahead of its listener sends at a time
 LOW_WATER_LOOPS, LOW_WATER_MIN_S = 2.5, 0.12  # a stream whose listener is this close to running dry sends now
 
 
-def chunk_due(generated: int, sent: int, ahead_s: float | None, low_water_s: float | None) -> bool:
+def chunk_due(generated: int, sent: int, ahead_s: float | None, low_water_s: float | None, hold: int) -> bool:
     """Whether a streamed row sends a chunk now: its first after FIRST_AT tokens, then when MAX_CHUNK tokens wait
     or when its listener is about to run dry (less than `low_water_s` of audio ahead) and MIN_CHUNK tokens wait.
 
-    `generated`: the row's tokens; `sent`: tokens whose audio has been sent; `ahead_s`: audio sent beyond what a
+    `generated`: the row's tokens; `sent`: tokens whose audio has been sent; `hold`: the decoder's trailing tokens
+    that wait for their right context (RowDecoder.hold); `ahead_s`: audio sent beyond what a
     real-time player that started at the first chunk has played by now (None before the first chunk).
     `low_water_s`: the loop's own (ContinuousScheduler.low_water_s), LOW_WATER_LOOPS of its slowest recent
     iterations: the time until this row's next chance to send, with room for its own decode; None while the loop
@@ -67,7 +69,7 @@ def chunk_due(generated: int, sent: int, ahead_s: float | None, low_water_s: flo
     the next can be larger by the ratio of real time to the step time, so chunks grow as fast as the load allows."""
     if ahead_s is None:
         return generated >= FIRST_AT
-    waiting = generated - HOLD - sent
+    waiting = generated - hold - sent
     return waiting >= MAX_CHUNK or (low_water_s is not None and ahead_s < low_water_s and waiting >= MIN_CHUNK)
 
 
@@ -91,9 +93,18 @@ def continuous_unsupported_reason(model: LoadedModel) -> str | None:
     return engines.get(model.engine.name).continuous_batching_reason
 
 
-def engine_of(model: LoadedModel):
-    """The decode-loop runtime of a loaded model whose engine admits rows mid-run, or None for other engines."""
-    return model.engine if continuous_unsupported_reason(model) is None else None
+def row_decoder_of(model: LoadedModel, max_rows: int) -> RowDecoder:
+    """The loaded model's row decoder for `max_rows` rows, kept with the model (its KV cache lives as long as the
+    model and is reused by each busy spell), emptied; RuntimeError where its engine cannot admit rows."""
+    decoder = getattr(model, "_row_decoder", None)
+    if decoder is None or decoder.rows != max_rows:
+        decoder = model.engine.row_decoder(model.chat, max_rows)
+        if decoder is None:
+            raise RuntimeError(f"continuous batching cannot run on the {model.engine.name} engine: "
+                               f"{continuous_unsupported_reason(model)}")
+        model._row_decoder = decoder
+    decoder.reset()
+    return decoder
 
 
 @dataclass(eq=False)
@@ -103,7 +114,7 @@ class _Job:
     enqueued: float = field(default_factory=time.perf_counter)
     admitted: float | None = None
     texts: list = field(default_factory=list)  # (index, text) not yet admitted
-    rows: dict = field(default_factory=dict)  # text index -> Row (while generating and after)
+    rows: dict = field(default_factory=dict)  # text index -> its decoder row (while generating and after)
     audio: dict = field(default_factory=dict)  # text index -> list of sent chunks (streamed) or the whole clip
     first_audio_s: float | None = None
     decode_s: float = 0.0
@@ -133,9 +144,10 @@ class ContinuousScheduler:
         self._queued = 0  # requests submitted and not yet admitted (any thread reads it)
         self._busy_rows = 0
         self._mean_request_s = 5.0  # for Retry-After, updated as requests finish
-        self._live_rows: list[Row] = []  # the decoder's rows, for failing their callers when a step fails
+        self._live_rows: list = []  # the decoder's rows, for failing their callers when a step fails
         self._thread: threading.Thread | None = None
         self._loops: deque[float] = deque(maxlen=32)  # seconds of the latest loop iterations (step, decodes)
+        self._decoder: RowDecoder | None = None  # the busy spell's (the loop thread's own)
 
     # ---- any thread
 
@@ -194,10 +206,7 @@ class ContinuousScheduler:
             self._run_while_busy(model)
 
     def _run_while_busy(self, model: LoadedModel) -> None:
-        reason = continuous_unsupported_reason(model)
-        if reason:
-            raise RuntimeError(f"continuous batching needs the lab engine: {reason}")
-        decoder = self._decoder(model)
+        decoder = self._decoder = row_decoder_of(model, self.policy.max_rows)
         while True:
             self._collect_arrivals()
             self._admit(model, decoder)
@@ -210,14 +219,6 @@ class ContinuousScheduler:
             ended = decoder.step()
             self._after_step(model, decoder, ended)
             self.loop_took(time.perf_counter() - began)
-
-    def _decoder(self, model: LoadedModel) -> RowDecoder:
-        decoder = getattr(model, "_continuous_decoder", None)
-        if decoder is None or decoder.rows != self.policy.max_rows:
-            decoder = RowDecoder(engine_of(model), model.chat, self.policy.max_rows)
-            model._continuous_decoder = decoder  # its cache lives as long as the model, reused by each busy spell
-        decoder.reset()
-        return decoder
 
     def _collect_arrivals(self) -> None:
         while True:
@@ -261,12 +262,12 @@ class ContinuousScheduler:
             self._dequeued(job, takes_row=True)
             if job.part.on_start is not None:
                 job.part.on_start()
-        params_code, params_refine = _params(model, request)
-        text = prepare_text(model.chat, text, params_refine, not request.refine.enabled, request.normalize_text)
-        row = decoder.admit(capture_prompt(model.chat, text, params_code), owner=job)
+        params_code, params_refine = chattts_params(model, request)
+        prompt = decoder.prompt(text, params_refine, params_code, request.refine.enabled, request.normalize_text)
+        row = decoder.admit(prompt, owner=job)
         row.meta["index"] = index
         job.rows[index] = row
-        self._stream(model, job, index, row)
+        self._stream(model, decoder, [row])
         if row.ended:
             self._leave(model, decoder, [row])
 
@@ -287,10 +288,10 @@ class ContinuousScheduler:
         stopped = [row for row in decoder.active if row.owner.part.stop.is_set()]
         for row in stopped:
             row.ended = row.ended or "stopped"
-            self._stream(model, row.owner, row.meta["index"], row)  # what it held back: every token made so far
+        self._stream(model, decoder, stopped)  # what they held back: every token made so far
         self._leave(model, decoder, stopped)
 
-    def _leave(self, model: LoadedModel, decoder: RowDecoder, rows: list[Row]) -> None:
+    def _leave(self, model: LoadedModel, decoder: RowDecoder, rows: list) -> None:
         """Free the rows, say so, then answer the requests they finish (a caller that hears its answer can count
         on its row being free)."""
         for row in rows:
@@ -305,29 +306,40 @@ class ContinuousScheduler:
         with self._lock:
             self._busy_rows = len(decoder.active)
 
-    def _after_step(self, model: LoadedModel, decoder: RowDecoder, ended: list[Row]) -> None:
-        for row in list(decoder.active):
-            self._stream(model, row.owner, row.meta["index"], row)
+    def _after_step(self, model: LoadedModel, decoder: RowDecoder, ended: list) -> None:
+        self._stream(model, decoder, list(decoder.active))
         self._leave(model, decoder, ended)
 
     # ---- audio
 
-    def _stream(self, model: LoadedModel, job: _Job, index: int, row: Row) -> None:
-        """Send a streamed row's next chunk when it is due (chunk_due), and the rest at its end: the spans of the
-        lab's own streaming (new frames, LEFT_CONTEXT tokens of context, the last HOLD tokens kept back)."""
-        if not job.stream:
-            return
-        n = row.generated
-        sent = row.meta.setdefault("sent", 0)  # samples
-        if not (row.ended or chunk_due(n, sent // SAMPLES_PER_TOKEN, self._ahead_s(row), self.low_water_s())):
-            return
-        upto = metrics.samples_for_tokens(n) if row.ended else SAMPLES_PER_TOKEN * max(0, n - HOLD)
-        if upto <= sent:
+    def _stream(self, model: LoadedModel, decoder: RowDecoder, rows: list) -> None:
+        """Send each streamed row's next chunk when it is due (chunk_due), and the rest at its end: the decoder's
+        streaming spans (new frames with context before them, its last `hold` tokens kept back)."""
+        spans = [span for span in (self._due_span(decoder, row) for row in rows) if span]
+        if not spans:
             return
         t0 = time.perf_counter()
-        audio = _decode_span(model.chat, [row.hiddens[:n]], [n], sent, upto, LEFT_CONTEXT)[0]
-        job.decode_s += time.perf_counter() - t0
-        row.meta["sent"] = upto
+        chunks = decoder.decode_spans(spans)
+        share = (time.perf_counter() - t0) / len(spans)  # the rows' chunks decode together: each bears its share
+        for (row, _, upto), audio in zip(spans, chunks):
+            row.owner.decode_s += share
+            row.meta["sent"] = upto
+            self._send(model, row.owner, row.meta["index"], row, audio)
+
+    def _due_span(self, decoder: RowDecoder, row) -> tuple | None:
+        """(row, first sample, end sample) of a streamed row's chunk due now, or None."""
+        if not row.owner.stream:
+            return None
+        n = row.generated
+        sent = row.meta.setdefault("sent", 0)  # samples
+        if not (row.ended or chunk_due(n, sent // SAMPLES_PER_TOKEN, self._ahead_s(row), self.low_water_s(),
+                                       decoder.hold)):
+            return None
+        upto = metrics.samples_for_tokens(n) if row.ended else SAMPLES_PER_TOKEN * max(0, n - decoder.hold)
+        return (row, sent, upto) if upto > sent else None
+
+    def _send(self, model: LoadedModel, job: _Job, index: int, row, audio: np.ndarray) -> None:
+        """Hand one chunk to the row's caller."""
         row.meta.setdefault("first_sent_at", time.perf_counter())
         job.audio.setdefault(index, []).append(audio)
         elapsed = time.perf_counter() - job.admitted
@@ -357,21 +369,18 @@ class ContinuousScheduler:
         return max(LOW_WATER_MIN_S, LOW_WATER_LOOPS * max(self._loops))
 
     @staticmethod
-    def _ahead_s(row: Row) -> float | None:
+    def _ahead_s(row) -> float | None:
         """Seconds of this row's audio sent beyond what a real-time player, started at its first chunk, has played."""
         started = row.meta.get("first_sent_at")
         if started is None:
             return None
         return row.meta["sent"] / SAMPLE_RATE - (time.perf_counter() - started)
 
-    def _whole_audio(self, model: LoadedModel, job: _Job, row: Row) -> np.ndarray:
-        n = row.generated
-        if n == 0:
-            return np.zeros(0, np.float32)
+    def _whole_audio(self, job: _Job, row) -> np.ndarray:
         t0 = time.perf_counter()
-        wavs = np.asarray(model.chat._decode_to_wavs([row.hiddens[:n]], True))
+        audio = self._decoder.audio(row)
         job.decode_s += time.perf_counter() - t0
-        return wavs[0, : metrics.samples_for_tokens(n)].astype(np.float32)
+        return audio
 
     # ---- results
 
@@ -395,7 +404,7 @@ class ContinuousScheduler:
             elif job.stream:
                 audio.append(np.concatenate(job.audio.get(i, [])) if job.audio.get(i) else np.zeros(0, np.float32))
             else:
-                audio.append(self._whole_audio(model, job, row))
+                audio.append(self._whole_audio(job, row))
         job.future.set_result(self._output(model, job, audio))
         wall = time.perf_counter() - (job.admitted or job.enqueued)
         self._mean_request_s = 0.8 * self._mean_request_s + 0.2 * wall

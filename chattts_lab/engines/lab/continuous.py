@@ -30,9 +30,12 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from chattts_lab.engines.lab.sampler import Sampler, sample_rows
+from chattts_lab.engines.lab.stream import HOLD, LEFT_CONTEXT, decode_spans, prepare_text
+from chattts_lab.metrics import samples_for_tokens
 
 log = logging.getLogger(__name__)
 SLOT_STEP = 256  # the cache grows in whole blocks of slots when a longer row arrives
@@ -103,7 +106,11 @@ class Row:
 
 
 class RowDecoder:
-    """Up to `rows` texts generated together, each joining and leaving on its own. One thread drives it."""
+    """Up to `rows` texts generated together, each joining and leaving on its own. One thread drives it.
+    (The interface a scheduler drives: chattts_lab.engines.base.RowDecoder.)"""
+
+    hold = HOLD  # a chunk's last tokens wait for their right context (engines/lab/stream.py)
+    left_context = LEFT_CONTEXT  # tokens re-decoded before a chunk's new ones, so that chunks join without seams
 
     def __init__(self, engine, chat, rows: int, slots: int = SLOT_STEP):
         self.engine, self.chat, self.rows = engine, chat, rows
@@ -259,3 +266,23 @@ class RowDecoder:
     def reset(self) -> None:
         """Drop every row (after a failure inside a step, whose state is then unknown)."""
         self.active.clear()
+
+    def prompt(self, text: str, params_refine, params_code, refine: bool, normalize: bool) -> RowPrompt:
+        """One text's prompt as ChatTTS's `infer` builds it: normalized, refined when asked, then captured with
+        its speaker and sampling settings. The caller holds the model."""
+        text = prepare_text(self.chat, text, params_refine, not refine, normalize)
+        return capture_prompt(self.chat, text, params_code)
+
+    def decode_spans(self, spans: list[tuple[Row, int, int]]) -> list[np.ndarray]:
+        """Samples [a, b) of each (row, a, b)'s audio, all rows in one decoder and vocoder call, each decoded from
+        `left_context` tokens before a (the lab's streaming spans), so that a row's chunks join into its whole clip
+        within stream.SEAM_BOUND."""
+        return decode_spans(self.chat, [(row.hiddens, row.generated, a, b) for row, a, b in spans], self.left_context)
+
+    def audio(self, row: Row) -> np.ndarray:
+        """The row's whole clip, decoded at once."""
+        n = row.generated
+        if n == 0:
+            return np.zeros(0, np.float32)
+        wavs = np.asarray(self.chat._decode_to_wavs([row.hiddens[:n]], True))
+        return wavs[0, : samples_for_tokens(n)].astype(np.float32)

@@ -147,6 +147,11 @@ class LabRuntime(EngineRuntime):
 
         return stream_infer(chat, self, texts, params_refine, params_code, **kwargs)
 
+    def row_decoder(self, chat, max_rows: int):
+        from chattts_lab.engines.lab.continuous import RowDecoder
+
+        return RowDecoder(self, chat, max_rows)
+
     @contextmanager
     def first_chunk(self, steps: int):
         saved, self.stream_first_chunk = self.stream_first_chunk, steps

@@ -14,12 +14,12 @@ import logging
 from typing import Iterator
 
 import numpy as np
+import torch
 
-from chattts_lab.metrics import SAMPLES_PER_STEP_PAIR, samples_for_tokens
+from chattts_lab.metrics import SAMPLES_PER_TOKEN, samples_for_tokens
 
 log = logging.getLogger(__name__)
 
-SAMPLES_PER_TOKEN = 2 * SAMPLES_PER_STEP_PAIR  # one GPT step = 2 mel frames
 FIRST_CHUNK = 12  # steps before the first audio (~0.25 s of audio)
 # Tokens re-decoded before each chunk. The decoder's and vocoder's convolutions reach fewer than 8 tokens back: with 8,
 # a streamed clip is its whole decode within rounding (scripts/probes/seam_bound.py: full-size weights at lab
@@ -72,17 +72,49 @@ def prepare_text(chat, text: str, params_refine, skip_refine_text: bool, normali
 
 
 def _decode_span(chat, hiddens, lengths, a: int, b: int, left: int) -> np.ndarray:
-    """Samples [a, b) of the full decode, decoding tokens from `left` before sample a onwards."""
-    first = max(0, a // SAMPLES_PER_TOKEN - left)
-    last = min(max(lengths), -(-b // SAMPLES_PER_TOKEN) + HOLD)  # a little right context where it exists
-    parts = [h[min(first, n):min(last, n)] for h, n in zip(hiddens, lengths)]
-    out = np.zeros((len(parts), b - a), dtype=np.float32)
-    if max(p.shape[0] for p in parts) == 0:
+    """Samples [a, b) of the full decode of each text, decoding tokens from `left` before sample a onwards."""
+    return np.stack(decode_spans(chat, [(h, n, a, b) for h, n in zip(hiddens, lengths)], left))
+
+
+def decode_spans(chat, spans: list[tuple], left: int) -> list[np.ndarray]:
+    """Samples [a, b) of each (hiddens, tokens, a, b)'s full decode, in as few calls of the decoder and vocoder as
+    keep each span's audio what it gets decoded alone (a call costs about 15 ms before its first token, so rows
+    whose chunks are due together share one).
+
+    A span decodes from `left` tokens before its sample a to HOLD tokens after b where they exist. In one call every
+    span takes the widest span's width: first with more of its own tokens before it (more left context only
+    helps), then with zeros. Zeros are no text's audio: at a text's true start or end they change what is heard
+    there (the convolutions and the vocoder's overlap-add read them as frames), so they go where the span has
+    context to spare: after a span that keeps HOLD tokens back, before a span that reaches its text's end. A span
+    with no room on either side (a whole short clip) decodes in a call of its own."""
+    cuts = [_cut(n, a, b, left) for _, n, a, b in spans]
+    width = max(last - first for first, last in cuts)
+    out = [np.zeros(b - a, dtype=np.float32) for _, _, a, b in spans]
+    if width == 0:
         return out
-    wavs = np.asarray(chat._decode_to_wavs(parts, True))  # (it empties `parts`)
-    offset = first * SAMPLES_PER_TOKEN
-    got = wavs[:, a - offset : b - offset]
-    out[:, : got.shape[1]] = got
-    for i, n in enumerate(lengths):  # texts that ended earlier: silence after their own end
-        out[i, max(0, samples_for_tokens(n) - a):] = 0
+    shared, own = [], []  # (span index, part padded to width, tokens before its sample 0), and spans decoded alone
+    for i, ((hiddens, n, a, b), (first, last)) in enumerate(zip(spans, cuts)):
+        first = max(0, last - width)  # widen with its own tokens first
+        part, pad = hiddens[first:last], width - (last - first)
+        ends = b >= samples_for_tokens(n)
+        if pad and ends and a // SAMPLES_PER_TOKEN < left:  # its start and its end are both heard
+            own.append(i)
+            continue
+        zeros = part.new_zeros(pad, part.shape[1])
+        shared.append((i, torch.cat([zeros, part] if ends else [part, zeros]), first - pad if ends else first))
+    calls = [shared] + [[(i, spans[i][0][cuts[i][0] : cuts[i][1]], cuts[i][0])] for i in own]
+    for call in filter(None, calls):
+        wavs = np.asarray(chat._decode_to_wavs([part for _, part, _ in call], True))  # (it empties its list)
+        for wav, (i, _, start) in zip(wavs, call):
+            _, n, a, b = spans[i]
+            got = wav[a - start * SAMPLES_PER_TOKEN : b - start * SAMPLES_PER_TOKEN]
+            out[i][: got.shape[0]] = got
+            out[i][max(0, samples_for_tokens(n) - a):] = 0  # a text that ended before b: silence after its own end
     return out
+
+
+def _cut(n: int, a: int, b: int, left: int) -> tuple[int, int]:
+    """The tokens [first, last) that decode samples [a, b) of a text of n tokens: `left` tokens of context before
+    a, HOLD after b where they exist."""
+    first = min(max(0, a // SAMPLES_PER_TOKEN - left), n)
+    return first, min(n, -(-b // SAMPLES_PER_TOKEN) + HOLD)

@@ -65,6 +65,9 @@ class OnnxRuntime(LabRuntime):
     name = "onnx"
     gpt_module: OnnxLlama
 
+    def row_decoder(self, chat, max_rows: int):
+        return None  # OnnxEngine.continuous_batching_reason says why
+
     @property
     def kernels(self) -> str:
         return f"onnxruntime {self.gpt_module.provider}"
