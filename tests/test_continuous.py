@@ -18,7 +18,7 @@ from chattts_lab.engines.lab.continuous import RowDecoder, capture_prompt
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.models import LoadConfig, load_model
 from chattts_lab.requests import Sampling, SynthesisRequest, Voice
-from chattts_lab.serving.scheduler import ContinuousScheduler, Overloaded, SchedulerPolicy
+from chattts_lab.serving.scheduler import ContinuousScheduler, Overloaded, SchedulerPolicy, row_decoder_of
 from chattts_lab.synthesis import chattts_params
 
 from tests.conftest import TINY
@@ -301,3 +301,10 @@ def test_chunks_due_together_decode_in_one_call_as_each_decodes_alone(model, mon
         own = decoder.decode_spans([(row, a, b)])[0]
         assert audio.shape == own.shape == (b - a,)
         assert np.abs(audio - own).max() <= SEAM_BOUND * np.abs(own).max()
+
+
+def test_an_engine_that_cannot_admit_rows_gives_no_row_decoder_and_the_scheduler_says_why():
+    stock = load_model(LoadConfig(model=TINY, precision="fp32", engine="stock", threads=1))
+    assert stock.engine.row_decoder(stock.chat, 2) is None
+    with pytest.raises(RuntimeError, match="stock engine: stock ChatTTS generates a batch from start to end"):
+        row_decoder_of(stock, 2)

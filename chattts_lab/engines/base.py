@@ -140,7 +140,8 @@ class RowDecoder(Protocol):
         """Drop every row (after a failure inside a step, whose state is then unknown)."""
 
     def decode_spans(self, spans: list[tuple[object, int, int]]) -> list[np.ndarray]:
-        """Samples [a, b) of each (row, a, b)'s audio: chunks of a stream that join into the whole clip."""
+        """Samples [a, b) of each (row, a, b)'s audio: chunks of a stream that join into the whole clip. The spans
+        of rows due together come in one call, so that an engine can decode them in one batch."""
 
     def audio(self, row) -> np.ndarray:
         """The row's whole clip, decoded at once."""

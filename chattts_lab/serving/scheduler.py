@@ -1,11 +1,12 @@
 """Continuous batching for a server: each request's texts join the running generation at the next GPT step.
 
-Request-level batching (`batcher.py`) runs a batch from start to end, so a request that arrives meanwhile waits
-for the whole batch. Here one thread owns the engine's row decoder (`EngineRuntime.row_decoder`: a fixed number of
-KV-cache rows, chattts_lab/engines/base.py's `RowDecoder`) and steps it: between two steps it admits what has arrived into free rows (prefilled alone, in its own rows), and a
-row that ends (its EOS, its token limit, its caller's stop or hang-up) leaves at once and frees its row for the
-next. Every row streams on its own and samples with its own request's settings (temperature, top-P/top-K, seed,
-token limits, voice), so different settings no longer split requests into separate batches.
+Request-level batching (`batcher.py`) runs a batch from start to end, so a request that arrives meanwhile waits for
+the whole batch. Here one thread owns the engine's row decoder (`EngineRuntime.row_decoder`: a fixed number of
+KV-cache rows, chattts_lab/engines/base.py's `RowDecoder`) and steps it: between two steps it admits what has
+arrived into free rows (prefilled alone, in its own rows), and a row that ends (its EOS, its token limit, its
+caller's stop or hang-up) leaves at once and frees its row for the next. Every row streams on its own and samples
+with its own request's settings (temperature, top-P/top-K, seed, token limits, voice), so different settings no
+longer split requests into separate batches.
 
 Bounded: at most `max_rows` rows generate at once (the KV-cache budget) and at most `max_queue` requests wait
 for a row, counted as they arrive (a request waits unless a free row is there for it); beyond that `submit` refuses
