@@ -59,6 +59,7 @@ def whole_or_refused(record: dict) -> str | None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(SOAK_S + 1800)  # pytest.ini's 600 s would end it: the capacity search and the soak itself
 def test_a_soak_at_seventy_percent_of_capacity_answers_every_request_whole_or_refuses_it(tmp_path):
     db = tmp_path / "soak.sqlite"
     # capacity: requests a second the app completes with every row busy (closed loop, 2 requests per row's user)
