@@ -25,6 +25,7 @@ from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError
 from webui import present
 from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
+from chattts_lab.engines import PRECISIONS
 from webui.runtime import engines_for, plural, precisions_for
 
 TABLE = ["sweep_id", "machine", "max_batch", "users", "rate", "ok", "errors", "lost", "audio_s_per_s", "queue_p90_s",
@@ -203,7 +204,7 @@ def build_serving_tab(ctx: AppContext) -> None:
     with gr.Row():
         stream = gr.Checkbox(shown.stream, label="Stream (measures time to first audio)", elem_id="sv-stream")
         engine = gr.Dropdown(engine_choices, value=APP_DEFAULT, label="Engine", elem_id="sv-engine")
-        precision = gr.Dropdown([APP_DEFAULT, *precisions_for("cpu", "lab")], value=APP_DEFAULT, label="Precision",
+        precision = gr.Dropdown([APP_DEFAULT, *precisions_here()], value=APP_DEFAULT, label="Precision",
                                 elem_id="sv-precision")
         batching = gr.CheckboxGroup(["continuous", "request"], value=list(shown.batching), elem_id="sv-batching",
                                     label="Scheduling (continuous: one app; request-level: one app per max batch)")
@@ -241,6 +242,12 @@ def build_serving_tab(ctx: AppContext) -> None:
     stop.click(_stop, None, None, **private)
     show.click(bind(show_runs, ctx), pick, [table, fig_latency, fig_throughput, found], **private)
     pick.focus(**refresh)
+
+
+def precisions_here() -> list[str]:
+    """Every precision some engine runs on this CPU (a pick the chosen engine cannot run is refused with the reason)."""
+    runs = {p for e in engines_for("cpu") for p in precisions_for("cpu", e)}
+    return [p for p in PRECISIONS if p in runs]
 
 
 def _capacity_controls(shown: ServeSpec) -> list:

@@ -19,8 +19,9 @@ import time
 import torch
 
 from chattts_lab.engines.base import Engine
+from chattts_lab.engines.precisions import PRECISION
 from chattts_lab.engines.lab import cpu, kernels
-from chattts_lab.engines.lab.engine import (COMPUTE_DTYPE, Heads, LabRuntime, drop_stock_code_heads, lab_generate,
+from chattts_lab.engines.lab.engine import (Heads, LabRuntime, drop_stock_code_heads, lab_generate,
                                     quantize_text_tables)
 from chattts_lab.engines.lab.linear import int4_available, int8_kernels
 from chattts_lab.engines.lab.model import LeanLlama, release_freed_memory
@@ -74,7 +75,7 @@ class LabEngine(Engine):
 def _compute_dtype(device: torch.device, precision: str) -> torch.dtype:
     if precision == "int8" and device.type == "cuda":  # weight-only int8: activations in half precision
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return COMPUTE_DTYPE[precision]
+    return PRECISION[precision].compute_dtype
 
 
 def trim_around_the_gpt(chat, precision: str, gpt_folder: str) -> None:
@@ -82,7 +83,7 @@ def trim_around_the_gpt(chat, precision: str, gpt_folder: str) -> None:
     `Heads` hold the code heads: drop stock's, decode in bf16 projections under int8/int4 where that pays, and
     keep the DVAE (voice clips only) on disk until first use."""
     drop_stock_code_heads(chat)
-    if precision in ("int8", "int4"):  # recorded as the rows' dtype_decoder / dtype_vocos
+    if PRECISION[precision].quantized:  # recorded as the rows' dtype_decoder / dtype_vocos
         install_bf16_decoding(chat, torch.device(chat.device))
     load_dvae_on_demand(chat, gpt_folder)  # synthesis never calls it: 58 MB less resident
 
@@ -118,7 +119,7 @@ def replace_the_gpt(chat, precision: str, open_gpt, runtime_class, generate) -> 
     gpt_device = torch.device(chat.device_gpt)
     gpt_folder = getattr(gpt.gpt.config, "_name_or_path", "")
     with torch.no_grad():
-        if precision in ("int8", "int4"):  # first: their fp32 originals must not sit through the GPT's peak
+        if PRECISION[precision].quantized:  # first: their fp32 originals must not sit through the GPT's peak
             quantize_text_tables(chat, gpt_device)
         pending = open_gpt(gpt.gpt, gpt_device)
         del gpt.gpt  # nothing else in ChatTTS uses its LlamaModel

@@ -125,10 +125,6 @@ class RowDecoder:
     def free(self) -> int:
         return self.rows - len(self.active)
 
-    def kv_bytes(self) -> int:
-        """The KV cache reserved for all rows at the current slot count (resident only where written)."""
-        return sum(k.numel() * k.element_size() * 2 for k, _ in self._caches)
-
     def _grow(self, slots: int) -> None:
         """(Re)allocate the cache for `slots` positions per row, keeping what the active rows hold."""
         slots = -(-slots // SLOT_STEP) * SLOT_STEP

@@ -17,6 +17,7 @@ import torch.nn as nn
 from torch.nn.utils import parametrize
 
 from chattts_lab.engines.base import EngineRuntime
+from chattts_lab.engines.precisions import PRECISION
 from chattts_lab.engines.lab.linear import Int8Embedding, make_linear
 from chattts_lab.engines.lab.model import LeanLlama
 from chattts_lab.engines.lab.sampler import Sampler
@@ -29,10 +30,6 @@ if TYPE_CHECKING:
     from chattts_lab.engines.onnx.session import OnnxLlama
 DecodeModel = Union[LeanLlama, "OnnxLlama"]
 
-COMPUTE_DTYPE = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-                 "int8": torch.float32, "int4": torch.float32}
-
-
 class Heads(nn.Module):
     """ChatTTS's weight-normed heads, materialised once: 4 code heads as one [4*626, 768] projection.
 
@@ -44,7 +41,7 @@ class Heads(nn.Module):
         super().__init__()
         with torch.no_grad(), parametrize.cached():
             code = torch.cat([h.weight.detach().float() for h in embed.head_code])
-        head_precision = "int8" if precision in ("int8", "int4") else "fp32"
+        head_precision = "int8" if PRECISION[precision].quantized else "fp32"
         self.code = make_linear(code, head_precision, device, torch.float32)
         self.num_vq = len(embed.head_code)
         # one table for the 4 code embeddings: ids + offsets index it in one lookup

@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from chattts_lab.engines.lab import kernels
+from chattts_lab.engines.precisions import PRECISION
 from chattts_lab.engines.lab.linear import PackedInt4Linear, PackedInt8Linear, make_linear
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ def cache_dtype(precision: str, dtype: torch.dtype) -> torch.dtype:
     reads), and int8/int4 tokens already differ from fp32's by far more than bf16 rounding of k and v
     adds; fp32 keeps an fp32 cache, so lab fp32 computes what stock fp32 computes.
     """
-    return torch.bfloat16 if precision in ("int8", "int4") and dtype == torch.float32 else dtype
+    return torch.bfloat16 if PRECISION[precision].quantized and dtype == torch.float32 else dtype
 
 
 class Block(nn.Module):
