@@ -109,8 +109,8 @@ def _results_panel(c: dict) -> None:
                                         elem_id="f-precisions")
         c["f_status"] = gr.Dropdown(list(STATUSES), multiselect=True, label=t("Filter: status"), elem_id="f-status")
     c["table"] = gr.DataFrame(display_frame(results_frame([])), elem_id="sw-table", show_search="search",
-                              label="Results: a row per cell once a sweep runs or History shows one (click a header "
-                                    "to sort; failed cells keep their reason)", interactive=False, max_height=420)
+                              label=t("Results: a row per cell once a sweep runs or History shows one (click a header "
+                                      "to sort; failed cells keep their reason)"), interactive=False, max_height=420)
     c["gain"] = gr.Markdown(elem_id="sw-gain")
     c["filter_note"] = gr.Markdown(elem_id="sw-filter-note")
     with gr.Row():

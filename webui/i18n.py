@@ -157,6 +157,67 @@ ZH = {
     "e.g. AWS c7a.large on-demand, us-east-1, 2026-12": "例如：AWS c7a.large 按需，us-east-1，2026-12",
 }
 
+ZH.update({
+    # the Benchmark tab's longer help
+    "Results: a row per cell once a sweep runs or History shows one (click a header to sort; failed cells keep their "
+    "reason)": "结果：运行扫描或从历史中显示后，每个单元一行（点击表头排序；失败的单元保留原因）",
+    "ignored off CUDA, so it stays off on this machine": "非 CUDA 设备上会被忽略，所以本机保持关闭",
+    "each pass times every cell once, in a fresh random order (Repeats and Min seconds then do not apply); 1: each "
+    "cell in its own process": "每一轮按新的随机顺序为每个单元计时一次（此时“重复次数”和“每单元最少秒数”不适用）；"
+                               "1：每个单元在各自的进程中运行",
+    "optional: adds $ per audio hour to every row (price / audio s per s); kept with the sweep":
+        "可选：为每一行加上每音频小时的美元成本（价格 / 每秒生成的音频秒数）；随扫描一起保存",
+    "every cell is measured on each machine carrying one of these Ray resource labels":
+        "每个单元都会在带有这些 Ray 资源标签之一的每台机器上测量",
+    "off": "关", "on": "开",
+    # the Serving panel
+    "Many users at once against this app's `/v1/audio/speech`: continuous batching (a request joins the running "
+    "generation at the next step) and request-level batching (batches of up to N requests; max batch 1: one request "
+    "at a time). Each scheduling and batch limit starts its own copy of the app on this machine; the numbers are what "
+    "its clients saw. **Find capacity** answers how many real-time listeners this machine holds under a service "
+    "level.":
+        "多个用户同时请求本应用的 `/v1/audio/speech`：连续批处理（请求在下一步加入正在进行的生成）与请求级批处理"
+        "（每批最多 N 个请求；最大批 1：一次一个请求）。每种调度方式和批大小上限都会在本机启动一个独立的应用副本；"
+        "数字是其客户端实际看到的结果。**查找容量**回答在给定服务水平下本机能同时支撑多少个实时收听者。",
+    "Concurrent users (list or range)": "并发用户数（列表或范围）",
+    "Max batch (one app each; 1 = one at a time)": "最大批大小（每个值一个应用；1 = 一次一个）",
+    "Requests per user": "每用户请求数",
+    "Audio tokens per request": "每请求音频 token 数",
+    "Stream (measures time to first audio)": "流式（测量首段音频时间）",
+    "the app's default": "应用默认值",
+    "Scheduling (continuous: one app; request-level: one app per max batch)":
+        "调度方式（continuous：一个应用；request：每个最大批大小一个应用）",
+    "optional: a capacity then says what an audio hour costs (price / streams held)":
+        "可选：容量结果会给出每音频小时的成本（价格 / 支撑的流数）",
+    "Run serving benchmark": "运行服务基准测试",
+    "Load levels: a row per level once a run starts (or Show picks runs from the history)":
+        "负载等级：运行开始后每个等级一行（或用“显示”从历史中选取）",
+    "Latency vs users": "延迟与用户数",
+    "Throughput vs users": "吞吐量与用户数",
+    "Capacity search": "容量搜索",
+    "### Serving runs in the history": "### 历史中的服务测试",
+    "Runs": "测试记录",
+    "Show": "显示",
+    "Real-time streams held (capacity runs, every machine in the history; Show narrows to the picked runs)":
+        "支撑的实时流数（容量测试，历史中的所有机器；“显示”只列出所选记录）",
+    "Find capacity: raise the users until the service level breaks (the users box is not used)":
+        "查找容量：逐步增加用户数直到服务水平被打破（不使用用户数输入框）",
+    "Service level: p99 first audio at most (s)": "服务水平：p99 首段音频时间上限（秒）",
+    "…and streams with no stall over 100 ms at least (%)": "……且无超过 100 ms 卡顿的流至少占（%）",
+    "Most users tried": "最多尝试的用户数",
+    # the quality panel
+    "### Quality beside speed (sweeps run with `--quality` or the form's quality box)":
+        "### 速度旁的音质（使用 `--quality` 或表单中的音质选项运行的扫描）",
+    "Quality figure": "音质指标",
+    "predicted MOS": "预测 MOS",
+    "WER %": "WER %",
+    "speaker similarity": "说话人相似度",
+    "Largest MOS drop from stock fp32": "相对 stock fp32 的最大 MOS 下降",
+    "Largest WER rise (points)": "最大 WER 上升（百分点）",
+    "Fastest within the floor": "满足下限的最快配置",
+    "RTF vs quality (Pareto front)": "RTF 与音质（帕累托前沿）",
+})
+
 # Browsers say zh-CN (or zh); both read the same texts. English is the keys themselves.
 I18N = gr.I18n(en={key: key for key in ZH}, zh=ZH, **{"zh-CN": ZH})
 
@@ -164,6 +225,14 @@ I18N = gr.I18n(en={key: key for key in ZH}, zh=ZH, **{"zh-CN": ZH})
 def t(english: str):
     """`english` as a translatable text where a translation exists; otherwise the English text as it is."""
     return I18N(english) if english in ZH else english
+
+
+def tr(english: str, chinese: str):
+    """A text made when the page is built (it names this machine's devices, engines, numbers) with its Chinese made
+    beside it: the pair joins the translations (English stays the key), so it reads like any other key."""
+    ZH[english] = chinese
+    I18N.translations["en"][english] = english
+    return I18N(english)
 
 
 # The mistakes people make most often, as the library words them (chattts_lab.requests, .voices) and in Chinese. A
