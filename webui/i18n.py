@@ -197,6 +197,8 @@ ZH.update({
     "Capacity search": "容量搜索",
     "### Serving runs in the history": "### 历史中的服务测试",
     "Runs": "测试记录",
+    "continuous": "连续批处理（continuous）",
+    "request": "请求级批处理（request）",
     "Show": "显示",
     "Real-time streams held (capacity runs, every machine in the history; Show narrows to the picked runs)":
         "支撑的实时流数（容量测试，历史中的所有机器；“显示”只列出所选记录）",
@@ -248,6 +250,36 @@ MESSAGES_ZH = [
     (r"speaker string is malformed or truncated.*", "说话人字符串格式错误或不完整：请重新完整复制（“显示此种子的说话人字符串”）"),
     (r"voice card is not valid JSON \((.+)\)", "音色卡不是有效的 JSON（{0}）"),
     (r"a sample-audio voice needs the transcript of its clip", "样本音频音色需要这段音频的文字稿"),
+    # the Benchmark tab's sentences made at run time (estimates, notes, status, the hardware panel)
+    (r"Fill in the quick sweep \(stock vs lab, about (.+) here\)", "填入快速扫描（stock 对比 lab，本机约需 {0}）"),
+    (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule, (\d+) measured already\), roughly (.+) \(estimated "
+     r"from this machine's past sweeps; each cell runs in a fresh process\)",
+     "{0} 个单元（其中 {1} 个按规则跳过或不支持，{2} 个已测过），约需 {3}（根据本机以往的扫描估计；每个单元在新进程中运行）"),
+    (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule\), roughly (.+) \(estimated from this machine's past "
+     r"sweeps; each cell runs in a fresh process\)",
+     "{0} 个单元（其中 {1} 个按规则跳过或不支持），约需 {2}（根据本机以往的扫描估计；每个单元在新进程中运行）"),
+    (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule, (\d+) measured already\), roughly (.+) \(estimated "
+     r"from the README's reference machine; each cell runs in a fresh process\)",
+     "{0} 个单元（其中 {1} 个按规则跳过或不支持，{2} 个已测过），约需 {3}（根据 README 的参考机器估计；每个单元在新进程中运行）"),
+    (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule\), roughly (.+) \(estimated from the README's "
+     r"reference machine; each cell runs in a fresh process\)",
+     "{0} 个单元（其中 {1} 个按规则跳过或不支持），约需 {2}（根据 README 的参考机器估计；每个单元在新进程中运行）"),
+    (r"\*\*Quick sweep filled in\*\* \(stock against lab, fp32 and int8, batch 1, short clips\): the estimate is "
+     r"below the settings; press \*\*Run sweep\*\* to start it\.",
+     "**已填入快速扫描**（stock 对比 lab，fp32 和 int8，批大小 1，短音频）：估计值在设置下方；按 **运行扫描** 开始。"),
+    (r"Sweep settings: (.+)", "扫描设置有误：{0}"),
+    (r"Machine price: (.+)", "机器价格有误：{0}"),
+    (r"CPU: (.+) \((.+)\), (\S+) usable / (\S+) logical cores; flags: (.+)",
+     "CPU：{0}（{1}），可用 {2} 核 / 逻辑 {3} 核；指令集：{4}"),
+    (r"RAM: (.+) GB; GPUs: none", "内存：{0} GB；GPU：无"),
+    (r"RAM: (.+) GB; GPUs: (.+)", "内存：{0} GB；GPU：{1}"),
+    (r"OS: (.+); host (.+)", "操作系统：{0}；主机 {1}"),
+    (r"Software: (.+)", "软件：{0}"),
+    (r"BLAS: (\S+) \(MKL (\S+), oneDNN (\S+), kernels (\S+), threads (\S+), CUDA build (\S+)\)",
+     "BLAS：{0}（MKL {1}，oneDNN {2}，内核 {3}，线程 {4}，CUDA 构建 {5}）"),
+    (r"Code: commit (\S+) \(uncommitted changes\)", "代码：提交 {0}（有未提交的修改）"),
+    (r"Code: commit (\S+)", "代码：提交 {0}"),
+    (r"Load average at start: (.+)", "开始时的负载：{0}"),
 ]
 
 

@@ -206,7 +206,7 @@ def build_serving_tab(ctx: AppContext) -> None:
         engine = gr.Dropdown(engine_choices, value=APP_DEFAULT, label=t("Engine"), elem_id="sv-engine")
         precision = gr.Dropdown([(t(APP_DEFAULT), APP_DEFAULT), *precisions_for("cpu", "lab")], value=APP_DEFAULT, label=t("Precision"),
                                 elem_id="sv-precision")
-        batching = gr.CheckboxGroup(["continuous", "request"], value=list(shown.batching), elem_id="sv-batching",
+        batching = gr.CheckboxGroup([(t("continuous"), "continuous"), (t("request"), "request")], value=list(shown.batching), elem_id="sv-batching",
                                     label=t("Scheduling (continuous: one app; request-level: one app per max batch)"))
     capacity_inputs = _capacity_controls(shown)
     with gr.Row():

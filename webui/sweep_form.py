@@ -17,7 +17,7 @@ from chattts_lab.history.price import MachinePrice
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError, SweepSpec
-from webui.i18n import t, tr
+from webui.i18n import localized, t, tr, wants_chinese
 from webui.context import AppContext
 from webui.runtime import devices, precisions_for
 
@@ -143,12 +143,15 @@ def price_from_form(form: SweepForm) -> MachinePrice | None:
         raise gr.Error(f"Machine price: {exc}") from None
 
 
-def estimate(ctx: AppContext, form: SweepForm) -> str:
+def estimate(ctx: AppContext, form: SweepForm, request=None) -> str:
+    """The form's cells and time here, and the same sweep as a command, in the language of `request`'s browser."""
     try:
         spec = spec_from_form(ctx.model, form, ctx.history_db)
     except gr.Error as exc:
-        return f"⚠️ {exc.message}"
-    return (f"{estimate_grid(spec, ctx.history_db).summary()}. The same sweep from a terminal:\n\n`{cli_command(ctx.model, ctx.history_db, form)}`")
+        return f"⚠️ {localized(exc.message, request)}"
+    summary = localized(estimate_grid(spec, ctx.history_db).summary(), request)
+    terminal = "。在终端中运行同一扫描：" if wants_chinese(request) else ". The same sweep from a terminal:"
+    return f"{summary}{terminal}\n\n`{cli_command(ctx.model, ctx.history_db, form)}`"
 
 
 # ----------------------------------------------------------------------------------------------
