@@ -153,11 +153,11 @@ def test_the_benchmark_tab_reads_in_chinese_and_no_english_is_left(zh_page):
 def test_a_quick_sweep_runs_from_the_chinese_page_with_a_machine_price(zh_page):
     zh_page.locator("button[role=tab]", has_text="基准测试").click()
     zh_page.click("#sw-quick")
-    zh_page.locator("#sw-estimate").filter(has_text="4 cell(s)").wait_for(timeout=LONG)
+    zh_page.locator("#sw-estimate").filter(has_text="4 个单元").wait_for(timeout=LONG)
     zh_page.locator("#sw-price input").fill("0.067")
     zh_page.locator("#sw-price-source textarea, #sw-price-source input").first.fill("一台云主机的按需价格")
     zh_page.click("#sw-run")
-    zh_page.locator("#sw-status").filter(has_text=re.compile(r"Sweep \d+ finished")).wait_for(timeout=900_000)
+    zh_page.locator("#sw-status").filter(has_text=re.compile(r"扫描 \d+ 已完成")).wait_for(timeout=900_000)
     header = zh_page.locator("#sw-table").inner_text()
     assert "usd_per_audio_hour" in header  # the table's columns keep their canonical names
     zh_page.locator("button[role=tab]", has_text="语音合成").click()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gradio as gr
 import pandas as pd
@@ -185,13 +185,13 @@ def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, value
         spec, price = spec_from_form(ctx.model, form, ctx.history_db), price_from_form(form)
         updates = zerogpu.sweep_updates_for(ctx, spec, request.session_hash if request else uuid.uuid4().hex, price)
     except zerogpu.OverGpuLimit as exc:
-        present.warn(str(exc))
+        present.warn(localized(str(exc), request))
         return
     except gr.Error as exc:
-        present.warn(exc.message)
+        present.warn(localized(exc.message, request))
         return
     for update in updates:
-        yield view.show(update)
+        yield view.show(replace(update, status=localized(update.status, request)) if update.status else update)
 
 
 def price_choices(ctx: AppContext) -> list[tuple[str, str]]:

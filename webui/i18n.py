@@ -280,6 +280,31 @@ MESSAGES_ZH = [
     (r"Code: commit (\S+) \(uncommitted changes\)", "代码：提交 {0}（有未提交的修改）"),
     (r"Code: commit (\S+)", "代码：提交 {0}"),
     (r"Load average at start: (.+)", "开始时的负载：{0}"),
+    # a sweep's status line (its first sentence; the drift and plan sentences after it are not translated yet)
+    (r"Sweep (\d+) running: (\d+) cell\(s\)\.", "扫描 {0} 运行中：{1} 个单元。"),
+    (r"Sweep (\d+) running\.\s*(.*)", "扫描 {0} 运行中。{1}"),
+    (r"Sweep (\d+) finished\.\s*(.*)", "扫描 {0} 已完成。{1}"),
+    (r"Sweep (\d+) stopped: every finished row is kept\.\s*(.*)", "扫描 {0} 已停止：所有已完成的行都保留。{1}"),
+    (r"Sweep (\d+) interrupted\.\s*(.*)", "扫描 {0} 被中断。{1}"),
+    (r"No sweep of yours is running\.", "你没有正在运行的扫描。"),
+    (r"Stopping: the running cell is ended and every finished row is kept\.",
+     "正在停止：结束正在运行的单元，保留所有已完成的行。"),
+    # the Serving panel's status line and toasts
+    (r"Starting: `(.+)`", "正在启动：`{0}`"),
+    (r"Capacity run (\d+): raising the users until the service level breaks \(an app starts per scheduling\)\.",
+     "容量测试 {0}：逐步增加用户数，直到服务水平被打破（每种调度方式启动一个应用）。"),
+    (r"Serving run (\d+): (\d+) load levels \(an app starts per batch limit\)\.",
+     "服务测试 {0}：{1} 个负载等级（每个批大小上限启动一个应用）。"),
+    (r"Level (\d+): (\d+) users?, max batch (\d+)…", "等级 {0}：{1} 个用户，最大批大小 {2}……"),
+    (r"Level (\d+): ([\d.]+) requests/s, max batch (\d+)…", "等级 {0}：每秒 {1} 个请求，最大批大小 {2}……"),
+    (r"Serving run (\d+) finished\.\s*(.*)", "服务测试 {0} 已完成。{1}"),
+    (r"Capacity run (\d+) finished\.\s*(.*)", "容量测试 {0} 已完成。{1}"),
+    (r"Serving run (\d+) cancelled\.\s*(.*)", "服务测试 {0} 已停止。{1}"),
+    (r"Capacity run (\d+) cancelled\.\s*(.*)", "容量测试 {0} 已停止。{1}"),
+    (r"The serving run stopped: (.+)", "服务测试已停止：{0}"),
+    (r"Stopping after the current load level: every finished level is kept\.",
+     "将在当前负载等级结束后停止：所有已完成的等级都保留。"),
+    (r"No serving run of yours is running\.", "你没有正在运行的服务测试。"),
 ]
 
 
@@ -296,6 +321,6 @@ def localized(message: str, request) -> str:
     if not wants_chinese(request):
         return message
     for pattern, chinese in MESSAGES_ZH:
-        if m := re.fullmatch(pattern, message):
+        if m := re.fullmatch(pattern, message, re.S):
             return chinese.format(*[(g or "").strip() for g in m.groups()])
     return message

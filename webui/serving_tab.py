@@ -24,7 +24,7 @@ from chattts_lab.serving.summaries import batching_gain, serving_frame
 from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError
 from webui import present
-from webui.i18n import t
+from webui.i18n import localized, t
 from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
 from webui.runtime import engines_for, plural, precisions_for
 
@@ -76,26 +76,26 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
                             slo_ttfa, slo_continuity, max_users)
         price = MachinePrice.given(price_usd_per_hour, price_source)
     except ValueError as exc:
-        present.warn(f"Machine price: {exc}")
+        present.warn(localized(f"Machine price: {exc}", request))
         return
     except gr.Error as exc:
-        present.warn(exc.message)
+        present.warn(localized(exc.message, request))
         return
     session = request.session_hash if request else uuid.uuid4().hex
     flag = STOPS.start(session)
     run = _Run(spec, f"Starting: `{cli_command(ctx, spec)}`", price)
-    yield run.view()
+    yield run.view(request)
     try:
         with ctx.model_work:  # this app's model stays idle while the measured apps run
             for event in (run_capacity if spec.capacity else run_serving)(spec, ctx.history_db, flag.is_set):
                 if isinstance(event, ServeStarted):
                     save_price(ctx.history_db, event.sweep_id, price)
                 run.saw(event)
-                yield run.view()
+                yield run.view(request)
     except RuntimeError as exc:  # an app that would not start or serve: its log tail says why
         run.status = f"The serving run stopped: {exc}"
-        present.warn(run.status)
-        yield run.view()
+        present.warn(localized(run.status, request))
+        yield run.view(request)
     finally:
         STOPS.done(session)
 
@@ -131,8 +131,9 @@ class _Run:
         costs = [_capitalized(cost) for r in self.found if (cost := capacity_cost(r, self.price))]
         return [_capitalized(capacity_sentence(r)) for r in self.found] + costs + ([_capitalized(gain)] if gain else [])
 
-    def view(self):
-        return _view(self.status, self.levels, self.run_id) + (plots.capacity_curve(self.found),)
+    def view(self, request=None):
+        """What the panel shows, the status in the language of `request`'s browser."""
+        return _view(localized(self.status, request), self.levels, self.run_id) + (plots.capacity_curve(self.found),)
 
 
 def _capitalized(sentence: str) -> str:
@@ -260,6 +261,6 @@ def _capacity_controls(shown: ServeSpec) -> list:
 
 def _stop(request: gr.Request = None):
     if STOPS.stop(request.session_hash if request else ""):
-        gr.Info("Stopping after the current load level: every finished level is kept.")
+        gr.Info(localized("Stopping after the current load level: every finished level is kept.", request))
     else:
-        gr.Info("No serving run of yours is running.")
+        gr.Info(localized("No serving run of yours is running.", request))
