@@ -170,6 +170,12 @@ ZH.update({
     "every cell is measured on each machine carrying one of these Ray resource labels":
         "每个单元都会在带有这些 Ray 资源标签之一的每台机器上测量",
     "off": "关", "on": "开",
+    # the engines' summaries (chattts_lab.engines: each engine's `summary`)
+    "ChatTTS's own Chat.infer, untouched (the reference)": "ChatTTS 自带的 Chat.infer，未做改动（基准）",
+    "this project's decode loop over the same weights (README: the lab engine)":
+        "本项目在同一份权重上的解码循环（见 README：the lab engine）",
+    "the lab's decode loop with the GPT exported to ONNX Runtime (README: the onnx engine)":
+        "lab 的解码循环，GPT 导出到 ONNX Runtime 运行（见 README：the onnx engine）",
     # the Serving panel
     "Many users at once against this app's `/v1/audio/speech`: continuous batching (a request joins the running "
     "generation at the next step) and request-level batching (batches of up to N requests; max batch 1: one request "

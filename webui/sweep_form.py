@@ -17,15 +17,12 @@ from chattts_lab.history.price import MachinePrice
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError, SweepSpec
-from webui.i18n import localized, t, tr, wants_chinese
+from webui.i18n import ZH, localized, t, tr, wants_chinese
 from webui.context import AppContext
 from webui.runtime import devices, precisions_for
 
 ON_OFF = ("off", "on")
 ENGINE_NOTES = {e.name: e.summary for e in engine_registry.all_engines()}
-ENGINE_NOTES_ZH = {"stock": "ChatTTS 自带的 Chat.infer，未做改动（基准）",
-                   "lab": "本项目在同一份权重上的解码循环（见 README：the lab engine）",
-                   "onnx": "lab 的解码循环，GPT 导出到 ONNX Runtime 运行（见 README：the onnx engine）"}
 ON_OFF_CHOICES = [(t("off"), "off"), (t("on"), "on")]
 
 
@@ -259,7 +256,7 @@ def _axes_rows(c: dict, form: SweepForm) -> None:
                                         elem_id="sw-devices")
         c["engines"] = gr.CheckboxGroup(runnable_engines(), value=list(form.engines), label=t("Engines"),
                                         info=tr("; ".join(f"{e}: {ENGINE_NOTES.get(e, '')}" for e in runnable_engines()),
-                                                "；".join(f"{e}：{ENGINE_NOTES_ZH.get(e, ENGINE_NOTES.get(e, ''))}"
+                                                "；".join(f"{e}：{ZH.get(ENGINE_NOTES.get(e, ''), ENGINE_NOTES.get(e, ''))}"
                                                          for e in runnable_engines())),
                                         elem_id="sw-engines")
         c["precisions"] = gr.CheckboxGroup(offered_precisions(), value=list(form.precisions), label=t("Precisions"),
