@@ -2,11 +2,17 @@
 switches it).
 
 A key is the English text itself, so the English page reads as before and a text not translated yet stays English
-(tests/test_browser_i18n.py lists what is left). Translated so far: the header, the tab names, the Synthesis tab's
-labels, help and buttons, the Benchmark tab's labels, buttons and short help, and the Synthesis tab's most common
-mistakes (`localized`, by the request's Accept-Language, since gr.I18n translates only what the page was built with).
-Not yet: the Benchmark tab's sentences (notes, estimates, results, recommendations), the Serving panel, the metrics
-line and banners, and the switch in Settings does not reach messages (they follow the browser's language).
+(tests/test_browser_i18n.py fails on English left in zh-CN, apart from the allow-list it names). Texts the page is
+built with use `t` (a fixed text) or `tr` (a text built with the page, such as what runs on this machine, with its
+Chinese made beside it). Texts made at run time (the estimate, status lines, the hardware panel, mistakes) go through
+`localized`, by the request's Accept-Language, since gr.I18n translates only what the page was built with.
+Translated: the header, the tab names, the Synthesis tab's labels and help, the Benchmark tab's labels, help and
+what-runs-here note, the Serving and quality panels' labels and help, the estimate, the quick preset, the hardware
+panel, the sweep's and serving run's status lines (their first sentence) and stop toasts, and the commonest mistakes.
+Not yet: the texts inside the plots (plotly, one figure for every browser), the Synthesis tab's in-use note and
+"Use the fastest" button, the metrics line and the synthetic-weights banner, the drift, plan, capacity and
+recommendation sentences the library writes, the History tab's messages; the switch in Settings does not reach
+messages (they follow the browser's language).
 """
 
 from __future__ import annotations
