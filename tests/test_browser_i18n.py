@@ -73,6 +73,11 @@ def test_a_synthesis_runs_from_the_chinese_page(zh_page):
     before = audio_href(zh_page)
     zh_page.click("#generate")
     assert wait_new_audio(zh_page, before, timeout=LONG)
+    # the metrics line and the banner over synthetic audio read in Chinese too
+    metrics = zh_page.locator("#metrics").inner_text() if zh_page.locator("#metrics").count() else ""
+    assert "延迟" in metrics and "阶段" in metrics, metrics
+    banner = zh_page.locator("#banner").inner_text()
+    assert banner.strip() == "" or "合成（随机）权重" in banner, banner
 
 
 def test_a_mistake_is_told_in_chinese(zh_page):

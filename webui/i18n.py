@@ -262,6 +262,9 @@ MESSAGES_ZH = [
     (r"speaker string is malformed or truncated.*", "说话人字符串格式错误或不完整：请重新完整复制（“显示此种子的说话人字符串”）"),
     (r"voice card is not valid JSON \((.+)\)", "音色卡不是有效的 JSON（{0}）"),
     (r"a sample-audio voice needs the transcript of its clip", "样本音频音色需要这段音频的文字稿"),
+    # the banner over synthetic audio (chattts_lab.SYNTHETIC_WARNING)
+    (r"Synthetic \(random\) weights: the timings are real, the audio is noise\.",
+     "合成（随机）权重：计时是真实的，音频是噪声。"),
     # the Benchmark tab's sentences made at run time (estimates, notes, status, the hardware panel)
     (r"Fill in the quick sweep \(stock vs lab, about (.+) here\)", "填入快速扫描（stock 对比 lab，本机约需 {0}）"),
     (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule, (\d+) measured already\), roughly (.+) \(estimated "
