@@ -8,9 +8,10 @@ Chinese made beside it). Texts made at run time (the estimate, status lines, the
 `localized`, by the request's Accept-Language, since gr.I18n translates only what the page was built with.
 Translated: the header, the tab names, the Synthesis tab's labels and help, the Benchmark tab's labels, help and
 what-runs-here note, the Serving and quality panels' labels and help, the estimate, the quick preset, the hardware
-panel, the sweep's and serving run's status lines (their first sentence) and stop toasts, and the commonest mistakes.
+panel, the sweep's and serving run's status lines (their first sentence) and stop toasts, the metrics line (present.py),
+the synthetic-weights banner, and the commonest mistakes.
 Not yet: the texts inside the plots (plotly, one figure for every browser), the Synthesis tab's in-use note and
-"Use the fastest" button, the metrics line and the synthetic-weights banner, the drift, plan, capacity and
+"Use the fastest" button, the drift, plan, capacity and
 recommendation sentences the library writes, the History tab's messages; the switch in Settings does not reach
 messages (they follow the browser's language).
 """
