@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gradio as gr
 import pandas as pd
@@ -23,7 +23,7 @@ from chattts_lab.history.price import MachinePrice
 from chattts_lab.history.report import environment_lines, results_frame
 from chattts_lab.sweep.results import STATUSES
 from webui import figures, present, zerogpu
-from webui.i18n import t
+from webui.i18n import localized, t
 from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import devices
 from webui.quality_panel import build_quality_panel
@@ -109,8 +109,8 @@ def _results_panel(c: dict) -> None:
                                         elem_id="f-precisions")
         c["f_status"] = gr.Dropdown(list(STATUSES), multiselect=True, label=t("Filter: status"), elem_id="f-status")
     c["table"] = gr.DataFrame(display_frame(results_frame([])), elem_id="sw-table", show_search="search",
-                              label="Results: a row per cell once a sweep runs or History shows one (click a header "
-                                    "to sort; failed cells keep their reason)", interactive=False, max_height=420)
+                              label=t("Results: a row per cell once a sweep runs or History shows one (click a header "
+                                      "to sort; failed cells keep their reason)"), interactive=False, max_height=420)
     c["gain"] = gr.Markdown(elem_id="sw-gain")
     c["filter_note"] = gr.Markdown(elem_id="sw-filter-note")
     with gr.Row():
@@ -169,13 +169,13 @@ def _compare_panel(c: dict) -> None:
 # Handlers that need the tab's components (bound with `bind`).
 
 
-def estimate_changed(ctx: AppContext, controls: SweepControls, values: dict):
-    return estimate(ctx, controls.form(values))
+def estimate_changed(ctx: AppContext, controls: SweepControls, values: dict, request: gr.Request = None):
+    return estimate(ctx, controls.form(values), request)
 
 
 def estimates_refreshed(ctx: AppContext, controls: SweepControls, quick: gr.Button, estimate_md: gr.Markdown,
-                        values: dict) -> dict:
-    return {quick: quick_label(ctx), estimate_md: estimate(ctx, controls.form(values))}
+                        values: dict, request: gr.Request = None) -> dict:
+    return {quick: localized(quick_label(ctx), request), estimate_md: estimate(ctx, controls.form(values), request)}
 
 
 def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, values: dict, request: gr.Request):
@@ -185,13 +185,13 @@ def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, value
         spec, price = spec_from_form(ctx.model, form, ctx.history_db), price_from_form(form)
         updates = zerogpu.sweep_updates_for(ctx, spec, request.session_hash if request else uuid.uuid4().hex, price)
     except zerogpu.OverGpuLimit as exc:
-        present.warn(str(exc))
+        present.warn(localized(str(exc), request))
         return
     except gr.Error as exc:
-        present.warn(exc.message)
+        present.warn(localized(exc.message, request))
         return
     for update in updates:
-        yield view.show(update)
+        yield view.show(replace(update, status=localized(update.status, request)) if update.status else update)
 
 
 def price_choices(ctx: AppContext) -> list[tuple[str, str]]:
@@ -208,12 +208,12 @@ def saved_price_picked(controls: SweepControls, value) -> dict:
     return {controls.by_name["price_usd_per_hour"]: price.usd_per_hour, controls.by_name["price_source"]: price.source}
 
 
-def quick_clicked(controls: SweepControls, status: gr.Markdown) -> dict:
+def quick_clicked(controls: SweepControls, status: gr.Markdown, request: gr.Request = None) -> dict:
     """The preset only fills the form in (a person may change it first); the status line says what starts it."""
     shown = controls.show(quick_form())
     for name in PRICE_FIELDS:  # the machine's price stays as typed
         shown.pop(controls.by_name[name])
-    return {**shown, status: QUICK_NOTE}
+    return {**shown, status: localized(QUICK_NOTE, request)}
 
 
 QUICK_NOTE = ("**Quick sweep filled in** (stock against lab, fp32 and int8, batch 1, short clips): the estimate is "
@@ -229,12 +229,13 @@ def recommend_clicked(view: SweepView, rec: RecommendView, values: dict):
     return rec.show(values[view.results], values[rec.budget])
 
 
-def page_loaded(ctx: AppContext, hw_md: gr.Markdown, hw_json: gr.JSON, history: HistoryView, quick: gr.Button):
+def page_loaded(ctx: AppContext, hw_md: gr.Markdown, hw_json: gr.JSON, history: HistoryView, quick: gr.Button,
+                request: gr.Request = None):
     """The hardware panel (this machine, as a sweep would record it), the sweep history and the quick preset's
     estimate from it."""
     env = lab_env.capture_environment()
-    return {hw_md: "\n".join(f"- {line}" for line in environment_lines(env)), hw_json: env, **history.refresh(ctx),
-            quick: quick_label(ctx)}
+    return {hw_md: "\n".join(f"- {localized(line, request)}" for line in environment_lines(env)), hw_json: env,
+            **history.refresh(ctx), quick: localized(quick_label(ctx), request)}
 
 
 def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView, rec: RecommendView):

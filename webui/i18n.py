@@ -2,11 +2,18 @@
 switches it).
 
 A key is the English text itself, so the English page reads as before and a text not translated yet stays English
-(tests/test_browser_i18n.py lists what is left). Translated so far: the header, the tab names, the Synthesis tab's
-labels, help and buttons, the Benchmark tab's labels, buttons and short help, and the Synthesis tab's most common
-mistakes (`localized`, by the request's Accept-Language, since gr.I18n translates only what the page was built with).
-Not yet: the Benchmark tab's sentences (notes, estimates, results, recommendations), the Serving panel, the metrics
-line and banners, and the switch in Settings does not reach messages (they follow the browser's language).
+(tests/test_browser_i18n.py fails on English left in zh-CN, apart from the allow-list it names). Texts the page is
+built with use `t` (a fixed text) or `tr` (a text built with the page, such as what runs on this machine, with its
+Chinese made beside it). Texts made at run time (the estimate, status lines, the hardware panel, mistakes) go through
+`localized`, by the request's Accept-Language, since gr.I18n translates only what the page was built with.
+Translated: the header, the tab names, the Synthesis tab's labels and help, the Benchmark tab's labels, help and
+what-runs-here note, the Serving and quality panels' labels and help, the estimate, the quick preset, the hardware
+panel, the sweep's and serving run's status lines (their first sentence) and stop toasts, the metrics line (present.py),
+the synthetic-weights banner, and the commonest mistakes.
+Not yet: the texts inside the plots (plotly, one figure for every browser), the Synthesis tab's in-use note and
+"Use the fastest" button, the drift, plan, capacity and
+recommendation sentences the library writes, the History tab's messages; the switch in Settings does not reach
+messages (they follow the browser's language).
 """
 
 from __future__ import annotations
@@ -157,6 +164,75 @@ ZH = {
     "e.g. AWS c7a.large on-demand, us-east-1, 2026-12": "例如：AWS c7a.large 按需，us-east-1，2026-12",
 }
 
+ZH.update({
+    # the Benchmark tab's longer help
+    "Results: a row per cell once a sweep runs or History shows one (click a header to sort; failed cells keep their "
+    "reason)": "结果：运行扫描或从历史中显示后，每个单元一行（点击表头排序；失败的单元保留原因）",
+    "ignored off CUDA, so it stays off on this machine": "非 CUDA 设备上会被忽略，所以本机保持关闭",
+    "each pass times every cell once, in a fresh random order (Repeats and Min seconds then do not apply); 1: each "
+    "cell in its own process": "每一轮按新的随机顺序为每个单元计时一次（此时“重复次数”和“每单元最少秒数”不适用）；"
+                               "1：每个单元在各自的进程中运行",
+    "optional: adds $ per audio hour to every row (price / audio s per s); kept with the sweep":
+        "可选：为每一行加上每音频小时的美元成本（价格 / 每秒生成的音频秒数）；随扫描一起保存",
+    "every cell is measured on each machine carrying one of these Ray resource labels":
+        "每个单元都会在带有这些 Ray 资源标签之一的每台机器上测量",
+    "off": "关", "on": "开",
+    # the engines' summaries (chattts_lab.engines: each engine's `summary`)
+    "ChatTTS's own Chat.infer, untouched (the reference)": "ChatTTS 自带的 Chat.infer，未做改动（基准）",
+    "this project's decode loop over the same weights (README: the lab engine)":
+        "本项目在同一份权重上的解码循环（见 README：the lab engine）",
+    "the lab's decode loop with the GPT exported to ONNX Runtime (README: the onnx engine)":
+        "lab 的解码循环，GPT 导出到 ONNX Runtime 运行（见 README：the onnx engine）",
+    # the Serving panel
+    "Many users at once against this app's `/v1/audio/speech`: continuous batching (a request joins the running "
+    "generation at the next step) and request-level batching (batches of up to N requests; max batch 1: one request "
+    "at a time). Each scheduling and batch limit starts its own copy of the app on this machine; the numbers are what "
+    "its clients saw. **Find capacity** answers how many real-time listeners this machine holds under a service "
+    "level.":
+        "多个用户同时请求本应用的 `/v1/audio/speech`：连续批处理（请求在下一步加入正在进行的生成）与请求级批处理"
+        "（每批最多 N 个请求；最大批 1：一次一个请求）。每种调度方式和批大小上限都会在本机启动一个独立的应用副本；"
+        "数字是其客户端实际看到的结果。**查找容量**回答在给定服务水平下本机能同时支撑多少个实时收听者。",
+    "Concurrent users (list or range)": "并发用户数（列表或范围）",
+    "Max batch (one app each; 1 = one at a time)": "最大批大小（每个值一个应用；1 = 一次一个）",
+    "Requests per user": "每用户请求数",
+    "Audio tokens per request": "每请求音频 token 数",
+    "Stream (measures time to first audio)": "流式（测量首段音频时间）",
+    "the app's default": "应用默认值",
+    "Scheduling (continuous: one app; request-level: one app per max batch)":
+        "调度方式（continuous：一个应用；request：每个最大批大小一个应用）",
+    "optional: a capacity then says what an audio hour costs (price / streams held)":
+        "可选：容量结果会给出每音频小时的成本（价格 / 支撑的流数）",
+    "Run serving benchmark": "运行服务基准测试",
+    "Load levels: a row per level once a run starts (or Show picks runs from the history)":
+        "负载等级：运行开始后每个等级一行（或用“显示”从历史中选取）",
+    "Latency vs users": "延迟与用户数",
+    "Throughput vs users": "吞吐量与用户数",
+    "Capacity search": "容量搜索",
+    "### Serving runs in the history": "### 历史中的服务测试",
+    "Runs": "测试记录",
+    "continuous": "连续批处理（continuous）",
+    "request": "请求级批处理（request）",
+    "Show": "显示",
+    "Real-time streams held (capacity runs, every machine in the history; Show narrows to the picked runs)":
+        "支撑的实时流数（容量测试，历史中的所有机器；“显示”只列出所选记录）",
+    "Find capacity: raise the users until the service level breaks (the users box is not used)":
+        "查找容量：逐步增加用户数直到服务水平被打破（不使用用户数输入框）",
+    "Service level: p99 first audio at most (s)": "服务水平：p99 首段音频时间上限（秒）",
+    "…and streams with no stall over 100 ms at least (%)": "……且无超过 100 ms 卡顿的流至少占（%）",
+    "Most users tried": "最多尝试的用户数",
+    # the quality panel
+    "### Quality beside speed (sweeps run with `--quality` or the form's quality box)":
+        "### 速度旁的音质（使用 `--quality` 或表单中的音质选项运行的扫描）",
+    "Quality figure": "音质指标",
+    "predicted MOS": "预测 MOS",
+    "WER %": "WER %",
+    "speaker similarity": "说话人相似度",
+    "Largest MOS drop from stock fp32": "相对 stock fp32 的最大 MOS 下降",
+    "Largest WER rise (points)": "最大 WER 上升（百分点）",
+    "Fastest within the floor": "满足下限的最快配置",
+    "RTF vs quality (Pareto front)": "RTF 与音质（帕累托前沿）",
+})
+
 # Browsers say zh-CN (or zh); both read the same texts. English is the keys themselves.
 I18N = gr.I18n(en={key: key for key in ZH}, zh=ZH, **{"zh-CN": ZH})
 
@@ -164,6 +240,14 @@ I18N = gr.I18n(en={key: key for key in ZH}, zh=ZH, **{"zh-CN": ZH})
 def t(english: str):
     """`english` as a translatable text where a translation exists; otherwise the English text as it is."""
     return I18N(english) if english in ZH else english
+
+
+def tr(english: str, chinese: str):
+    """A text made when the page is built (it names this machine's devices, engines, numbers) with its Chinese made
+    beside it: the pair joins the translations (English stays the key), so it reads like any other key."""
+    ZH[english] = chinese
+    I18N.translations["en"][english] = english
+    return I18N(english)
 
 
 # The mistakes people make most often, as the library words them (chattts_lab.requests, .voices) and in Chinese. A
@@ -179,6 +263,64 @@ MESSAGES_ZH = [
     (r"speaker string is malformed or truncated.*", "说话人字符串格式错误或不完整：请重新完整复制（“显示此种子的说话人字符串”）"),
     (r"voice card is not valid JSON \((.+)\)", "音色卡不是有效的 JSON（{0}）"),
     (r"a sample-audio voice needs the transcript of its clip", "样本音频音色需要这段音频的文字稿"),
+    # the banner over synthetic audio (chattts_lab.SYNTHETIC_WARNING)
+    (r"Synthetic \(random\) weights: the timings are real, the audio is noise\.",
+     "合成（随机）权重：计时是真实的，音频是噪声。"),
+    # the Benchmark tab's sentences made at run time (estimates, notes, status, the hardware panel)
+    (r"Fill in the quick sweep \(stock vs lab, about (.+) here\)", "填入快速扫描（stock 对比 lab，本机约需 {0}）"),
+    (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule, (\d+) measured already\), roughly (.+) \(estimated "
+     r"from this machine's past sweeps; each cell runs in a fresh process\)",
+     "{0} 个单元（其中 {1} 个按规则跳过或不支持，{2} 个已测过），约需 {3}（根据本机以往的扫描估计；每个单元在新进程中运行）"),
+    (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule\), roughly (.+) \(estimated from this machine's past "
+     r"sweeps; each cell runs in a fresh process\)",
+     "{0} 个单元（其中 {1} 个按规则跳过或不支持），约需 {2}（根据本机以往的扫描估计；每个单元在新进程中运行）"),
+    (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule, (\d+) measured already\), roughly (.+) \(estimated "
+     r"from the README's reference machine; each cell runs in a fresh process\)",
+     "{0} 个单元（其中 {1} 个按规则跳过或不支持，{2} 个已测过），约需 {3}（根据 README 的参考机器估计；每个单元在新进程中运行）"),
+    (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule\), roughly (.+) \(estimated from the README's "
+     r"reference machine; each cell runs in a fresh process\)",
+     "{0} 个单元（其中 {1} 个按规则跳过或不支持），约需 {2}（根据 README 的参考机器估计；每个单元在新进程中运行）"),
+    (r"\*\*Quick sweep filled in\*\* \(stock against lab, fp32 and int8, batch 1, short clips\): the estimate is "
+     r"below the settings; press \*\*Run sweep\*\* to start it\.",
+     "**已填入快速扫描**（stock 对比 lab，fp32 和 int8，批大小 1，短音频）：估计值在设置下方；按 **运行扫描** 开始。"),
+    (r"Sweep settings: (.+)", "扫描设置有误：{0}"),
+    (r"Machine price: (.+)", "机器价格有误：{0}"),
+    (r"CPU: (.+) \((.+)\), (\S+) usable / (\S+) logical cores; flags: (.+)",
+     "CPU：{0}（{1}），可用 {2} 核 / 逻辑 {3} 核；指令集：{4}"),
+    (r"RAM: (.+) GB; GPUs: none", "内存：{0} GB；GPU：无"),
+    (r"RAM: (.+) GB; GPUs: (.+)", "内存：{0} GB；GPU：{1}"),
+    (r"OS: (.+); host (.+)", "操作系统：{0}；主机 {1}"),
+    (r"Software: (.+)", "软件：{0}"),
+    (r"BLAS: (\S+) \(MKL (\S+), oneDNN (\S+), kernels (\S+), threads (\S+), CUDA build (\S+)\)",
+     "BLAS：{0}（MKL {1}，oneDNN {2}，内核 {3}，线程 {4}，CUDA 构建 {5}）"),
+    (r"Code: commit (\S+) \(uncommitted changes\)", "代码：提交 {0}（有未提交的修改）"),
+    (r"Code: commit (\S+)", "代码：提交 {0}"),
+    (r"Load average at start: (.+)", "开始时的负载：{0}"),
+    # a sweep's status line (its first sentence; the drift and plan sentences after it are not translated yet)
+    (r"Sweep (\d+) running: (\d+) cell\(s\)\.", "扫描 {0} 运行中：{1} 个单元。"),
+    (r"Sweep (\d+) running\.\s*(.*)", "扫描 {0} 运行中。{1}"),
+    (r"Sweep (\d+) finished\.\s*(.*)", "扫描 {0} 已完成。{1}"),
+    (r"Sweep (\d+) stopped: every finished row is kept\.\s*(.*)", "扫描 {0} 已停止：所有已完成的行都保留。{1}"),
+    (r"Sweep (\d+) interrupted\.\s*(.*)", "扫描 {0} 被中断。{1}"),
+    (r"No sweep of yours is running\.", "你没有正在运行的扫描。"),
+    (r"Stopping: the running cell is ended and every finished row is kept\.",
+     "正在停止：结束正在运行的单元，保留所有已完成的行。"),
+    # the Serving panel's status line and toasts
+    (r"Starting: `(.+)`", "正在启动：`{0}`"),
+    (r"Capacity run (\d+): raising the users until the service level breaks \(an app starts per scheduling\)\.",
+     "容量测试 {0}：逐步增加用户数，直到服务水平被打破（每种调度方式启动一个应用）。"),
+    (r"Serving run (\d+): (\d+) load levels \(an app starts per batch limit\)\.",
+     "服务测试 {0}：{1} 个负载等级（每个批大小上限启动一个应用）。"),
+    (r"Level (\d+): (\d+) users?, max batch (\d+)…", "等级 {0}：{1} 个用户，最大批大小 {2}……"),
+    (r"Level (\d+): ([\d.]+) requests/s, max batch (\d+)…", "等级 {0}：每秒 {1} 个请求，最大批大小 {2}……"),
+    (r"Serving run (\d+) finished\.\s*(.*)", "服务测试 {0} 已完成。{1}"),
+    (r"Capacity run (\d+) finished\.\s*(.*)", "容量测试 {0} 已完成。{1}"),
+    (r"Serving run (\d+) cancelled\.\s*(.*)", "服务测试 {0} 已停止。{1}"),
+    (r"Capacity run (\d+) cancelled\.\s*(.*)", "容量测试 {0} 已停止。{1}"),
+    (r"The serving run stopped: (.+)", "服务测试已停止：{0}"),
+    (r"Stopping after the current load level: every finished level is kept\.",
+     "将在当前负载等级结束后停止：所有已完成的等级都保留。"),
+    (r"No serving run of yours is running\.", "你没有正在运行的服务测试。"),
 ]
 
 
@@ -195,6 +337,6 @@ def localized(message: str, request) -> str:
     if not wants_chinese(request):
         return message
     for pattern, chinese in MESSAGES_ZH:
-        if m := re.fullmatch(pattern, message):
+        if m := re.fullmatch(pattern, message, re.S):
             return chinese.format(*[(g or "").strip() for g in m.groups()])
     return message

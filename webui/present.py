@@ -8,6 +8,7 @@ import html
 import gradio as gr
 
 from chattts_lab import SYNTHETIC_WARNING
+from webui.i18n import localized, wants_chinese
 
 WARNING_S = 12  # a mistake's toast closes by itself: toasts that stay pile up ("Error (5)")
 
@@ -25,34 +26,52 @@ def _fmt(value, spec: str, unit: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{unit}"
 
 
-def metrics_markdown(m: dict) -> str:
-    """One summary line and a stage breakdown table for a measurements dict (SynthesisOutput.measurements.as_dict())."""
+# The metrics line's words in Chinese (the English ones are the keys; numbers and units stay as they are).
+METRICS_ZH = {
+    "Latency": "延迟", "×real-time": "实时倍数", "GPT steps/s": "GPT 步/秒", "peak RSS": "峰值 RSS",
+    "peak GPU": "峰值 GPU", "time to first audio": "首段音频时间", "interrupted": "已中断",
+    "audio {0:.2f} s from {1} tokens": "由 {1} 个 token 生成音频 {0:.2f} s",
+    "ran on {0}, GPT {1}, {2} threads, {3} engine": "运行于 {0}，GPT {1}，{2} 个线程，{3} 引擎",
+    "waited {0:.2f} s for the model": "等待模型 {0:.2f} s",
+    "shared its batch with {0} other request(s)": "与 {0} 个其他请求共用一批",
+    "| stage | seconds | share |": "| 阶段 | 秒 | 占比 |",
+    "refine text": "润色文本", "GPT prefill": "GPT 预填充", "GPT decode": "GPT 解码", "decoder (DVAE)": "解码器（DVAE）",
+    "vocoder (Vocos)": "声码器（Vocos）", "other (normalise, tokenise, glue)": "其他（规范化、分词、拼接）",
+}
+
+
+def metrics_markdown(m: dict, request=None) -> str:
+    """One summary line and a stage breakdown table for a measurements dict (SynthesisOutput.measurements.as_dict()),
+    in the language of `request`'s browser."""
     if not m:
         return ""
+    w = (lambda en: METRICS_ZH.get(en, en)) if wants_chinese(request) else (lambda en: en)
     eff = m.get("effective", {})
     lines = [
-        f"**Latency** {_fmt(m.get('wall_s'), '.2f', ' s')} · **RTF** {_fmt(m.get('rtf'), '.2f')} · "
-        f"**×real-time** {_fmt(m.get('x_realtime'), '.2f')} · **GPT steps/s** {_fmt(m.get('gpt_steps_per_s'), '.1f')} · "
-        f"**peak RSS** {_fmt(m.get('peak_rss_mb'), ',.0f', ' MB')}"
-        + (f" · **peak GPU** {m['peak_device_mb']:,.0f} MB" if m.get("peak_device_mb") else "")
-        + (f" · **time to first audio** {m['ttfa_s']:.2f} s" if m.get("ttfa_s") is not None else "")
-        + (" · **interrupted**" if m.get("interrupted") else "")
+        f"**{w('Latency')}** {_fmt(m.get('wall_s'), '.2f', ' s')} · **RTF** {_fmt(m.get('rtf'), '.2f')} · "
+        f"**{w('×real-time')}** {_fmt(m.get('x_realtime'), '.2f')} · "
+        f"**{w('GPT steps/s')}** {_fmt(m.get('gpt_steps_per_s'), '.1f')} · "
+        f"**{w('peak RSS')}** {_fmt(m.get('peak_rss_mb'), ',.0f', ' MB')}"
+        + (f" · **{w('peak GPU')}** {m['peak_device_mb']:,.0f} MB" if m.get("peak_device_mb") else "")
+        + (f" · **{w('time to first audio')}** {m['ttfa_s']:.2f} s" if m.get("ttfa_s") is not None else "")
+        + (f" · **{w('interrupted')}**" if m.get("interrupted") else "")
         + (f" ({m['interrupted_reason']})" if m.get("interrupted") and m.get("interrupted_reason") else ""),
         "",
-        f"audio {sum(m.get('audio_s') or [0]):.2f} s from {sum(m.get('tokens') or [0])} tokens · "
-        f"ran on {eff.get('device', '?')}, GPT {eff.get('dtype_gpt', '?')}, {eff.get('threads', '?')} threads, "
-        f"{eff.get('engine', '?')} engine"
-        + (f" · waited {m['queue_wait_s']:.2f} s for the model" if m.get("queue_wait_s") else "")
-        + (f" · shared its batch with {m['batch_requests'] - 1} other request(s)" if m.get("batch_requests", 1) > 1 else ""),
+        w("audio {0:.2f} s from {1} tokens").format(sum(m.get('audio_s') or [0]), sum(m.get('tokens') or [0]))
+        + " · " + w("ran on {0}, GPT {1}, {2} threads, {3} engine").format(
+            eff.get('device', '?'), eff.get('dtype_gpt', '?'), eff.get('threads', '?'), eff.get('engine', '?'))
+        + (" · " + w("waited {0:.2f} s for the model").format(m['queue_wait_s']) if m.get("queue_wait_s") else "")
+        + (" · " + w("shared its batch with {0} other request(s)").format(m['batch_requests'] - 1)
+           if m.get("batch_requests", 1) > 1 else ""),
         "",
-        "| stage | seconds | share |",
+        w("| stage | seconds | share |"),
         "|---|---:|---:|",
     ]
     wall = m.get("wall_s") or 0
     for key, label in STAGE_LABELS.items():
         secs = (m.get("stages") or {}).get(key, 0.0)
         share = 100 * secs / wall if wall else 0
-        lines.append(f"| {label} | {secs:.3f} | {share:.0f} % |")
+        lines.append(f"| {w(label)} | {secs:.3f} | {share:.0f} % |")
     return "\n".join(lines)
 
 
@@ -84,12 +103,13 @@ def warns(handler):
     return warned
 
 
-def banner_html(synthetic: bool, note: str = "") -> str:
-    """The warning shown wherever audio plays when the weights are random."""
+def banner_html(synthetic: bool, note: str = "", request=None) -> str:
+    """The warning shown wherever audio plays when the weights are random (in the language of `request`'s browser)."""
     if not synthetic:
         return ""
-    extra = f"<br><small>{html.escape(note)}</small>" if note else ""
-    return f'<div class="synthetic-banner" role="alert">⚠️ {html.escape(SYNTHETIC_WARNING)}{extra}</div>'
+    extra = f"<br><small>{html.escape(localized(note, request))}</small>" if note else ""
+    warning = localized(SYNTHETIC_WARNING, request)
+    return f'<div class="synthetic-banner" role="alert">⚠️ {html.escape(warning)}{extra}</div>'
 
 
 CSS = """

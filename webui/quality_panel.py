@@ -10,6 +10,7 @@ import gradio as gr
 import pandas as pd
 
 from chattts_lab.history import plots
+from webui.i18n import t
 from chattts_lab.history.recommend import MOS_DROP, WER_RISE_PTS, recommend_within_quality
 
 QUALITY_FIGURES = [("predicted MOS", "quality_mos"), ("WER %", "quality_wer_pct"),
@@ -44,12 +45,12 @@ class QualityPanel:
 
 def build_quality_panel() -> QualityPanel:
     with gr.Group(elem_id="quality-panel"):
-        gr.Markdown("### Quality beside speed (sweeps run with `--quality` or the form's quality box)")
+        gr.Markdown(t("### Quality beside speed (sweeps run with `--quality` or the form's quality box)"))
         with gr.Row():
-            figure = gr.Dropdown(QUALITY_FIGURES, value="quality_mos", label="Quality figure", elem_id="q-figure")
-            mos_drop = gr.Number(MOS_DROP, label="Largest MOS drop from stock fp32", elem_id="q-mos-drop")
-            wer_rise = gr.Number(WER_RISE_PTS, label="Largest WER rise (points)", elem_id="q-wer-rise")
-            show = gr.Button("Fastest within the floor", elem_id="q-show")
-        plot = gr.Plot(label="RTF vs quality (Pareto front)", elem_id="fig-quality")
+            figure = gr.Dropdown([(t(name), value) for name, value in QUALITY_FIGURES], value="quality_mos", label=t("Quality figure"), elem_id="q-figure")
+            mos_drop = gr.Number(MOS_DROP, label=t("Largest MOS drop from stock fp32"), elem_id="q-mos-drop")
+            wer_rise = gr.Number(WER_RISE_PTS, label=t("Largest WER rise (points)"), elem_id="q-wer-rise")
+            show = gr.Button(t("Fastest within the floor"), elem_id="q-show")
+        plot = gr.Plot(label=t("RTF vs quality (Pareto front)"), elem_id="fig-quality")
         text = gr.Markdown(elem_id="q-recommendation")
     return QualityPanel(figure, mos_drop, wer_rise, show, plot, text)

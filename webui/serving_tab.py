@@ -24,6 +24,7 @@ from chattts_lab.serving.summaries import batching_gain, serving_frame
 from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError
 from webui import present
+from webui.i18n import localized, t
 from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
 from chattts_lab.engines import PRECISIONS
 from webui.runtime import engines_for, plural, precisions_for
@@ -76,26 +77,26 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
                             slo_ttfa, slo_continuity, max_users)
         price = MachinePrice.given(price_usd_per_hour, price_source)
     except ValueError as exc:
-        present.warn(f"Machine price: {exc}")
+        present.warn(localized(f"Machine price: {exc}", request))
         return
     except gr.Error as exc:
-        present.warn(exc.message)
+        present.warn(localized(exc.message, request))
         return
     session = request.session_hash if request else uuid.uuid4().hex
     flag = STOPS.start(session)
     run = _Run(spec, f"Starting: `{cli_command(ctx, spec)}`", price)
-    yield run.view()
+    yield run.view(request)
     try:
         with ctx.model_work:  # this app's model stays idle while the measured apps run
             for event in (run_capacity if spec.capacity else run_serving)(spec, ctx.history_db, flag.is_set):
                 if isinstance(event, ServeStarted):
                     save_price(ctx.history_db, event.sweep_id, price)
                 run.saw(event)
-                yield run.view()
+                yield run.view(request)
     except RuntimeError as exc:  # an app that would not start or serve: its log tail says why
         run.status = f"The serving run stopped: {exc}"
-        present.warn(run.status)
-        yield run.view()
+        present.warn(localized(run.status, request))
+        yield run.view(request)
     finally:
         STOPS.done(session)
 
@@ -131,8 +132,9 @@ class _Run:
         costs = [_capitalized(cost) for r in self.found if (cost := capacity_cost(r, self.price))]
         return [_capitalized(capacity_sentence(r)) for r in self.found] + costs + ([_capitalized(gain)] if gain else [])
 
-    def view(self):
-        return _view(self.status, self.levels, self.run_id) + (plots.capacity_curve(self.found),)
+    def view(self, request=None):
+        """What the panel shows, the status in the language of `request`'s browser."""
+        return _view(localized(self.status, request), self.levels, self.run_id) + (plots.capacity_curve(self.found),)
 
 
 def _capitalized(sentence: str) -> str:
@@ -192,45 +194,45 @@ def capacity_table(ctx: AppContext, sweep_ids: list[int] | None = None) -> pd.Da
 
 
 def build_serving_tab(ctx: AppContext) -> None:
-    gr.Markdown(INTRO)
-    engine_choices = [APP_DEFAULT, *engines_for("cpu")]
+    gr.Markdown(t(INTRO))
+    engine_choices = [(t(APP_DEFAULT), APP_DEFAULT), *engines_for("cpu")]
     shown = ServeSpec()  # the panel's defaults are the spec's
     with gr.Row():
-        users = gr.Textbox(as_text(shown.users), label="Concurrent users (list or range)", elem_id="sv-users")
-        max_batch = gr.Textbox(as_text(shown.max_batches), label="Max batch (one app each; 1 = one at a time)",
+        users = gr.Textbox(as_text(shown.users), label=t("Concurrent users (list or range)"), elem_id="sv-users")
+        max_batch = gr.Textbox(as_text(shown.max_batches), label=t("Max batch (one app each; 1 = one at a time)"),
                                elem_id="sv-max-batch")
-        requests = gr.Number(shown.requests_per_user, precision=0, label="Requests per user", elem_id="sv-requests")
-        tokens = gr.Number(shown.tokens, precision=0, label="Audio tokens per request", elem_id="sv-tokens")
+        requests = gr.Number(shown.requests_per_user, precision=0, label=t("Requests per user"), elem_id="sv-requests")
+        tokens = gr.Number(shown.tokens, precision=0, label=t("Audio tokens per request"), elem_id="sv-tokens")
     with gr.Row():
-        stream = gr.Checkbox(shown.stream, label="Stream (measures time to first audio)", elem_id="sv-stream")
-        engine = gr.Dropdown(engine_choices, value=APP_DEFAULT, label="Engine", elem_id="sv-engine")
-        precision = gr.Dropdown([APP_DEFAULT, *precisions_here()], value=APP_DEFAULT, label="Precision",
+        stream = gr.Checkbox(shown.stream, label=t("Stream (measures time to first audio)"), elem_id="sv-stream")
+        engine = gr.Dropdown(engine_choices, value=APP_DEFAULT, label=t("Engine"), elem_id="sv-engine")
+        precision = gr.Dropdown([(t(APP_DEFAULT), APP_DEFAULT), *precisions_here()], value=APP_DEFAULT, label=t("Precision"),
                                 elem_id="sv-precision")
-        batching = gr.CheckboxGroup(["continuous", "request"], value=list(shown.batching), elem_id="sv-batching",
-                                    label="Scheduling (continuous: one app; request-level: one app per max batch)")
+        batching = gr.CheckboxGroup([(t("continuous"), "continuous"), (t("request"), "request")], value=list(shown.batching), elem_id="sv-batching",
+                                    label=t("Scheduling (continuous: one app; request-level: one app per max batch)"))
     capacity_inputs = _capacity_controls(shown)
     with gr.Row():
-        price = gr.Number(None, minimum=0, label="Machine price ($ per hour)", elem_id="sv-price",
-                          info="optional: a capacity then says what an audio hour costs (price / streams held)")
-        source = gr.Textbox(label="Where the price comes from", elem_id="sv-price-source",
-                            placeholder="e.g. AWS c7a.large on-demand, us-east-1, 2026-12")
+        price = gr.Number(None, minimum=0, label=t("Machine price ($ per hour)"), elem_id="sv-price",
+                          info=t("optional: a capacity then says what an audio hour costs (price / streams held)"))
+        source = gr.Textbox(label=t("Where the price comes from"), elem_id="sv-price-source",
+                            placeholder=t("e.g. AWS c7a.large on-demand, us-east-1, 2026-12"))
     with gr.Row():
-        run = gr.Button("Run serving benchmark", variant="primary", elem_id="sv-run")
-        stop = gr.Button("Stop", variant="stop", elem_id="sv-stop")
+        run = gr.Button(t("Run serving benchmark"), variant="primary", elem_id="sv-run")
+        stop = gr.Button(t("Stop"), variant="stop", elem_id="sv-stop")
     status = gr.Markdown(elem_id="sv-status")
-    table = gr.DataFrame(_table(pd.DataFrame()), label="Load levels: a row per level once a run starts (or Show "
-                         "picks runs from the history)", interactive=False, elem_id="sv-table")
+    table = gr.DataFrame(_table(pd.DataFrame()), label=t("Load levels: a row per level once a run starts (or Show "
+                         "picks runs from the history)"), interactive=False, elem_id="sv-table")
     with gr.Row():
         empty_latency, empty_throughput = _figures(pd.DataFrame())
-        fig_latency = gr.Plot(empty_latency, label="Latency vs users", elem_id="sv-fig-latency")
-        fig_throughput = gr.Plot(empty_throughput, label="Throughput vs users", elem_id="sv-fig-throughput")
-    fig_capacity = gr.Plot(plots.capacity_curve([]), label="Capacity search", elem_id="sv-fig-capacity")
-    gr.Markdown("### Serving runs in the history")
+        fig_latency = gr.Plot(empty_latency, label=t("Latency vs users"), elem_id="sv-fig-latency")
+        fig_throughput = gr.Plot(empty_throughput, label=t("Throughput vs users"), elem_id="sv-fig-throughput")
+    fig_capacity = gr.Plot(plots.capacity_curve([]), label=t("Capacity search"), elem_id="sv-fig-capacity")
+    gr.Markdown(t("### Serving runs in the history"))
     with gr.Row():
-        pick = gr.Dropdown([], multiselect=True, label="Runs", elem_id="sv-pick")
-        show = gr.Button("Show", elem_id="sv-show")
-    found = gr.DataFrame(capacity_table(ctx), label="Real-time streams held (capacity runs, every machine in the "
-                         "history; Show narrows to the picked runs)", interactive=False, elem_id="sv-capacity-table")
+        pick = gr.Dropdown([], multiselect=True, label=t("Runs"), elem_id="sv-pick")
+        show = gr.Button(t("Show"), elem_id="sv-show")
+    found = gr.DataFrame(capacity_table(ctx), label=t("Real-time streams held (capacity runs, every machine in the "
+                         "history; Show narrows to the picked runs)"), interactive=False, elem_id="sv-capacity-table")
 
     private = dict(api_visibility="private")
     inputs = [users, max_batch, requests, tokens, stream, engine, precision, batching, *capacity_inputs, price, source]
@@ -254,18 +256,18 @@ def _capacity_controls(shown: ServeSpec) -> list:
     """The capacity search's switch and service level (`--capacity`, `--slo-ttfa-p99`, `--slo-continuity`,
     `--max-users`), with the spec's defaults."""
     with gr.Row():
-        capacity = gr.Checkbox(shown.capacity, label="Find capacity: raise the users until the service level breaks "
-                               "(the users box is not used)", elem_id="sv-capacity")
-        slo_ttfa = gr.Number(shown.slo_ttfa_p99_s, label="Service level: p99 first audio at most (s)",
+        capacity = gr.Checkbox(shown.capacity, label=t("Find capacity: raise the users until the service level breaks "
+                               "(the users box is not used)"), elem_id="sv-capacity")
+        slo_ttfa = gr.Number(shown.slo_ttfa_p99_s, label=t("Service level: p99 first audio at most (s)"),
                              elem_id="sv-slo-ttfa")
-        slo_continuity = gr.Number(shown.slo_continuity_pct, label="…and streams with no stall over 100 ms at "
-                                   "least (%)", elem_id="sv-slo-continuity")
-        max_users = gr.Number(shown.max_users, precision=0, label="Most users tried", elem_id="sv-max-users")
+        slo_continuity = gr.Number(shown.slo_continuity_pct, label=t("…and streams with no stall over 100 ms at "
+                                   "least (%)"), elem_id="sv-slo-continuity")
+        max_users = gr.Number(shown.max_users, precision=0, label=t("Most users tried"), elem_id="sv-max-users")
     return [capacity, slo_ttfa, slo_continuity, max_users]
 
 
 def _stop(request: gr.Request = None):
     if STOPS.stop(request.session_hash if request else ""):
-        gr.Info("Stopping after the current load level: every finished level is kept.")
+        gr.Info(localized("Stopping after the current load level: every finished level is kept.", request))
     else:
-        gr.Info("No serving run of yours is running.")
+        gr.Info(localized("No serving run of yours is running.", request))

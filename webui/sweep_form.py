@@ -17,12 +17,13 @@ from chattts_lab.history.price import MachinePrice
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError, SweepSpec
-from webui.i18n import t
+from webui.i18n import ZH, localized, t, tr, wants_chinese
 from webui.context import AppContext
 from webui.runtime import devices, precisions_for
 
 ON_OFF = ("off", "on")
 ENGINE_NOTES = {e.name: e.summary for e in engine_registry.all_engines()}
+ON_OFF_CHOICES = [(t("off"), "off"), (t("on"), "on")]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -139,12 +140,15 @@ def price_from_form(form: SweepForm) -> MachinePrice | None:
         raise gr.Error(f"Machine price: {exc}") from None
 
 
-def estimate(ctx: AppContext, form: SweepForm) -> str:
+def estimate(ctx: AppContext, form: SweepForm, request=None) -> str:
+    """The form's cells and time here, and the same sweep as a command, in the language of `request`'s browser."""
     try:
         spec = spec_from_form(ctx.model, form, ctx.history_db)
     except gr.Error as exc:
-        return f"⚠️ {exc.message}"
-    return (f"{estimate_grid(spec, ctx.history_db).summary()}. The same sweep from a terminal:\n\n`{cli_command(ctx.model, ctx.history_db, form)}`")
+        return f"⚠️ {localized(exc.message, request)}"
+    summary = localized(estimate_grid(spec, ctx.history_db).summary(), request)
+    terminal = "。在终端中运行同一扫描：" if wants_chinese(request) else ". The same sweep from a terminal:"
+    return f"{summary}{terminal}\n\n`{cli_command(ctx.model, ctx.history_db, form)}`"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,6 +185,37 @@ def axes_note() -> str:
             "as in `python -m bench`):\n" + "\n".join(lines))
 
 
+# Why a combination does not run, in Chinese (chattts_lab.engines.unsupported_reason's sentences, by their start).
+REASONS_ZH = {
+    "int4 runs on the lab and onnx engines only": "int4 只能在 lab 和 onnx 引擎上运行；stock 引擎没有 int4 路径"
+                                                  "（它运行 fp32、fp16、bf16、int8）",
+    "bf16 runs on the stock and lab engines only": "bf16 只能在 stock 和 lab 引擎上运行；onnx 引擎生成 fp32 和 fp16 "
+                                                   "计算图并量化为 int8/int4，没有 bf16 计算图",
+}
+
+
+def axes_note_zh() -> str:
+    """axes_note in Chinese (a reason not translated yet stays English)."""
+    lines = []
+    for device in devices():
+        runs = " · ".join(f"{e} {', '.join(precisions_for(device, e)) or '无'}" for e in ENGINES)
+        lines.append(f"- **{device}**：{runs}")
+        for e in ENGINES:
+            for p in offered_precisions():
+                if p not in precisions_for(device, e):
+                    reason = unsupported_reason(e, parse_device(device), p)
+                    zh = next((v for k, v in REASONS_ZH.items() if str(reason).startswith(k)), reason)
+                    lines.append(f"  - {e} {p}：{zh}")
+    absent = [d for d in ("cuda", "mps") if not any(h.startswith(d) for h in devices())]
+    if absent:
+        lines.append(f"- 不提供：{', '.join(absent)}（本机没有）。")
+    if not has_cuda():
+        lines.append("- torch.compile 保持关闭：非 CUDA 设备上它会被忽略（stock ChatTTS 会静默忽略它；lab 引擎在 CPU "
+                     "上测不到收益，以 eager 模式运行）。")
+    return ("**本机可运行的组合**（不在此列表中的组合会成为带原因的 `unsupported` 行，与 `python -m bench` "
+            "相同）：\n" + "\n".join(lines))
+
+
 
 @dataclass(frozen=True)
 class SweepControls:
@@ -209,7 +244,7 @@ def build_sweep_controls(form: SweepForm) -> SweepControls:
     c = {}
     _axes_rows(c, form)
     _more_settings(c, form)
-    gr.Markdown(axes_note(), elem_id="sw-axes-note")
+    gr.Markdown(tr(axes_note(), axes_note_zh()), elem_id="sw-axes-note")
     missing = {f.name for f in fields(SweepForm)} ^ set(c)
     assert not missing, f"SweepForm fields without a control (or the reverse): {missing}"
     return SweepControls(c)
@@ -220,26 +255,30 @@ def _axes_rows(c: dict, form: SweepForm) -> None:
         c["devices"] = gr.CheckboxGroup(devices(), value=list(form.devices), label=t("Devices (present here)"),
                                         elem_id="sw-devices")
         c["engines"] = gr.CheckboxGroup(runnable_engines(), value=list(form.engines), label=t("Engines"),
-                                        info="; ".join(f"{e}: {ENGINE_NOTES.get(e, '')}" for e in runnable_engines()),
+                                        info=tr("; ".join(f"{e}: {ENGINE_NOTES.get(e, '')}" for e in runnable_engines()),
+                                                "；".join(f"{e}：{ZH.get(ENGINE_NOTES.get(e, ''), ENGINE_NOTES.get(e, ''))}"
+                                                         for e in runnable_engines())),
                                         elem_id="sw-engines")
         c["precisions"] = gr.CheckboxGroup(offered_precisions(), value=list(form.precisions), label=t("Precisions"),
                                            elem_id="sw-precisions")
     with gr.Row():
         c["compiles"] = gr.CheckboxGroup(
-            list(ON_OFF), value=list(form.compiles), label="torch.compile", interactive=has_cuda(), elem_id="sw-compiles",
-            info=t("CUDA only") if has_cuda() else "ignored off CUDA, so it stays off on this machine")
-        c["streams"] = gr.CheckboxGroup(list(ON_OFF), value=list(form.streams), label=t("Stream"),
+            ON_OFF_CHOICES, value=list(form.compiles), label="torch.compile", interactive=has_cuda(),
+            elem_id="sw-compiles", info=t("CUDA only") if has_cuda() else t("ignored off CUDA, so it stays off on this "
+                                                                          "machine"))
+        c["streams"] = gr.CheckboxGroup(ON_OFF_CHOICES, value=list(form.streams), label=t("Stream"),
                                         info=t("on also measures time to first audio"), elem_id="sw-streams")
     with gr.Row():
         c["batches"] = gr.Textbox(form.batches, label=t("Batch sizes"), info=t("1,4,8 or 1-8*2"), elem_id="sw-batches")
         c["threads"] = gr.Textbox(form.threads, label=t("Threads"), info=t("1,2 or 1-4; empty: every usable core"),
                                   elem_id="sw-threads")
-        c["tokens"] = gr.Textbox(form.tokens, label=t("Audio tokens"), info=f"{STEPS_PER_AUDIO_SECOND:.3g} per second of audio", elem_id="sw-tokens")
+        c["tokens"] = gr.Textbox(form.tokens, label=t("Audio tokens"), info=tr(f"{STEPS_PER_AUDIO_SECOND:.3g} per second of audio",
+                                                                          f"每秒音频 {STEPS_PER_AUDIO_SECOND:.3g} 个"), elem_id="sw-tokens")
     with gr.Row():
         c["repeats"] = gr.Number(form.repeats, precision=0, minimum=1, label=t("Repeats"), elem_id="sw-repeats")
         c["passes"] = gr.Number(form.passes, precision=0, minimum=1, label=t("Interleaved passes"),
-                                info="each pass times every cell once, in a fresh random order (Repeats and Min "
-                                     "seconds then do not apply); 1: each cell in its own process", elem_id="sw-passes")
+                                info=t("each pass times every cell once, in a fresh random order (Repeats and Min "
+                                       "seconds then do not apply); 1: each cell in its own process"), elem_id="sw-passes")
         c["warmup"] = gr.Number(form.warmup, precision=0, minimum=0, label=t("Warm-up calls"), elem_id="sw-warmup")
         c["min_time_s"] = gr.Number(form.min_time_s, minimum=0, label=t("Min seconds per cell"), elem_id="sw-min-time")
         c["fidelity"] = gr.Checkbox(form.fidelity, label=t("Fidelity check (drift from fp32)"), elem_id="sw-fidelity")
@@ -263,8 +302,8 @@ def _more_settings(c: dict, form: SweepForm) -> None:
                                                  elem_id="sw-drift-threshold")
     with gr.Row():
         c["price_usd_per_hour"] = gr.Number(form.price_usd_per_hour, minimum=0, label=t("Machine price ($ per hour)"),
-                                            info="optional: adds $ per audio hour to every row (price / audio s per "
-                                                 "s); kept with the sweep", elem_id="sw-price")
+                                            info=t("optional: adds $ per audio hour to every row (price / audio s "
+                                                   "per s); kept with the sweep"), elem_id="sw-price")
         c["price_source"] = gr.Textbox(form.price_source, label=t("Where the price comes from"),
                                        placeholder=t("e.g. AWS c7a.large on-demand, us-east-1, 2026-12"),
                                        elem_id="sw-price-source")
@@ -274,5 +313,5 @@ def _more_settings(c: dict, form: SweepForm) -> None:
                                       info=t("ray (a cluster started on this machine) or ray:HOST:PORT of its head"),
                                       elem_id="sw-cluster")
             c["nodes"] = gr.Textbox(form.nodes, label=t("Machines (node labels)"), placeholder=t("blank: any node"),
-                                    info="every cell is measured on each machine carrying one of these Ray "
-                                         "resource labels", elem_id="sw-nodes")
+                                    info=t("every cell is measured on each machine carrying one of these Ray "
+                                           "resource labels"), elem_id="sw-nodes")

@@ -22,6 +22,7 @@ from chattts_lab.sweep.runner import (CallTimed, CellFinished, CellStarted, Fide
                                SweepFinished, SweepPlanned, SweepStarted, run_sweep, unused_settings)
 from webui import figures, zerogpu
 from webui.context import AppContext, StopFlags
+from webui.i18n import localized
 from webui.sweep_form import ON_OFF, SweepForm, price_from_form, spec_from_form
 
 STOPS = StopFlags({})
@@ -134,9 +135,9 @@ def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str,
 
 def stop_handler(request: gr.Request = None):
     if not STOPS.stop(request.session_hash if request else ""):
-        gr.Info("No sweep of yours is running.")
+        gr.Info(localized("No sweep of yours is running.", request))
     else:
-        gr.Info("Stopping: the running cell is ended and every finished row is kept.")
+        gr.Info(localized("Stopping: the running cell is ended and every finished row is kept.", request))
 
 
 def _csv(text: str) -> tuple[str, ...]:

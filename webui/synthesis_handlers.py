@@ -16,7 +16,7 @@ from chattts_lab.synthesis import SAMPLE_RATE, Measurements, StreamChunk
 from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
 from webui import present, speech, zerogpu
 from webui.context import AppContext
-from webui.i18n import localized
+from webui.i18n import localized, wants_chinese
 from webui.runtime import (ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for, plural, precisions_for,
                            serving_choice, settings_from)
 from webui.synthesis_components import SynthesisTab
@@ -43,10 +43,10 @@ async def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.
         # What the request waits for, where its result will be; the player alone shows Gradio's timer.
         yield {ui.metrics: speech.waiting_note(ctx, settings)}
         if not form.stream or zerogpu.active():  # on ZeroGPU one call makes the whole result
-            yield await _generate_batches(ctx, ui, settings, reqs, session)
+            yield await _generate_batches(ctx, ui, settings, reqs, session, request)
             return
         async for update in _generate_stream(ctx, ui, settings, [t for r in reqs for t in r.texts], reqs[0],
-                                             session, live_playback()):
+                                             session, live_playback(), request):
             yield update
     except USER_ERRORS as exc:
         present.warn(localized(str(exc), request))
@@ -54,7 +54,7 @@ async def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.
 
 
 async def _generate_batches(ctx: AppContext, ui: SynthesisTab, settings: RuntimeSettings,
-                            reqs: list[SynthesisRequest], session) -> dict:
+                            reqs: list[SynthesisRequest], session, request=None) -> dict:
     """The batches one after another (a long text split into sentences may need several), joined in order."""
     if zerogpu.active():  # one call on the lent GPU makes every batch
         made = await zerogpu.serve(ctx, settings, reqs)
@@ -70,8 +70,8 @@ async def _generate_batches(ctx: AppContext, ui: SynthesisTab, settings: Runtime
                                                     measurements=_merged([o.measurements for o in outs]))
     path, m = _result(ctx, joined, model, {"batches": len(outs)} if len(outs) > 1 else None)
     return {ui.audio: path, ui.measurements: m,
-            ui.metrics: present.metrics_markdown(m),
-            ui.banner: present.banner_html(joined.synthetic, model.source.note)}
+            ui.metrics: present.metrics_markdown(m, request),
+            ui.banner: present.banner_html(joined.synthetic, model.source.note, request)}
 
 
 def _merged(parts: list[Measurements]) -> Measurements:
@@ -100,7 +100,7 @@ def stream_players(ui: SynthesisTab, live: bool, stream: bool) -> dict:
 
 
 async def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeSettings, texts: list[str],
-                           req: SynthesisRequest, session, live: bool):
+                           req: SynthesisRequest, session, live: bool, request=None):
     # Sentences stream one after another, so playback follows the text's order. Time to first audio is
     # what the person waited: the queue included. The last result leaves the player: it is not this one.
     # Played live, the whole result goes to a player that never autoplays (the Stream player has played it);
@@ -112,11 +112,14 @@ async def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeS
         sentence = replace(req, texts=(text,))
         async for item in speech.serve_stream(ctx, settings, sentence, session, continues=bool(parts)):
             if isinstance(item, StreamChunk):
-                banner = present.banner_html(item.synthetic)
+                banner = present.banner_html(item.synthetic, request=request)
                 if ttfa is None:
                     ttfa = time.perf_counter() - started
-                    note = "" if live else " (install ffmpeg for live playback; the audio plays when done)"
-                    yield {ui.metrics: f"**time to first audio** {ttfa:.2f} s · streaming…{note}", ui.banner: banner}
+                    zh = wants_chinese(request)
+                    note = "" if live else ("（安装 ffmpeg 可边生成边播放；音频在生成完后播放）" if zh else
+                                            " (install ffmpeg for live playback; the audio plays when done)")
+                    yield {ui.metrics: (f"**首段音频时间** {ttfa:.2f} s · 流式生成中……{note}" if zh else
+                                        f"**time to first audio** {ttfa:.2f} s · streaming…{note}"), ui.banner: banner}
                 if live:
                     yield {ui.stream_audio: (SAMPLE_RATE, item.audio[0]), ui.banner: banner}
             else:
@@ -129,7 +132,8 @@ async def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeS
     extra = {"parts": measurements} if len(measurements) > 1 else {}
     path, m = _result(ctx, joined, model, extra)
     yield {player: path, ui.measurements: m,
-           ui.metrics: present.metrics_markdown(m), ui.banner: present.banner_html(model.synthetic, model.source.note)}
+           ui.metrics: present.metrics_markdown(m, request),
+           ui.banner: present.banner_html(model.synthetic, model.source.note, request)}
 
 
 def interrupt(request: gr.Request = None):
