@@ -60,18 +60,18 @@ static void micro(const uint8_t* q, int64_t K, const int8_t* w, int64_t b0, cons
 // Full-size GPT, one step's 80 int8 projections, 2 threads, Zen 5, interleaved against tiles of 2 blocks x 8 rows:
 // one block per tile took 0.80x the time at 2 rows, 0.81x at 4, 0.69x at 8 (4.8 -> 3.4 ms), 0.82x at 440.
 static void int8_gemm(const Int8Gemm& c) {
-  std::vector<uint8_t> q(c.M * c.K);
-  std::vector<float> xs(c.M);
-  for (int64_t m = 0; m < c.M; ++m) xs[m] = quantize_row(c.x + m * c.K, q.data() + m * c.K, c.K);
+  const QuantizedRows<uint8_t> x(c.x, c.M, c.K, false, quantize_row);
+  const uint8_t* q = x.q.data();
+  const float* xs = x.scale.data();
   over_blocks(
       c.M, c.N, BLOCKS, TILE,
       [&](int64_t b0, int64_t nb) {
-        if (nb == BLOCKS) return micro<1, BLOCKS>(q.data(), c.K, c.w, b0, c.sums, c.scales, xs.data(), c.y, c.N);
-        for (int64_t b = b0; b < b0 + nb; ++b) micro<1, 1>(q.data(), c.K, c.w, b, c.sums, c.scales, xs.data(), c.y, c.N);
+        if (nb == BLOCKS) return micro<1, BLOCKS>(q, c.K, c.w, b0, c.sums, c.scales, xs, c.y, c.N);
+        for (int64_t b = b0; b < b0 + nb; ++b) micro<1, 1>(q, c.K, c.w, b, c.sums, c.scales, xs, c.y, c.N);
       },
       [&](int64_t b, int64_t m0, int64_t mt) {
         with_rows(mt, [&](auto rows) {
-          micro<rows(), 1>(q.data() + m0 * c.K, c.K, c.w, b, c.sums, c.scales, xs.data() + m0, c.y + m0 * c.N, c.N);
+          micro<rows(), 1>(q + m0 * c.K, c.K, c.w, b, c.sums, c.scales, xs + m0, c.y + m0 * c.N, c.N);
         });
       });
 }
@@ -131,25 +131,21 @@ static void micro4(const int8_t* q, const int32_t* xsums, int64_t K, const uint8
 
 static void int4_gemm(const Int4Gemm& c) {
   const int64_t groups = c.K / INT4_GROUP;
-  std::vector<int8_t> q(c.M * c.K);
-  std::vector<int32_t> xsums(c.M * groups);
-  std::vector<float> xs(c.M);
-  for (int64_t m = 0; m < c.M; ++m) {
-    xs[m] = quantize_row_signed(c.x + m * c.K, q.data() + m * c.K, c.K);
-    group_sums(q.data() + m * c.K, xsums.data() + m * groups, c.K);
-  }
-  const int32_t* pxs = xsums.data();
+  const QuantizedRows<int8_t> x(c.x, c.M, c.K, true, quantize_row_signed);
+  const int8_t* q = x.q.data();
+  const int32_t* pxs = x.sums.data();
+  const float* xs = x.scale.data();
   over_blocks(
       c.M, c.N, BLOCKS, TILE,
       [&](int64_t b0, int64_t nb) {
         if (nb == BLOCKS)
-          return micro4<1, BLOCKS>(q.data(), pxs, c.K, c.w, b0, c.gscales, c.gmins, xs.data(), c.y, c.N);
+          return micro4<1, BLOCKS>(q, pxs, c.K, c.w, b0, c.gscales, c.gmins, xs, c.y, c.N);
         for (int64_t b = b0; b < b0 + nb; ++b)
-          micro4<1, 1>(q.data(), pxs, c.K, c.w, b, c.gscales, c.gmins, xs.data(), c.y, c.N);
+          micro4<1, 1>(q, pxs, c.K, c.w, b, c.gscales, c.gmins, xs, c.y, c.N);
       },
       [&](int64_t b, int64_t m0, int64_t mt) {
         with_rows(mt, [&](auto rows) {
-          micro4<rows(), 1>(q.data() + m0 * c.K, pxs + m0 * groups, c.K, c.w, b, c.gscales, c.gmins, xs.data() + m0,
+          micro4<rows(), 1>(q + m0 * c.K, pxs + m0 * groups, c.K, c.w, b, c.gscales, c.gmins, xs + m0,
                             c.y + m0 * c.N, c.N);
         });
       });

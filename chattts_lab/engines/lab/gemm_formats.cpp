@@ -62,6 +62,25 @@ static void group_sums(const int8_t* q, int32_t* sums, int64_t K) {
   }
 }
 
+// x's rows quantized once per call, as a level's kernels read them: the bytes (`Byte`: int8, or uint8 shifted by +128
+// for the VNNI levels' int8), each row's scale and, for int4, the sums of each group of a row's signed values.
+template <typename Byte>
+struct QuantizedRows {
+  std::vector<Byte> q;
+  std::vector<float> scale;
+  std::vector<int32_t> sums;  // [M, K / INT4_GROUP] when asked for, else empty
+
+  // quantize(row, bytes, K) -> the row's scale
+  template <typename Quantize>
+  QuantizedRows(const float* x, int64_t M, int64_t K, bool group_sums_too, Quantize quantize)
+      : q(M * K), scale(M), sums(group_sums_too ? M * (K / INT4_GROUP) : 0) {
+    for (int64_t m = 0; m < M; ++m) {
+      scale[m] = quantize(x + m * K, q.data() + m * K, K);
+      if (group_sums_too) group_sums(reinterpret_cast<const int8_t*>(q.data() + m * K), sums.data() + m * (K / INT4_GROUP), K);
+    }
+  }
+};
+
 // Runs a GEMM over y's blocks of 16 output rows, `group` blocks at a time in parallel (threads split the output
 // columns: each reads its own part of the weights once, for every row of x). One row: wide(b0, nb), a whole group
 // of blocks with independent accumulator chains. More rows: tile(b, m0, mt), one block at a time in tiles of up to

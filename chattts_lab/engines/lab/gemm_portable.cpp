@@ -54,11 +54,9 @@ static void int8_block(const Int8Gemm& c, const int8_t* q, const float* xs, int6
 }
 
 static void int8_gemm(const Int8Gemm& c) {
-  std::vector<int8_t> q(c.M * c.K);
-  std::vector<float> xs(c.M);
-  for (int64_t m = 0; m < c.M; ++m) xs[m] = quantize_row_portable(c.x + m * c.K, q.data() + m * c.K, c.K);
-  over_blocks(c.M, c.N, 1, 8, [&](int64_t b0, int64_t) { int8_block(c, q.data(), xs.data(), b0, 0, 1); },
-              [&](int64_t b, int64_t m0, int64_t mt) { int8_block(c, q.data(), xs.data(), b, m0, mt); });
+  const QuantizedRows<int8_t> x(c.x, c.M, c.K, false, quantize_row_portable);
+  over_blocks(c.M, c.N, 1, 8, [&](int64_t b0, int64_t) { int8_block(c, x.q.data(), x.scale.data(), b0, 0, 1); },
+              [&](int64_t b, int64_t m0, int64_t mt) { int8_block(c, x.q.data(), x.scale.data(), b, m0, mt); });
 }
 
 static void int4_block(const Int4Gemm& c, const int8_t* q, const int32_t* xsums, const float* xs, int64_t b,
@@ -80,17 +78,12 @@ static void int4_block(const Int4Gemm& c, const int8_t* q, const int32_t* xsums,
 }
 
 static void int4_gemm(const Int4Gemm& c) {
-  const int64_t groups = c.K / INT4_GROUP;
-  std::vector<int8_t> q(c.M * c.K);
-  std::vector<int32_t> xsums(c.M * groups);
-  std::vector<float> xs(c.M);
-  for (int64_t m = 0; m < c.M; ++m) {
-    xs[m] = quantize_row_portable(c.x + m * c.K, q.data() + m * c.K, c.K);
-    group_sums(q.data() + m * c.K, xsums.data() + m * groups, c.K);
-  }
+  const QuantizedRows<int8_t> x(c.x, c.M, c.K, true, quantize_row_portable);
   over_blocks(c.M, c.N, 1, 8,
-              [&](int64_t b0, int64_t) { int4_block(c, q.data(), xsums.data(), xs.data(), b0, 0, 1); },
-              [&](int64_t b, int64_t m0, int64_t mt) { int4_block(c, q.data(), xsums.data(), xs.data(), b, m0, mt); });
+              [&](int64_t b0, int64_t) { int4_block(c, x.q.data(), x.sums.data(), x.scale.data(), b0, 0, 1); },
+              [&](int64_t b, int64_t m0, int64_t mt) {
+                int4_block(c, x.q.data(), x.sums.data(), x.scale.data(), b, m0, mt);
+              });
 }
 
 }  // namespace portable
