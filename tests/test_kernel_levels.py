@@ -46,3 +46,15 @@ def test_a_sweep_measures_each_level_and_records_what_ran(tmp_path):
     with Store(tmp_path / "lab.sqlite") as store:
         keys = [row["cell_key"] for row in store.conn.execute("SELECT cell_key FROM cells ORDER BY idx")]
     assert keys[0].endswith("|isa=avx2") and keys[1].endswith("|isa=portable")
+
+
+def test_tables_show_the_kernels_when_one_configuration_ran_at_several_levels():
+    import pandas as pd
+
+    from chattts_lab.history.report import shown_columns
+
+    row = dict(engine="lab", device="cpu", precision="int8", batch_size=1, threads=2, tokens=128, stream=False)
+    two_levels = pd.DataFrame([{**row, "kernels": "lab-int8 avx512_vnni; ..."}, {**row, "kernels": "lab-int8 avx2; ..."}])
+    assert shown_columns(two_levels)[0] == "kernels"
+    one_level = pd.DataFrame([{**row, "kernels": "lab-int8 avx2; ..."}, {**row, "precision": "int4", "kernels": "x"}])
+    assert "kernels" not in shown_columns(one_level)

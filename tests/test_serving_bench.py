@@ -40,7 +40,7 @@ def test_every_request_is_served_and_batches_are_as_large_as_the_limit(serving_r
     assert list(levels["ok"]) == [4, 4] and list(levels["errors"]) == [0, 0] and list(levels["lost"]) == [0, 0]
     assert list(levels["batch_sizes"]) == [{"2": 4}, {"1": 4}]  # requests per batch size (JSON keys are text)
     assert levels["audio_s_per_s"].gt(0).all() and levels["ttfa_p90_s"].gt(0).all()
-    assert levels["config"].str.contains("lab, fp32, cpu").all()  # the app's default with no sweep: lab fp32
+    assert levels["config"].str.contains("lab, int8, cpu").all()  # the app's default with no sweep: lab int8
     assert "2 users at once, batches of up to 2 against one at a time" in done.stdout
 
 

@@ -67,11 +67,19 @@ def _fmt(v) -> str:
 
 
 def shown_columns(df: pd.DataFrame) -> tuple[str, ...]:
-    """TABLE_COLUMNS, led by the cluster node when the rows come from a fleet sweep; the cost per audio hour only
-    where a row has one (a price was given)."""
+    """TABLE_COLUMNS, led by the cluster node when the rows come from a fleet sweep and by the kernels when one
+    configuration was measured at several kernel levels (--kernel-level); the cost per audio hour only where a row
+    has one (a price was given)."""
     priced = "usd_per_audio_hour" in df and df["usd_per_audio_hour"].notna().any()
-    return ("node",) * bool("node" in df and df["node"].notna().any()) + tuple(
+    return ("node",) * bool("node" in df and df["node"].notna().any()) + ("kernels",) * _levels_differ(df) + tuple(
         c for c in TABLE_COLUMNS if priced or c != "usd_per_audio_hour")
+
+
+def _levels_differ(df: pd.DataFrame) -> bool:
+    """Whether rows of one configuration ran different kernels (the same cell at two kernel levels)."""
+    keys = [c for c in ("node", "engine", "device", "precision", "batch_size", "threads", "tokens", "stream") if c in df]
+    return bool("kernels" in df and keys and len(df) > 1
+                and df.groupby(keys, dropna=False)["kernels"].nunique().gt(1).any())
 
 
 def markdown_table(df: pd.DataFrame, columns: Iterable[str] | None = None) -> str:
