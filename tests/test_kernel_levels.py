@@ -58,3 +58,16 @@ def test_tables_show_the_kernels_when_one_configuration_ran_at_several_levels():
     assert shown_columns(two_levels)[0] == "kernels"
     one_level = pd.DataFrame([{**row, "kernels": "lab-int8 avx2; ..."}, {**row, "precision": "int4", "kernels": "x"}])
     assert "kernels" not in shown_columns(one_level)
+
+
+def test_bf16_is_native_only_where_onednn_may_use_it(monkeypatch):
+    """FAKE CPU flags: a bf16 CPU whose oneDNN is capped below bf16 (ONEDNN_MAX_CPU_ISA=AVX2, how an AVX2 machine is
+    imitated) emulates bf16, so the decoder's and vocoder's projections must stay fp32 there."""
+    bf16_cpu = cpu.CpuFeatures(frozenset({"avx2", "avx512f", "avx512_bf16"}))
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    assert bf16_cpu.native_bf16 and not cpu.CpuFeatures(frozenset({"avx2"})).native_bf16
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert not bf16_cpu.native_bf16
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx512_core_bf16")
+    assert bf16_cpu.native_bf16

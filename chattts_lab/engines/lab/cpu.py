@@ -39,8 +39,11 @@ class CpuFeatures:
 
     @property
     def native_bf16(self) -> bool:
-        """bf16 dot products in hardware (oneDNN's bf16 matmuls run natively rather than emulated)."""
-        return "avx512_bf16" in self.flags or "amx_bf16" in self.flags
+        """bf16 dot products in hardware (oneDNN's bf16 matmuls run natively rather than emulated), unless oneDNN is
+        told to stay below them (ONEDNN_MAX_CPU_ISA, e.g. AVX2: then it emulates bf16, slower than fp32)."""
+        capped = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL").upper()
+        return ("avx512_bf16" in self.flags or "amx_bf16" in self.flags) and (
+            capped == "ALL" or "BF16" in capped or "AMX" in capped or "AVX10" in capped)
 
 
 @functools.cache
