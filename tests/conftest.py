@@ -152,19 +152,25 @@ def app_url(app_dir):
 
 
 @pytest.fixture(scope="session")
-def browser_context(tmp_path_factory):
+def playwright_session():
+    """One Playwright (sync API) per test process: a second one started while the first lives refuses to run."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian chromium is not installed (apt-get install chromium fonts-noto-cjk)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
-            args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 1000}, accept_downloads=True,
-        )
-        ctx.set_default_timeout(60_000)
-        yield ctx
-        ctx.close()
+        yield p
+
+
+@pytest.fixture(scope="session")
+def browser_context(tmp_path_factory, playwright_session):
+    ctx = playwright_session.chromium.launch_persistent_context(
+        str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
+        args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 1000}, accept_downloads=True,
+    )
+    ctx.set_default_timeout(60_000)
+    yield ctx
+    ctx.close()
 
 
 @pytest.fixture

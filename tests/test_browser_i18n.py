@@ -5,7 +5,6 @@ Chinese, and English left on either tab fails the walk unless it is named here (
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -24,24 +23,19 @@ LEFT = (r"^In use: ", r"^Use the fastest", r"^Hello! This is ChatTTS Lab", r"^Th
 
 
 @pytest.fixture(scope="module")
-def zh_page(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian chromium is not installed (apt-get install chromium fonts-noto-cjk)")
-    from playwright.sync_api import sync_playwright
-
+def zh_page(tmp_path_factory, playwright_session):
     tmp = tmp_path_factory.mktemp("zh")
     url, proc = start_app(tmp)
     try:
-        with sync_playwright() as p:
-            ctx = p.chromium.launch_persistent_context(
-                str(tmp / "profile"), executable_path=CHROMIUM, headless=True, args=[*CHROMIUM_FLAGS, "--lang=zh-CN"],
-                locale="zh-CN", viewport={"width": 1400, "height": 1000})
-            ctx.set_default_timeout(60_000)
-            page = ctx.new_page()
-            page.goto(url)
-            page.wait_for_selector("#generate", timeout=120_000)
-            yield page
-            ctx.close()
+        ctx = playwright_session.chromium.launch_persistent_context(
+            str(tmp / "profile"), executable_path=CHROMIUM, headless=True, args=[*CHROMIUM_FLAGS, "--lang=zh-CN"],
+            locale="zh-CN", viewport={"width": 1400, "height": 1000})
+        ctx.set_default_timeout(60_000)
+        page = ctx.new_page()
+        page.goto(url)
+        page.wait_for_selector("#generate", timeout=120_000)
+        yield page
+        ctx.close()
     finally:
         stop_app(proc)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import urllib.request
 
@@ -10,6 +9,7 @@ import pytest
 import soundfile as sf
 
 from tests.conftest import start_app, stop_app
+from tests.event_loop import run_in_fresh_loop
 
 pytest.importorskip("mcp")
 
@@ -42,7 +42,7 @@ def mcp_call(url: str, work, headers: dict | None = None):
                 await session.initialize()
                 return await work(session)
 
-    return asyncio.run(run())
+    return run_in_fresh_loop(run())
 
 
 def list_tools(session):

@@ -138,7 +138,8 @@ def threads_label(n: int) -> str:
 @pytest.mark.browser
 @pytest.mark.parametrize("swept, served, why", [
     (("lab", "int4"), ("lab", "int4", 1), "the recommendation of sweep #1"),
-    (("onnx", "int4"), ("onnx", "int4", 1), "the recommendation of sweep #1"),
+    # slower than the default (lab int8) by the engines' reference figures: the default stays, and the page says why
+    (("onnx", "int4"), ("lab", "int8", None), "is not faster than it"),
     # slower than the default (lab int8) by the reference figures: the default stays, and the page says why
     pytest.param(("stock", "fp32"), ("lab", "int8", None), "is not faster than it", marks=pytest.mark.slow),
     # (opt-in, -m slow, to keep the default run short: the page's words come from the same reason the unit test
