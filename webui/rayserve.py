@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from chattts_lab import SynthesisRequest, load_model
+from chattts_lab.engines import REFERENCE
 from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.serving.batcher import BatchPolicy
 from chattts_lab.serving.scheduler import ContinuousScheduler, SchedulerPolicy, scheduling_for
@@ -299,8 +300,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--replicas", type=int, default=1, help="Synthesizer replicas, each with its own model")
     p.add_argument("--model", default=os.environ.get("CHATTTS_LAB_MODEL", "auto"),
                    help="auto, hf, synthetic, synthetic-tiny or a folder present on every machine")
-    p.add_argument("--engine", default="stock")
-    p.add_argument("--precision", default="fp32")
+    # ChatTTS as shipped, unlike the app's CPU default (engines.SERVED_DEFAULTS): one serving policy for both is to do
+    p.add_argument("--engine", default=REFERENCE[0])
+    p.add_argument("--precision", default=REFERENCE[1])
     p.add_argument("--device", default="cpu", help="cpu, or cuda: one GPU per replica")
     p.add_argument("--threads", type=int, default=1, help="torch threads of each replica, and the CPUs Ray gives it")
     p.add_argument("--max-batch", type=int, default=BatchPolicy.max_batch, metavar="N",
