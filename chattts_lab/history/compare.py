@@ -23,6 +23,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from chattts_lab.said import Said
 from chattts_lab.sweep.results import CellResult
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.trackers.stats import median
@@ -57,15 +58,16 @@ class Drift:
 
     def sentence(self) -> str:
         if self.drift_pct is None:
-            return ("Drift not checked: it needs at least 2 finished interleaved passes over at least 2 cells "
-                    "(--passes 3 or more; a stopped sweep may not have finished 2).")
-        said = f"Drift across passes {self.drift_pct:.1f} % (threshold {self.threshold_pct:g} %)"
+            return Said("Drift not checked: it needs at least 2 finished interleaved passes over at least 2 cells "
+                        "(--passes 3 or more; a stopped sweep may not have finished 2).")
         if not self.noisy:
-            return said + "."
-        return (said + ": NOISY. The machine's speed changed during the sweep, so absolute times (RTF, ms per step) "
-                "are not reliable. Ratios between cells of the same passes hold better, and their intervals show "
-                "what is left. Stop other work on the machine (check the load average) and run the sweep again, "
-                "with more --passes to narrow the intervals.")
+            return Said("Drift across passes {drift:.1f} % (threshold {threshold:g} %).", drift=self.drift_pct,
+                        threshold=self.threshold_pct)
+        return Said("Drift across passes {drift:.1f} % (threshold {threshold:g} %): NOISY. The machine's speed changed "
+                    "during the sweep, so absolute times (RTF, ms per step) are not reliable. Ratios between cells of "
+                    "the same passes hold better, and their intervals show what is left. Stop other work on the "
+                    "machine (check the load average) and run the sweep again, with more --passes to narrow the "
+                    "intervals.", drift=self.drift_pct, threshold=self.threshold_pct)
 
     def as_dict(self) -> dict:
         return {"drift_pct": self.drift_pct, "threshold_pct": self.threshold_pct,
@@ -120,15 +122,19 @@ class Ratio:
         """'A is 2.1x faster than B (95% CI 1.9-2.3x)', or 'no difference measured' when the interval holds 1."""
         pct = f"{self.confidence * 100:g}%"
         if self.low is None:
-            return f"{a} is {self.ratio:.3g}x as fast as {b} (too few timed calls for an interval)"
-        unstable = "" if self.holds_ratio else "; the interval leaves out the ratio itself: too few calls, measure more"
+            return Said("{a} is {ratio:.3g}x as fast as {b} (too few timed calls for an interval)", a=a, b=b,
+                        ratio=self.ratio)
+        unstable = "" if self.holds_ratio else Said("; the interval leaves out the ratio itself: too few calls, "
+                                                    "measure more")
         if not self.differs:
-            return (f"no difference measured between {a} and {b} (ratio {self.ratio:.3g}x, "
-                    f"{pct} CI {self.low:.3g}-{self.high:.3g}x{unstable})")
+            return Said("no difference measured between {a} and {b} (ratio {ratio:.3g}x, {pct} CI {low:.3g}-"
+                        "{high:.3g}x{unstable})", a=a, b=b, ratio=self.ratio, pct=pct, low=self.low, high=self.high,
+                        unstable=unstable)
         if self.ratio >= 1:
-            return f"{a} is {self.ratio:.3g}x faster than {b} ({pct} CI {self.low:.3g}-{self.high:.3g}x{unstable})"
-        return (f"{b} is {1 / self.ratio:.3g}x faster than {a} "
-                f"({pct} CI {1 / self.high:.3g}-{1 / self.low:.3g}x{unstable})")
+            return Said("{a} is {ratio:.3g}x faster than {b} ({pct} CI {low:.3g}-{high:.3g}x{unstable})", a=a, b=b,
+                        ratio=self.ratio, pct=pct, low=self.low, high=self.high, unstable=unstable)
+        return Said("{a} is {ratio:.3g}x faster than {b} ({pct} CI {low:.3g}-{high:.3g}x{unstable})", a=b, b=a,
+                    ratio=1 / self.ratio, pct=pct, low=1 / self.high, high=1 / self.low, unstable=unstable)
 
     def as_dict(self) -> dict:
         return {"ratio": self.ratio, "ci_low": self.low, "ci_high": self.high, "confidence": self.confidence,

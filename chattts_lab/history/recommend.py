@@ -11,6 +11,7 @@ from typing import Callable
 import pandas as pd
 
 from chattts_lab.quality import NOT_MEANINGFUL
+from chattts_lab.said import Said
 
 
 def pareto_mask(df: pd.DataFrame, x: str = "latency_p50_s", y: str = "audio_s_per_s") -> pd.Series:
@@ -37,48 +38,58 @@ def recommend(df: pd.DataFrame, memory_budget_mb: float | None = None) -> Recomm
     """
     ok = df[(df["status"] == "ok") & df["rtf"].notna()] if len(df) else df
     if ok.empty:
-        return Recommendation(None, "No successful cells yet: run a sweep first (failed cells cannot be recommended).")
+        return Recommendation(None, Said("No successful cells yet: run a sweep first (failed cells cannot be "
+                                         "recommended)."))
     single = ok[ok["batch_size"] == 1]
     pool = single if not single.empty else ok
     over = pool[pool["peak_rss_mb"] > memory_budget_mb] if memory_budget_mb else pool.iloc[0:0]
     fits = pool.drop(over.index)
     if fits.empty:
         lightest = pool.sort_values("peak_rss_mb").iloc[0]
-        return Recommendation(None, f"No configuration fits in {memory_budget_mb:,.0f} MB: the lightest "
-                                    f"({_name(lightest)}) peaks at {lightest['peak_rss_mb']:,.0f} MB.")
+        return Recommendation(None, Said("No configuration fits in {budget:,.0f} MB: the lightest ({name}) peaks at "
+                                         "{peak:,.0f} MB.", budget=memory_budget_mb, name=_name(lightest),
+                                         peak=lightest["peak_rss_mb"]))
     ranked = fits.sort_values(["rtf", "peak_rss_mb"])
     best = ranked.iloc[0]
-    speed = "faster" if best["rtf"] < 1 else "slower"
-    factor = 1 / best["rtf"] if best["rtf"] < 1 else best["rtf"]
-    latency = "" if pd.isna(best["latency_p50_s"]) else (f", p50 latency {best['latency_p50_s']:.2f} s for "
-                                                        f"{int(best['tokens'])} tokens")
-    memory = "" if pd.isna(best["peak_rss_mb"]) else f", peak RSS {best['peak_rss_mb']:,.0f} MB"
-    lines = [f"**{_name(best)}**: RTF {best['rtf']:.2f} ({factor:.1f}× {speed} than real time){latency}{memory}"
-             + (f" (budget {memory_budget_mb:,.0f} MB)" if memory_budget_mb else "") + "."]
-    lines += _floor_sentence(best)
+    lines = [_best_sentence(best, memory_budget_mb), *_floor_sentence(best)]
     if len(ranked) > 1:
         runner = ranked.iloc[1]
-        lines.append(f"Next: {_name(runner)} at RTF {runner['rtf']:.2f}.")
+        lines.append(Said("Next: {name} at RTF {rtf:.2f}.", name=_name(runner), rtf=runner["rtf"]))
     if not over.empty:
-        lines.append(f"Left out over the memory budget: {', '.join(_name(r) for _, r in over.iterrows())}.")
+        lines.append(Said("Left out over the memory budget: {names}.",
+                          names=Said.joined((_name(r) for _, r in over.iterrows()), ", ")))
     if single.empty:
-        lines.append("No batch-1 cells were measured, so this compares larger batches.")
+        lines.append(Said("No batch-1 cells were measured, so this compares larger batches."))
     settings = {"device": str(best["device"]), "precision": str(best["precision"]), "threads": int(best["threads"]),
                 "engine": str(best["engine"])}
-    return Recommendation(settings, " ".join(lines))
+    return Recommendation(settings, Said.joined(lines))
+
+
+def _best_sentence(best: pd.Series, memory_budget_mb: float | None) -> Said:
+    speed = Said("faster") if best["rtf"] < 1 else Said("slower")
+    factor = 1 / best["rtf"] if best["rtf"] < 1 else best["rtf"]
+    latency = "" if pd.isna(best["latency_p50_s"]) else Said(", p50 latency {latency:.2f} s for {tokens} tokens",
+                                                             latency=best["latency_p50_s"], tokens=int(best["tokens"]))
+    memory = "" if pd.isna(best["peak_rss_mb"]) else Said(", peak RSS {peak:,.0f} MB", peak=best["peak_rss_mb"])
+    budget = Said(" (budget {budget:,.0f} MB)", budget=memory_budget_mb) if memory_budget_mb else ""
+    return Said("**{name}**: RTF {rtf:.2f} ({factor:.1f}× {speed} than real time){latency}{memory}{budget}.",
+                name=_name(best), rtf=best["rtf"], factor=factor, speed=speed, latency=latency, memory=memory,
+                budget=budget)
 
 
 def _floor_sentence(row: pd.Series) -> list[str]:
     """How far its GPT step is from the memory-bandwidth floor, where the sweep measured one."""
     if pd.isna(row.get("roofline")):
         return []
-    return [f"Its GPT step takes {row['step_ms']:.1f} ms against a floor of {row['floor_step_ms']:.1f} ms (reading "
-            f"{row['weight_mb_per_step']:,.0f} MB of weights at {row['mem_read_gbps']:.1f} GB/s): roofline "
-            f"{row['roofline']:.2f}, {1 / row['roofline']:.1f}× the floor."]
+    return [Said("Its GPT step takes {step:.1f} ms against a floor of {floor:.1f} ms (reading {weights:,.0f} MB of "
+                 "weights at {gbps:.1f} GB/s): roofline {roofline:.2f}, {times:.1f}× the floor.", step=row["step_ms"],
+                 floor=row["floor_step_ms"], weights=row["weight_mb_per_step"], gbps=row["mem_read_gbps"],
+                 roofline=row["roofline"], times=1 / row["roofline"])]
 
 
 def _name(row: pd.Series) -> str:
-    return f"{row['device']} · {row['engine']} · {row['precision']} · {int(row['threads'])} threads"
+    return Said("{device} · {engine} · {precision} · {threads} threads", device=row["device"], engine=row["engine"],
+                precision=row["precision"], threads=int(row["threads"]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -106,10 +117,11 @@ def served_default(cells: pd.DataFrame, sweeps: pd.DataFrame, model: str, defaul
     mine = cells[cells["sweep_id"].isin(eligible["id"]) & (cells["status"] == "ok") & cells["rtf"].notna()
                  & (cells["node"].fillna("") == "")] if len(eligible) else cells.iloc[0:0]
     if mine.empty:  # nothing measured on this machine itself (Ray nodes' cells are theirs)
-        return ServedDefault(default, f"{why_not}, so the default stays" if why_not else "no sweep on this machine yet")
+        return ServedDefault(default, Said("{why}, so the default stays", why=why_not) if why_not
+                             else Said("no sweep on this machine yet"))
     chosen = _served_from(mine, default, cannot_run)
     if why_not:
-        chosen = replace(chosen, reason=f"{chosen.reason} ({why_not}, so it did not count)")
+        chosen = replace(chosen, reason=Said("{reason} ({why}, so it did not count)", reason=chosen.reason, why=why_not))
     return chosen
 
 
@@ -121,19 +133,24 @@ def _served_from(mine: pd.DataFrame, default: dict, cannot_run) -> ServedDefault
     note = _unrunnable_note(mine[mine["sweep_id"] == sweep_id], cannot_run)
     rec = recommend(latest)
     if rec.settings is None:
-        return ServedDefault(default, f"sweep #{sweep_id} measured nothing that runs in this app{note}")
+        return ServedDefault(default, Said("sweep #{sweep} measured nothing that runs in this app{note}", sweep=sweep_id,
+                                           note=note))
     candidate = rec.settings
     fastest = _fastest(runnable)
     if _same(candidate, default):
-        return ServedDefault(candidate, f"the recommendation of sweep #{sweep_id} on this machine (lowest RTF at "
-                                        f"batch 1), which is also the default{note}", _unless_same(fastest, candidate))
+        return ServedDefault(candidate, Said("the recommendation of sweep #{sweep} on this machine (lowest RTF at "
+                                             "batch 1), which is also the default{note}", sweep=sweep_id, note=note),
+                             _unless_same(fastest, candidate))
     faster, how = _faster_than_default(candidate, default, latest, runnable)
     if faster:
-        return ServedDefault(candidate, f"the recommendation of sweep #{sweep_id} on this machine (lowest RTF at "
-                                        f"batch 1), faster than the default {_label(default)} {how}{note}",
+        return ServedDefault(candidate, Said("the recommendation of sweep #{sweep} on this machine (lowest RTF at "
+                                             "batch 1), faster than the default {default} {how}{note}", sweep=sweep_id,
+                                             default=_label(default), how=how, note=note),
                              _unless_same(fastest, candidate))
-    return ServedDefault(default, f"the default, {_label(default)}: sweep #{sweep_id}'s fastest, {_label(candidate)}, "
-                                  f"is not faster than it {how}{note}", _faster_offer(fastest, default, runnable))
+    return ServedDefault(default, Said("the default, {default}: sweep #{sweep}'s fastest, {fastest}, is not faster "
+                                       "than it {how}{note}", default=_label(default), sweep=sweep_id,
+                                       fastest=_label(candidate), how=how, note=note),
+                         _faster_offer(fastest, default, runnable))
 
 
 def _eligible_sweeps(sweeps: pd.DataFrame, model: str) -> tuple[pd.DataFrame, str]:
@@ -144,9 +161,11 @@ def _eligible_sweeps(sweeps: pd.DataFrame, model: str) -> tuple[pd.DataFrame, st
     reasons = {}
     for _, s in local.iterrows():
         if s["model"] != model:
-            reasons[s["id"]] = f"sweep #{s['id']} measured the model {s['model']!r}, not this app's {model!r}"
+            reasons[s["id"]] = Said("sweep #{sweep} measured the model {measured!r}, not this app's {model!r}",
+                                    sweep=s["id"], measured=s["model"], model=model)
         elif s["noisy"] is True or s["noisy"] == 1:
-            reasons[s["id"]] = f"sweep #{s['id']} was noisy (its passes drifted {s['drift_pct']:.1f} %)"
+            reasons[s["id"]] = Said("sweep #{sweep} was noisy (its passes drifted {drift:.1f} %)", sweep=s["id"],
+                                    drift=s["drift_pct"])
     eligible = local[~local["id"].isin(list(reasons))]
     latest = int(local["id"].iloc[0]) if len(local) else None
     return eligible, reasons.get(latest, "")
@@ -155,18 +174,18 @@ def _eligible_sweeps(sweeps: pd.DataFrame, model: str) -> tuple[pd.DataFrame, st
 def _faster_than_default(candidate: dict, default: dict, latest: pd.DataFrame, history: pd.DataFrame):
     """Whether the candidate beats the default, and how that was judged (for the reason)."""
     cand = _best_rtf(latest, candidate)
-    for frame, where in ((latest, "in the same sweep"), (history, "in this machine's history")):
+    for frame, where in ((latest, Said("in the same sweep")), (history, Said("in this machine's history"))):
         base = _best_rtf(frame, default)
         if base is not None:
-            return cand < base, f"(RTF {cand:.2f} against {base:.2f} {where})"
+            return cand < base, Said("(RTF {cand:.2f} against {base:.2f} {where})", cand=cand, base=base, where=where)
     from chattts_lab import engines
 
     def reference(s):
         return engines.get(s["engine"]).reference_step_ms.get(s["precision"], float("inf"))
 
     c, d = reference(candidate), reference(default)
-    return c < d, (f"by the engines' reference figures ({c:g} against {d:g} ms per step; the default was not "
-                   f"measured here)")
+    return c < d, Said("by the engines' reference figures ({c:g} against {d:g} ms per step; the default was not "
+                       "measured here)", c=c, d=d)
 
 
 def _best_rtf(frame: pd.DataFrame, settings: dict) -> float | None:
@@ -186,7 +205,8 @@ def _fastest(frame: pd.DataFrame) -> dict | None:
 def _unrunnable_note(frame: pd.DataFrame, cannot_run) -> str:
     rec = recommend(frame)
     reason = cannot_run(rec.settings) if rec.settings else None
-    return f"; its fastest cell, {_label(rec.settings)}, cannot run in this app: {reason}" if reason else ""
+    return Said("; its fastest cell, {label}, cannot run in this app: {reason}", label=_label(rec.settings),
+                reason=reason) if reason else ""
 
 
 def _settings(row: pd.Series) -> dict:
@@ -211,7 +231,8 @@ def _faster_offer(fastest: dict | None, default: dict, history: pd.DataFrame) ->
 
 
 def _label(s: dict) -> str:
-    return f"{s['engine']} · {s['precision']} · {s['device']} · {s['threads']} thread{'s' if s['threads'] != 1 else ''}"
+    return Said("{engine} · {precision} · {device} · {threads} {thread}", engine=s["engine"], precision=s["precision"],
+                device=s["device"], threads=s["threads"], thread="thread" if s["threads"] == 1 else "threads")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -235,8 +256,8 @@ def why_no_quality(df: pd.DataFrame) -> str:
     """Why rows carry no quality figure: their note (synthetic weights, a failure), or that none was measured."""
     notes = [n for n in df["quality_note"].dropna().unique() if n] if "quality_note" in df else []
     if NOT_MEANINGFUL in notes:
-        return f"quality is {NOT_MEANINGFUL}"
-    return notes[0] if notes else "no quality was measured (run the sweep with --quality)"
+        return Said("quality is {why}", why=NOT_MEANINGFUL)
+    return notes[0] if notes else Said("no quality was measured (run the sweep with --quality)")
 
 
 def recommend_within_quality(df: pd.DataFrame, mos_drop: float = MOS_DROP,
@@ -245,29 +266,33 @@ def recommend_within_quality(df: pd.DataFrame, mos_drop: float = MOS_DROP,
     stock fp32 on its device, with what was left out for quality."""
     pool = quality_pool(df)
     if pool.empty:
-        return Recommendation(None, f"No recommendation under a quality floor: {why_no_quality(df)}.")
+        return Recommendation(None, Said("No recommendation under a quality floor: {why}.", why=why_no_quality(df)))
     fits = (pool["quality_mos_delta"] >= -mos_drop) & (pool["quality_wer_delta_pts"] <= wer_rise_pts)
     ranked = pool[fits].sort_values(["rtf", "peak_rss_mb"])
-    floor = f"within {mos_drop:g} MOS and {wer_rise_pts:g} points of WER of stock fp32"
+    floor = Said("within {mos:g} MOS and {wer:g} points of WER of stock fp32", mos=mos_drop, wer=wer_rise_pts)
     if ranked.empty:
-        return Recommendation(None, f"No configuration is {floor}.")
+        return Recommendation(None, Said("No configuration is {floor}.", floor=floor))
     best = ranked.iloc[0]
-    lines = [f"**{_name(best)}** is the fastest {floor}: RTF {best['rtf']:.2f}, {_quality_phrase(best)}."]
+    lines = [Said("**{name}** is the fastest {floor}: RTF {rtf:.2f}, {quality}.", name=_name(best), floor=floor,
+                  rtf=best["rtf"], quality=_quality_phrase(best))]
     faster = pool[~fits & (pool["rtf"] < best["rtf"])].sort_values("rtf")
     if not faster.empty:
-        lines.append("Faster but below the floor: " + "; ".join(
-            f"{_name(r)} (RTF {r['rtf']:.2f}, {_quality_phrase(r)})" for _, r in faster.iterrows()) + ".")
-    lines.append(f"Quality models: {best['quality_models']}." if isinstance(best.get("quality_models"), str) else "")
+        lines.append(Said("Faster but below the floor: {rows}.", rows=Said.joined(
+            (Said("{name} (RTF {rtf:.2f}, {quality})", name=_name(r), rtf=r["rtf"], quality=_quality_phrase(r))
+             for _, r in faster.iterrows()), "; ")))
+    if isinstance(best.get("quality_models"), str):
+        lines.append(Said("Quality models: {models}.", models=best["quality_models"]))
     settings = {"device": str(best["device"]), "precision": str(best["precision"]), "threads": int(best["threads"]),
                 "engine": str(best["engine"])}
-    return Recommendation(settings, " ".join(line for line in lines if line))
+    return Recommendation(settings, Said.joined(lines))
 
 
 def _quality_phrase(row: pd.Series) -> str:
-    return (f"MOS {row['quality_mos']:.2f} ({row['quality_mos_delta']:+.2f}), WER {row['quality_wer_pct']:.1f} % "
-            f"({row['quality_wer_delta_pts']:+.1f} points)"
-            + (f", speaker similarity {row['quality_speaker_sim']:.2f}" if pd.notna(row.get("quality_speaker_sim"))
-               else ""))
+    similarity = Said(", speaker similarity {sim:.2f}", sim=row["quality_speaker_sim"]) \
+        if pd.notna(row.get("quality_speaker_sim")) else ""
+    return Said("MOS {mos:.2f} ({mos_delta:+.2f}), WER {wer:.1f} % ({wer_delta:+.1f} points){similarity}",
+                mos=row["quality_mos"], mos_delta=row["quality_mos_delta"], wer=row["quality_wer_pct"],
+                wer_delta=row["quality_wer_delta_pts"], similarity=similarity)
 
 
 def precision_by_length(df: pd.DataFrame, by_length: list[dict], mos_drop: float = MOS_DROP,

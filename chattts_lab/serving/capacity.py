@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from chattts_lab.history.price import MachinePrice, price_from_notes
+from chattts_lab.said import Said
 from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens, usd_per_audio_hour
 from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
                                           _measured_level, _save)
@@ -42,12 +43,14 @@ class CapacityFound:
 def broken_because(summary: dict, spec: ServeSpec) -> str | None:
     """Why this level misses the service level (None: it holds)."""
     if summary["ok"] < summary["requests"]:
-        return f"{summary['requests'] - summary['ok']} of {summary['requests']} requests failed or were lost"
+        return Said("{lost} of {requests} requests failed or were lost", lost=summary["requests"] - summary["ok"],
+                    requests=summary["requests"])
     ttfa, continuity = summary.get("ttfa_p99_s"), summary.get("continuity_pct")
     if ttfa is None or ttfa > spec.slo_ttfa_p99_s:
-        return f"p99 time to first audio {_num(ttfa)} s > {spec.slo_ttfa_p99_s:g} s"
+        return Said("p99 time to first audio {ttfa} s > {limit:g} s", ttfa=_num(ttfa), limit=spec.slo_ttfa_p99_s)
     if continuity is None or continuity < spec.slo_continuity_pct:
-        return f"continuity {_num(continuity)} % < {spec.slo_continuity_pct:g} %"
+        return Said("continuity {continuity} % < {limit:g} %", continuity=_num(continuity),
+                    limit=spec.slo_continuity_pct)
     return None
 
 
@@ -146,35 +149,40 @@ def floor_diagnosis(result: dict) -> str | None:
     if floor is None:
         return None
     if floor < 1:
-        return (f"with every row started together this machine makes {floor:.1f} real-time streams of this "
-                "configuration: it cannot keep one listener fed, whatever the scheduling; a faster engine or "
-                "precision raises the floor")
+        return Said("with every row started together this machine makes {floor:.1f} real-time streams of this "
+                    "configuration: it cannot keep one listener fed, whatever the scheduling; a faster engine or "
+                    "precision raises the floor", floor=floor)
     if pct >= FLOOR_REACHED_PCT:
-        return ("the capacity is at the machine's floor: more streams need a faster step (the floor raised), "
-                "not better scheduling")
-    why = f" (at {result['broke_at']} streams: {result['broken_because']})" if result.get("broke_at") else ""
-    return (f"{100 - pct:.0f} % of what the machine makes is lost to scheduling{why}: first audio and stalls "
-            "break the service level before the machine runs out of audio")
+        return Said("the capacity is at the machine's floor: more streams need a faster step (the floor raised), "
+                    "not better scheduling")
+    why = Said(" (at {users} streams: {why})", users=result["broke_at"], why=result["broken_because"]) \
+        if result.get("broke_at") else ""
+    return Said("{lost:.0f} % of what the machine makes is lost to scheduling{why}: first audio and stalls break the "
+                "service level before the machine runs out of audio", lost=100 - pct, why=why)
+
+
+def _scheduling(result: dict) -> Said:
+    if result["batching"] == "continuous":
+        return Said("continuous batching, {rows} rows", rows=result["max_batch"])
+    if result["batching"]:
+        return Said("request-level batching, batches of up to {size}", size=result["max_batch"])
+    return Said("the running app's own scheduling")
 
 
 def capacity_sentence(result: dict) -> str:
     """'This machine holds N real-time streams of this configuration', with what it means and what broke it."""
-    how = (f"continuous batching, {result['max_batch']} rows" if result["batching"] == "continuous"
-           else f"request-level batching, batches of up to {result['max_batch']}" if result["batching"]
-           else "the running app's own scheduling")
-    sentence = (f"this machine holds {result['streams']} real-time stream(s) of this configuration "
-                f"({result['config'] or 'the app default'}; {how}; {result['tokens']} tokens a request) with p99 "
-                f"first audio <= {result['slo_ttfa_p99_s']:g} s and >= {result['slo_continuity_pct']:g} % of "
-                f"streams without a stall over 100 ms")
-    if result.get("floor_streams") is not None:
-        sentence += (f", {result['floor_pct']:.0f} % of the {result['floor_streams']:.1f} this machine makes with "
-                     f"{result['floor_rows']} started together")
-    if result["broke_at"]:
-        sentence += f"; at {result['broke_at']}: {result['broken_because']}"
-    else:
-        sentence += " (the most users tried: raise --max-users to look further)"
-    sentence += "."
-    return sentence + (f" Diagnosis: {result['diagnosis']}." if result.get("diagnosis") else "")
+    floor = "" if result.get("floor_streams") is None else Said(
+        ", {pct:.0f} % of the {floor:.1f} this machine makes with {rows} started together", pct=result["floor_pct"],
+        floor=result["floor_streams"], rows=result["floor_rows"])
+    broke = Said("; at {users}: {why}", users=result["broke_at"], why=result["broken_because"]) if result["broke_at"] \
+        else Said(" (the most users tried: raise --max-users to look further)")
+    diagnosis = Said(" Diagnosis: {diagnosis}.", diagnosis=result["diagnosis"]) if result.get("diagnosis") else ""
+    return Said("this machine holds {streams} real-time stream(s) of this configuration ({config}; {how}; {tokens} "
+                "tokens a request) with p99 first audio <= {ttfa:g} s and >= {continuity:g} % of streams without a "
+                "stall over 100 ms{floor}{broke}.{diagnosis}", streams=result["streams"],
+                config=result["config"] or Said("the app default"), how=_scheduling(result), tokens=result["tokens"],
+                ttfa=result["slo_ttfa_p99_s"], continuity=result["slo_continuity_pct"], floor=floor, broke=broke,
+                diagnosis=diagnosis)
 
 
 def capacity_cost(result: dict, price: MachinePrice | None) -> str | None:
@@ -184,9 +192,10 @@ def capacity_cost(result: dict, price: MachinePrice | None) -> str | None:
         return None
     cost = usd_per_audio_hour(price.usd_per_hour, result["streams"])
     if cost is None:
-        return f"at ${price.usd_per_hour:g} per hour ({price.source}), no cost per audio hour: not one stream held."
-    return (f"at ${price.usd_per_hour:g} per hour ({price.source}), {result['streams']} real-time stream(s) make "
-            f"audio at ${cost:.4g} per audio hour.")
+        return Said("at ${price:g} per hour ({source}), no cost per audio hour: not one stream held.",
+                    price=price.usd_per_hour, source=price.source)
+    return Said("at ${price:g} per hour ({source}), {streams} real-time stream(s) make audio at ${cost:.4g} per audio "
+                "hour.", price=price.usd_per_hour, source=price.source, streams=result["streams"], cost=cost)
 
 
 def capacity_gain(results: list[dict]) -> str | None:
@@ -195,12 +204,12 @@ def capacity_gain(results: list[dict]) -> str | None:
     if best["continuous"] is None or best["request"] is None:
         return None
     if best["continuous"] == best["request"] == 0:
-        return "neither scheduling holds one real-time stream of this configuration within the service level."
+        return Said("neither scheduling holds one real-time stream of this configuration within the service level.")
     if best["request"] == 0:
-        return (f"continuous batching holds {best['continuous']} stream{'s' if best['continuous'] != 1 else ''} "
-                "where request-level batching holds none.")
-    return (f"continuous batching holds {best['continuous'] / best['request']:.1f}x the real-time streams of "
-            f"request-level batching ({best['continuous']} vs {best['request']}).")
+        return Said("continuous batching holds {streams} {stream} where request-level batching holds none.",
+                    streams=best["continuous"], stream="stream" if best["continuous"] == 1 else "streams")
+    return Said("continuous batching holds {ratio:.1f}x the real-time streams of request-level batching ({continuous} "
+                "vs {request}).", ratio=best["continuous"] / best["request"], **best)
 
 
 def capacity_frame(db_path):

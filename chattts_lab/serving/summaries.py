@@ -8,6 +8,8 @@ from collections import Counter
 
 import numpy as np
 
+from chattts_lab.said import Said
+
 NOTE = "serving"  # the sweep note a serving run is kept under: its levels and every request
 LEVEL_METRICS = ("queue_s", "ttfb_s", "ttfa_s", "latency_s", "stall_total_s", "stall_worst_s")
 
@@ -69,14 +71,15 @@ def batching_gain(summaries: list[dict], users: int) -> str | None:
     one, best = at[1], at[max(at)]
     if not (one["audio_s_per_s"] and best["audio_s_per_s"] and one["latency_p90_s"] and best["latency_p90_s"]):
         return None
-    sentence = (f"{users} user{'s' * (users != 1)} at once, batches of up to {max(at)} against one at a time: "
-                f"{best['audio_s_per_s'] / one['audio_s_per_s']:.2f}x the audio per second "
-                f"({best['audio_s_per_s']:.2f} vs {one['audio_s_per_s']:.2f} audio s/s), p90 latency "
-                f"{best['latency_p90_s'] / one['latency_p90_s']:.2f}x ({best['latency_p90_s']:.2f} s vs "
-                f"{one['latency_p90_s']:.2f} s), time to first audio p90 {best['ttfa_p90_s']:.2f} s vs "
-                f"{one['ttfa_p90_s']:.2f} s.")
     alone = [s for s in summaries if s.get("users") == 1 and s["max_batch"] == max(at) and s["ok"] and s["ttfa_p50_s"]]
-    if alone and users > 1 and best["ttfa_p99_s"]:
-        sentence += (f" The slowest first audio of the {users} users ({best['ttfa_p99_s']:.2f} s, p99) is "
-                     f"{best['ttfa_p99_s'] / alone[0]['ttfa_p50_s']:.1f}x a single user's.")
-    return sentence
+    slowest = "" if not (alone and users > 1 and best["ttfa_p99_s"]) else Said(
+        " The slowest first audio of the {users} users ({p99:.2f} s, p99) is {times:.1f}x a single user's.",
+        users=users, p99=best["ttfa_p99_s"], times=best["ttfa_p99_s"] / alone[0]["ttfa_p50_s"])
+    return Said("{users} {user} at once, batches of up to {size} against one at a time: {audio:.2f}x the audio per "
+                "second ({best_audio:.2f} vs {one_audio:.2f} audio s/s), p90 latency {latency:.2f}x ({best_p90:.2f} s "
+                "vs {one_p90:.2f} s), time to first audio p90 {best_ttfa:.2f} s vs {one_ttfa:.2f} s.{slowest}",
+                users=users, user="user" if users == 1 else "users", size=max(at),
+                audio=best["audio_s_per_s"] / one["audio_s_per_s"], best_audio=best["audio_s_per_s"],
+                one_audio=one["audio_s_per_s"], latency=best["latency_p90_s"] / one["latency_p90_s"],
+                best_p90=best["latency_p90_s"], one_p90=one["latency_p90_s"], best_ttfa=best["ttfa_p90_s"],
+                one_ttfa=one["ttfa_p90_s"], slowest=slowest)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Iterator
 
+from chattts_lab.said import Said
 from chattts_lab.sweep import cluster
 from chattts_lab.sweep.results import CellResult, RunConfig
 from chattts_lab.sweep.spec import SweepSpec
@@ -37,8 +38,9 @@ def run_on_cluster(sweep_id: int, pending: list, total: int, store: Store, spec:
                 yield finished(index, CellResult(cfg, *ruled, node=_label_only(cfg)))
             else:
                 pool.submit(measure_on_node, cfg.to_dict(), (index, cfg), **cluster.placement(cfg))
-        plan = (f"{len(pool)} cell(s) as Ray tasks on {cluster.describe(ray, nodes)}; each in a fresh worker process "
-                "on its node, with the CPUs of its threads to itself, its timed calls back to back.")
+        plan = Said("{cells} cell(s) as Ray tasks on {cluster}; each in a fresh worker process on its node, with the "
+                    "CPUs of its threads to itself, its timed calls back to back.", cells=len(pool),
+                    cluster=cluster.describe(ray, nodes))
         store.set_note(sweep_id, "plan", plan)
         yield SweepPlanned(sweep_id, plan)
         while len(pool):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chattts_lab import engines, metrics
+from chattts_lab.said import Said
 from chattts_lab.sweep.results import DONE_STATUSES, RunConfig
 from chattts_lab.sweep.axes import bool_list, int_list, str_list  # noqa: F401  the list syntax, where callers look for it
 from chattts_lab.sweep.spec import SpecError, SweepSpec, cell_rule, pairs_with_runnable_cells
@@ -208,10 +209,11 @@ class GridEstimate:
         return self.cells > MAX_CELLS or self.seconds > MAX_HOURS * 3600
 
     def summary(self) -> str:
-        basis = "this machine's past sweeps" if self.from_history else "the README's reference machine"
-        done = f", {self.done} measured already" if self.done else ""
-        return (f"{self.cells} cell(s) ({self.ruled} skipped or unsupported by rule{done}), roughly "
-                f"{describe(self.seconds)} (estimated from {basis}; each cell runs in a fresh process)")
+        basis = Said("this machine's past sweeps") if self.from_history else Said("the README's reference machine")
+        done = Said(", {done} measured already", done=self.done) if self.done else ""
+        return Said("{cells} cell(s) ({ruled} skipped or unsupported by rule{done}), roughly {time} (estimated from "
+                    "{basis}; each cell runs in a fresh process)", cells=self.cells, ruled=self.ruled, done=done,
+                    time=describe(self.seconds), basis=basis)
 
 
 def estimate_grid(spec: SweepSpec, db_path: str | Path | None = None, resume: int | None = None) -> GridEstimate:

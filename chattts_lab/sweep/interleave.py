@@ -78,14 +78,16 @@ def pass_order(rng: random.Random, cells: list, previous: list) -> list:
 
 
 def plan_sentence(passes: int, cells: int, resident: int, allowance_mb: float, per_worker_mb: float) -> str:
-    text = (f"{passes} interleaved passes over {cells} cells, a fresh random order each pass; each pass makes one "
-            f"timed call of every cell. ")
     if resident == cells:
-        return text + (f"Every cell's worker stays loaded between passes (about {per_worker_mb:.0f} MB each), and "
-                       "makes one more untimed call once all are loaded.")
-    return text + (f"{resident} worker(s) stay loaded and {cells - resident} are loaded again before their turn in "
-                   f"each pass: about {per_worker_mb:.0f} MB a worker, {allowance_mb:.0f} MB allowed for all. "
-                   "Loading, the cold call and warm-up are never timed.")
+        return Said("{passes} interleaved passes over {cells} cells, a fresh random order each pass; each pass makes "
+                    "one timed call of every cell. Every cell's worker stays loaded between passes (about "
+                    "{per_worker:.0f} MB each), and makes one more untimed call once all are loaded.",
+                    passes=passes, cells=cells, per_worker=per_worker_mb)
+    return Said("{passes} interleaved passes over {cells} cells, a fresh random order each pass; each pass makes one "
+                "timed call of every cell. {resident} worker(s) stay loaded and {reloaded} are loaded again before "
+                "their turn in each pass: about {per_worker:.0f} MB a worker, {allowance:.0f} MB allowed for all. "
+                "Loading, the cold call and warm-up are never timed.", passes=passes, cells=cells, resident=resident,
+                reloaded=cells - resident, per_worker=per_worker_mb, allowance=allowance_mb)
 
 
 def run_interleaved(sweep_id: int, cells: list[_Cell], total: int, n_done: int, store: Store, passes: int,

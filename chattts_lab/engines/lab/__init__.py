@@ -19,6 +19,7 @@ import time
 import torch
 
 from chattts_lab.engines.base import Engine
+from chattts_lab.said import Said
 from chattts_lab.engines.precisions import PRECISION
 from chattts_lab.engines.lab import cpu, kernels
 from chattts_lab.engines.lab.engine import (Heads, LabRuntime, drop_stock_code_heads, lab_generate,
@@ -67,8 +68,10 @@ class LabEngine(Engine):
             return super().why_served(device, precision)
         level = cpu.kernel_level()
         if not kernels.buildable():
-            return f"lab {precision} on torch's and fbgemm's kernels ({kernels.unbuildable_reason()})"
-        return f"{cpu.describe(level)}: lab {precision} on the lab's {level} kernels"
+            return Said("lab {precision} on torch's and fbgemm's kernels ({why})", precision=precision,
+                        why=kernels.unbuildable_reason())
+        return Said("{cpu}: lab {precision} on the lab's {level} kernels", cpu=cpu.describe(level), precision=precision,
+                    level=level)
 
     def install(self, chat, device, precision, *, compile, threads) -> LabRuntime:
         return install_lab(chat, device, precision, compile)
