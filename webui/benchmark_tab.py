@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import gradio as gr
 import pandas as pd
@@ -27,7 +27,7 @@ from webui.i18n import localized, t
 from webui.context import MODEL_QUEUE, AppContext, bind
 from webui.runtime import devices
 from webui.quality_panel import build_quality_panel
-from webui.serving_tab import build_serving_tab
+from webui.serving_tab import build_serving_tab, empty_figures
 from webui.sweep_form import (SweepControls, SweepForm, build_sweep_controls, cli_command, estimate, offered_precisions,
                               PRICE_FIELDS, price_from_form, quick_form, quick_label, spec_from_form)
 from webui.sweep_history import (COMPARE_METRICS, HISTORY_COLUMNS, HistoryView, RecommendView, compare_sweeps,
@@ -61,7 +61,7 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
             _recommend_panel(c)
             quality = build_quality_panel()
         with gr.Tab(t("Serving"), id="serving"):
-            build_serving_tab(ctx)
+            serving_plots = build_serving_tab(ctx)
         with gr.Tab(t("History"), id="history"):
             _history_panel(c)
             _compare_panel(c)
@@ -77,16 +77,17 @@ def build_benchmark_tab(ctx: AppContext) -> BenchmarkTab:
     sweep_done = _wire_sweep(ctx, c, view, history, rec)
     _wire_history(ctx, c, view, history, rec)
     _build_api(ctx)
-    on_load = bind(page_loaded, ctx, c["hw_md"], c["hw_json"], history, c["quick"])
+    on_load = bind(page_loaded, ctx, c["hw_md"], c["hw_json"], history, c["quick"], view, serving_plots)
     return BenchmarkTab(rec.settings, c["apply_best"], on_load,
-                        {c["hw_md"], c["hw_json"], c["quick"], *history.outputs()},
+                        {c["hw_md"], c["hw_json"], c["quick"], *history.outputs(), *view.plots.values(),
+                         *serving_plots},
                         c["controls"], view.results, rec.budget, sweep_done)
 
 
 # Each panel builder adds its components to `c` by name.
-# What each plot shows before there is a sweep.
-EMPTY = figures.all_figures(results_frame([]), "Run a sweep (or Show one from History): its ok rows are drawn "
-                                               "here")
+# What each plot shows before there is a sweep (in English; a page's load draws them again in its language).
+EMPTY_NOTE = "Run a sweep (or Show one from History): its ok rows are drawn here"
+EMPTY = figures.all_figures(results_frame([]), EMPTY_NOTE)
 
 
 def _sweep_panel(c: dict, quick: str) -> None:
@@ -191,7 +192,7 @@ def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, value
         present.warn(localized(exc.message, request))
         return
     for update in updates:
-        yield view.show(replace(update, status=localized(update.status, request)) if update.status else update)
+        yield view.show(update, request)
 
 
 def price_choices(ctx: AppContext) -> list[tuple[str, str]]:
@@ -220,22 +221,23 @@ QUICK_NOTE = ("**Quick sweep filled in** (stock against lab, fp32 and int8, batc
               "below the settings; press **Run sweep** to start it.")
 
 
-def show_clicked(ctx: AppContext, view: SweepView, tabs: gr.Tabs, sweep_ids) -> dict:
+def show_clicked(ctx: AppContext, view: SweepView, tabs: gr.Tabs, sweep_ids, request: gr.Request = None) -> dict:
     """History's "Show in the Sweep tab": the sweeps picked, in the Sweep tab, switched to."""
-    return {**view.show(load_sweeps(ctx, sweep_ids)), tabs: gr.Tabs(selected="sweep")}
+    return {**view.show(load_sweeps(ctx, sweep_ids), request), tabs: gr.Tabs(selected="sweep")}
 
 
-def recommend_clicked(view: SweepView, rec: RecommendView, values: dict):
-    return rec.show(values[view.results], values[rec.budget])
+def recommend_clicked(view: SweepView, rec: RecommendView, values: dict, request: gr.Request = None):
+    return rec.show(values[view.results], values[rec.budget], request)
 
 
 def page_loaded(ctx: AppContext, hw_md: gr.Markdown, hw_json: gr.JSON, history: HistoryView, quick: gr.Button,
-                request: gr.Request = None):
-    """The hardware panel (this machine, as a sweep would record it), the sweep history and the quick preset's
-    estimate from it."""
+                view: SweepView, serving_plots: tuple, request: gr.Request = None):
+    """The hardware panel (this machine, as a sweep would record it), the sweep history, the quick preset's
+    estimate from it, and the empty plots in the page's language."""
     env = lab_env.capture_environment()
     return {hw_md: "\n".join(f"- {localized(line, request)}" for line in environment_lines(env)), hw_json: env,
-            **history.refresh(ctx), quick: localized(quick_label(ctx), request)}
+            **history.refresh(ctx), quick: localized(quick_label(ctx), request),
+            **view.plots_for(results_frame([]), EMPTY_NOTE, request), **dict(zip(serving_plots, empty_figures(request)))}
 
 
 def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView, rec: RecommendView):
@@ -285,8 +287,8 @@ def _wire_history(ctx: AppContext, c: dict, view: SweepView, history: HistoryVie
     c["export"].click(present.warns(bind(export_bundle_handler, ctx)), c["pick"], c["bundle_out"], **private)
     c["bundle_in"].upload(bind(import_bundle_handler, ctx), c["bundle_in"], c["bundle_in"], **private).then(**refreshed)
 
-    def compare_clicked(a, b, metric):
-        cmp_df, fig, envs = compare_sweeps(ctx, a, b, metric)
+    def compare_clicked(a, b, metric, request: gr.Request = None):
+        cmp_df, fig, envs = compare_sweeps(ctx, a, b, metric, request)
         return {c["cmp_table"]: cmp_df, c["cmp_fig"]: fig, c["cmp_envs"]: envs}
 
     c["cmp_run"].click(present.warns(compare_clicked), [c["cmp_a"], c["cmp_b"], c["cmp_metric"]],

@@ -12,6 +12,7 @@ from chattts_lab.engines import REFERENCE
 from chattts_lab.history import plots
 from chattts_lab.history.compare import cell_ratio
 from chattts_lab.history.recommend import pareto_mask
+from chattts_lab.said import Said
 from chattts_lab.sweep.results import CellResult
 
 # Rows are compared only when measured the same way apart from engine, precision and compile, and in one sweep
@@ -19,15 +20,15 @@ from chattts_lab.sweep.results import CellResult
 COMPARABLE = ("sweep_id", "device", "batch_size", "threads", "tokens", "stream")
 
 
-def throughput_vs_latency_pareto(df: pd.DataFrame) -> go.Figure:
+def throughput_vs_latency_pareto(df: pd.DataFrame, say: plots.Say = plots.english) -> go.Figure:
     """plots.throughput_vs_latency with the Pareto front (nothing faster and higher at once) drawn as a line."""
-    fig = plots.throughput_vs_latency(df)
+    fig = plots.throughput_vs_latency(df, say)
     if len(df) == 0:
         return fig
     front = df[pareto_mask(df)].sort_values("latency_p50_s")
     if not front.empty:
         fig.add_trace(go.Scatter(x=front["latency_p50_s"], y=front["audio_s_per_s"], mode="lines+markers",
-                                 name="Pareto front", line=dict(color="black", dash="dash", width=2),
+                                 name=say("Pareto front"), line=dict(color="black", dash="dash", width=2),
                                  marker=dict(symbol="circle-open", size=16, color="black")))
     return fig
 
@@ -36,9 +37,10 @@ FIGURES = {"latency": plots.latency_vs_batch, "rtf": plots.rtf_by_precision,
            "pareto": throughput_vs_latency_pareto, "memory": plots.peak_memory, "roofline": plots.roofline_by_config}
 
 
-def all_figures(df: pd.DataFrame, empty_note: str | None = None) -> dict[str, go.Figure]:
-    """Every figure of `df`; with no rows at all, `empty_note` (when given) says what will appear there, and how."""
-    figs = {name: make(df) for name, make in FIGURES.items()}
+def all_figures(df: pd.DataFrame, empty_note: str | None = None, say: plots.Say = plots.english) -> dict[str, go.Figure]:
+    """Every figure of `df`, its texts said by `say`; with no rows at all, `empty_note` (when given, already in the
+    page's language) says what will appear there, and how."""
+    figs = {name: make(df, say) for name, make in FIGURES.items()}
     if empty_note and len(df) == 0:
         for fig in figs.values():
             fig.layout.annotations = []
@@ -62,7 +64,7 @@ def gain_sentence(df: pd.DataFrame, cells: Sequence[CellResult]) -> str:
     engine, precision = REFERENCE
     is_base = (ok["engine"] == engine) & (ok["precision"] == precision) & ~ok["compile"].astype(bool)
     if not is_base.any():
-        return "Add stock fp32 to the sweep to see the gain over ChatTTS as shipped."
+        return Said("Add stock fp32 to the sweep to see the gain over ChatTTS as shipped.")
     same = [c for c in COMPARABLE if c in ok]
     best = None
     for base_at, base in ok[is_base].iterrows():
@@ -79,10 +81,12 @@ def gain_sentence(df: pd.DataFrame, cells: Sequence[CellResult]) -> str:
     fastest, base = df.loc[fastest_at], df.loc[base_at]
     positions = {label: i for i, label in enumerate(df.index)}
     name = f"{fastest['engine']} {fastest['precision']}" + (" compiled" if fastest["compile"] else "")
-    where = f"on {base['machine']}" if base.get("machine") else "on this machine"  # sweeps loaded from the history
+    # sweeps loaded from the history name their machine
+    where = Said("on {machine}", machine=base["machine"]) if base.get("machine") else Said("on this machine")
     ratio = cell_ratio(cells[positions[fastest_at]], cells[positions[base_at]])
-    context = (f"{base['device']}, batch {int(base['batch_size'])}, {int(base['threads'])} threads, "
-               f"{int(base['tokens'])} tokens" + (", streaming" if base["stream"] else ""))
-    return (f"**{ratio.phrase(name, 'stock fp32')} {where}** (RTF {float(fastest['rtf']):.3g} vs "
-            f"{float(base['rtf']):.3g}; {context}; RTF is compute seconds per audio second; the interval is from "
-            f"the raw timed calls).")
+    context = Said("{device}, batch {batch}, {threads} threads, {tokens} tokens{streaming}", device=base["device"],
+                   batch=int(base["batch_size"]), threads=int(base["threads"]), tokens=int(base["tokens"]),
+                   streaming=Said(", streaming") if base["stream"] else "")
+    return Said("**{phrase} {where}** (RTF {rtf:.3g} vs {base_rtf:.3g}; {context}; RTF is compute seconds per audio "
+                "second; the interval is from the raw timed calls).", phrase=ratio.phrase(name, "stock fp32"),
+                where=where, rtf=float(fastest["rtf"]), base_rtf=float(base["rtf"]), context=context)

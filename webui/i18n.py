@@ -2,25 +2,39 @@
 switches it).
 
 A key is the English text itself, so the English page reads as before and a text not translated yet stays English
-(tests/test_browser_i18n.py fails on English left in zh-CN, apart from the allow-list it names). Texts the page is
-built with use `t` (a fixed text) or `tr` (a text built with the page, such as what runs on this machine, with its
-Chinese made beside it). Texts made at run time (the estimate, status lines, the hardware panel, mistakes) go through
-`localized`, by the request's Accept-Language, since gr.I18n translates only what the page was built with.
-Translated: the header, the tab names, the Synthesis tab's labels and help, the Benchmark tab's labels, help and
-what-runs-here note, the Serving and quality panels' labels and help, the estimate, the quick preset, the hardware
-panel, the sweep's and serving run's status lines (their first sentence) and stop toasts, the metrics line (present.py),
-the synthetic-weights banner, and the commonest mistakes.
-Not yet: the texts inside the plots (plotly, one figure for every browser), the Synthesis tab's in-use note and
-"Use the fastest" button, the drift, plan, capacity and
-recommendation sentences the library writes, the History tab's messages; the switch in Settings does not reach
-messages (they follow the browser's language).
+(tests/test_browser_i18n.py fails on English left in zh-CN, apart from proper names and the English example texts).
+Three ways in, one table of Chinese by English (TABLE):
+- `t` (a fixed text) and `tr` (a text built with the page, such as what runs on this machine, with its Chinese made
+  beside it) for what the page is built with: labels, help, notes, tab names.
+- `localized(message, request)` for what is made at run time, by the request's Accept-Language (gr.I18n translates
+  only what the page was built with): a `Said` (chattts_lab/said.py: the library's and the page's sentences keep
+  their template and values) is said by its template (webui/i18n_sentences.py); a fixed text by the table; the
+  library's mistakes and the hardware panel's lines by their patterns (MESSAGES_ZH).
+- `translator(request)`, the `say` the plots take (chattts_lab.history.plots, webui/figures.py): titles, axis and
+  legend titles, series names and notes are drawn in the page's language; the empty plots are drawn again when a
+  page opens.
+Translated: every label, help text and note of both tabs; the estimate, the quick preset, the hardware panel; the
+sweep's and serving run's status lines whole (drift, plan, batching gain, capacity, cost and diagnosis sentences),
+their progress and stop toasts; the recommendation, the quality floor's sentence and the gain over stock fp32; the
+Synthesis tab's "In use" note (with the served default's reason) and "Use the fastest" button; the History tab's
+messages and toasts, the voice card and library toasts; the metrics line (present.py), the synthetic-weights
+banner; the commonest mistakes.
+Not translated: proper names, the tables' canonical column names and values, the English example texts, the Ray
+cluster's description inside the fleet's plan, and the reasons an engine cannot run a precision (they name
+kernels and builds); the switch in Settings does not reach run-time messages (they follow the browser's language).
 """
 
 from __future__ import annotations
 
+import re
+from collections import ChainMap
+from typing import Callable
+
 import gradio as gr
 
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
+from chattts_lab.said import Said
+from webui.i18n_sentences import SAID_ZH, in_chinese
 
 ZH = {
     # the page
@@ -235,6 +249,7 @@ ZH.update({
 
 # Browsers say zh-CN (or zh); both read the same texts. English is the keys themselves.
 I18N = gr.I18n(en={key: key for key in ZH}, zh=ZH, **{"zh-CN": ZH})
+TABLE = ChainMap(SAID_ZH, ZH)  # every Chinese text by its English: the sentences made at run time, then the page's
 
 
 def t(english: str):
@@ -263,26 +278,7 @@ MESSAGES_ZH = [
     (r"speaker string is malformed or truncated.*", "说话人字符串格式错误或不完整：请重新完整复制（“显示此种子的说话人字符串”）"),
     (r"voice card is not valid JSON \((.+)\)", "音色卡不是有效的 JSON（{0}）"),
     (r"a sample-audio voice needs the transcript of its clip", "样本音频音色需要这段音频的文字稿"),
-    # the banner over synthetic audio (chattts_lab.SYNTHETIC_WARNING)
-    (r"Synthetic \(random\) weights: the timings are real, the audio is noise\.",
-     "合成（随机）权重：计时是真实的，音频是噪声。"),
-    # the Benchmark tab's sentences made at run time (estimates, notes, status, the hardware panel)
-    (r"Fill in the quick sweep \(stock vs lab, about (.+) here\)", "填入快速扫描（stock 对比 lab，本机约需 {0}）"),
-    (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule, (\d+) measured already\), roughly (.+) \(estimated "
-     r"from this machine's past sweeps; each cell runs in a fresh process\)",
-     "{0} 个单元（其中 {1} 个按规则跳过或不支持，{2} 个已测过），约需 {3}（根据本机以往的扫描估计；每个单元在新进程中运行）"),
-    (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule\), roughly (.+) \(estimated from this machine's past "
-     r"sweeps; each cell runs in a fresh process\)",
-     "{0} 个单元（其中 {1} 个按规则跳过或不支持），约需 {2}（根据本机以往的扫描估计；每个单元在新进程中运行）"),
-    (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule, (\d+) measured already\), roughly (.+) \(estimated "
-     r"from the README's reference machine; each cell runs in a fresh process\)",
-     "{0} 个单元（其中 {1} 个按规则跳过或不支持，{2} 个已测过），约需 {3}（根据 README 的参考机器估计；每个单元在新进程中运行）"),
-    (r"(\d+) cell\(s\) \((\d+) skipped or unsupported by rule\), roughly (.+) \(estimated from the README's "
-     r"reference machine; each cell runs in a fresh process\)",
-     "{0} 个单元（其中 {1} 个按规则跳过或不支持），约需 {2}（根据 README 的参考机器估计；每个单元在新进程中运行）"),
-    (r"\*\*Quick sweep filled in\*\* \(stock against lab, fp32 and int8, batch 1, short clips\): the estimate is "
-     r"below the settings; press \*\*Run sweep\*\* to start it\.",
-     "**已填入快速扫描**（stock 对比 lab，fp32 和 int8，批大小 1，短音频）：估计值在设置下方；按 **运行扫描** 开始。"),
+    # the Benchmark tab's mistakes and the hardware panel's lines
     (r"Sweep settings: (.+)", "扫描设置有误：{0}"),
     (r"Machine price: (.+)", "机器价格有误：{0}"),
     (r"CPU: (.+) \((.+)\), (\S+) usable / (\S+) logical cores; flags: (.+)",
@@ -296,31 +292,6 @@ MESSAGES_ZH = [
     (r"Code: commit (\S+) \(uncommitted changes\)", "代码：提交 {0}（有未提交的修改）"),
     (r"Code: commit (\S+)", "代码：提交 {0}"),
     (r"Load average at start: (.+)", "开始时的负载：{0}"),
-    # a sweep's status line (its first sentence; the drift and plan sentences after it are not translated yet)
-    (r"Sweep (\d+) running: (\d+) cell\(s\)\.", "扫描 {0} 运行中：{1} 个单元。"),
-    (r"Sweep (\d+) running\.\s*(.*)", "扫描 {0} 运行中。{1}"),
-    (r"Sweep (\d+) finished\.\s*(.*)", "扫描 {0} 已完成。{1}"),
-    (r"Sweep (\d+) stopped: every finished row is kept\.\s*(.*)", "扫描 {0} 已停止：所有已完成的行都保留。{1}"),
-    (r"Sweep (\d+) interrupted\.\s*(.*)", "扫描 {0} 被中断。{1}"),
-    (r"No sweep of yours is running\.", "你没有正在运行的扫描。"),
-    (r"Stopping: the running cell is ended and every finished row is kept\.",
-     "正在停止：结束正在运行的单元，保留所有已完成的行。"),
-    # the Serving panel's status line and toasts
-    (r"Starting: `(.+)`", "正在启动：`{0}`"),
-    (r"Capacity run (\d+): raising the users until the service level breaks \(an app starts per scheduling\)\.",
-     "容量测试 {0}：逐步增加用户数，直到服务水平被打破（每种调度方式启动一个应用）。"),
-    (r"Serving run (\d+): (\d+) load levels \(an app starts per batch limit\)\.",
-     "服务测试 {0}：{1} 个负载等级（每个批大小上限启动一个应用）。"),
-    (r"Level (\d+): (\d+) users?, max batch (\d+)…", "等级 {0}：{1} 个用户，最大批大小 {2}……"),
-    (r"Level (\d+): ([\d.]+) requests/s, max batch (\d+)…", "等级 {0}：每秒 {1} 个请求，最大批大小 {2}……"),
-    (r"Serving run (\d+) finished\.\s*(.*)", "服务测试 {0} 已完成。{1}"),
-    (r"Capacity run (\d+) finished\.\s*(.*)", "容量测试 {0} 已完成。{1}"),
-    (r"Serving run (\d+) cancelled\.\s*(.*)", "服务测试 {0} 已停止。{1}"),
-    (r"Capacity run (\d+) cancelled\.\s*(.*)", "容量测试 {0} 已停止。{1}"),
-    (r"The serving run stopped: (.+)", "服务测试已停止：{0}"),
-    (r"Stopping after the current load level: every finished level is kept\.",
-     "将在当前负载等级结束后停止：所有已完成的等级都保留。"),
-    (r"No serving run of yours is running\.", "你没有正在运行的服务测试。"),
 ]
 
 
@@ -331,12 +302,18 @@ def wants_chinese(request) -> bool:
 
 
 def localized(message: str, request) -> str:
-    """A mistake's message in the language of the browser that made the request (English when not translated)."""
-    import re
-
-    if not wants_chinese(request):
+    """A message in the language of the browser that made the request: a Said by its template, a fixed text by
+    the tables, one of the library's mistakes by its pattern (MESSAGES_ZH); English when not translated."""
+    if not wants_chinese(request) or not message:
         return message
+    if isinstance(message, Said):
+        return in_chinese(message, TABLE)
     for pattern, chinese in MESSAGES_ZH:
         if m := re.fullmatch(pattern, message, re.S):
             return chinese.format(*[(g or "").strip() for g in m.groups()])
-    return message
+    return TABLE.get(message, message)
+
+
+def translator(request) -> Callable[[str], str]:
+    """What the plots' texts go through for `request`'s browser (chattts_lab.history.plots' `say`)."""
+    return (lambda text: in_chinese(text, TABLE)) if wants_chinese(request) else (lambda text: text)

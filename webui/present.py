@@ -97,8 +97,9 @@ def warns(handler):
     def warned(*args, **kwargs):
         try:
             return handler(*args, **kwargs)
-        except gr.Error as exc:
-            warn(exc.message)
+        except gr.Error as exc:  # in the language of the browser, when the handler takes its request
+            request = next((a for a in [*args, *kwargs.values()] if isinstance(a, gr.Request)), None)
+            warn(localized(exc.message, request))
             return gr.skip()  # one skip for every output
     return warned
 

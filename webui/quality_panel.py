@@ -10,20 +10,22 @@ import gradio as gr
 import pandas as pd
 
 from chattts_lab.history import plots
-from webui.i18n import t
+from webui.i18n import localized, t, translator
 from chattts_lab.history.recommend import MOS_DROP, WER_RISE_PTS, recommend_within_quality
 
 QUALITY_FIGURES = [("predicted MOS", "quality_mos"), ("WER %", "quality_wer_pct"),
                    ("speaker similarity", "quality_speaker_sim")]
 
 
-def quality_view(df: pd.DataFrame | None, figure: str, mos_drop: float, wer_rise: float):
-    """(the plot, the recommendation's sentence) for the rows shown."""
+def quality_view(df: pd.DataFrame | None, figure: str, mos_drop: float, wer_rise: float, request: gr.Request = None):
+    """(the plot, the recommendation's sentence) for the rows shown, in the language of `request`'s browser."""
     df = df if df is not None else pd.DataFrame()
+    say = translator(request)
     if df.empty:
-        return plots._empty("RTF vs quality", "", "no sweep shown yet"), "Run or load a sweep measured with quality."
+        return (plots.empty("RTF vs quality", "", "no sweep shown yet", say),
+                localized("Run or load a sweep measured with quality.", request))
     rec = recommend_within_quality(df, float(mos_drop), float(wer_rise))
-    return plots.rtf_vs_quality(df, figure or "quality_mos"), rec.reason
+    return plots.rtf_vs_quality(df, figure or "quality_mos", say), localized(rec.reason, request)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 
 from chattts_lab import LoadConfig, available_devices
 from chattts_lab.devices import DeviceUnavailable, parse_device
+from chattts_lab.said import Said
 from chattts_lab.trackers.env import usable_cores
 from chattts_lab import engines
 from chattts_lab.engines import DEFAULT_ENGINE, DEFAULT_PRECISION, runnable_engines, runnable_precisions, unsupported_reason
@@ -64,11 +65,12 @@ def _before_any_sweep(default: RuntimeSettings) -> ServingChoice:
     runs = cannot_run_here({"device": "cpu", "engine": engine, "precision": precision}) is None
     fastest = RuntimeSettings("cpu", precision, default.threads, engine) if runs else None
     same = engines.SAME_AUDIO_AS_REFERENCE
-    exact = "" if (default.engine, default.precision) in (engines.REFERENCE, same) else (
-        f"; {same[0]} {same[1]} computes stock fp32's audio")
-    faster = f"; {engine} {precision} is faster still (its audio differs more)" if runs else ""
-    return ServingChoice(default, f"no sweep on this machine yet: {engines.served_default_reason('cpu')}{exact}"
-                                  f"{faster}", fastest)
+    exact = "" if (default.engine, default.precision) in (engines.REFERENCE, same) else Said(
+        "; {engine} {precision} computes stock fp32's audio", engine=same[0], precision=same[1])
+    faster = Said("; {engine} {precision} is faster still (its audio differs more)", engine=engine,
+                  precision=precision) if runs else ""
+    return ServingChoice(default, Said("no sweep on this machine yet: {why}{exact}{faster}",
+                                       why=engines.served_default_reason("cpu"), exact=exact, faster=faster), fastest)
 
 
 def cannot_run_here(settings: dict) -> str | None:
@@ -82,12 +84,10 @@ def cannot_run_here(settings: dict) -> str | None:
 
 
 def describe(settings: RuntimeSettings) -> str:
-    threads = "torch's default threads" if settings.threads is None else plural(settings.threads, "thread")
-    return f"{settings.engine} · {settings.precision} · {settings.device} · {threads}"
-
-
-def plural(n, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+    threads = Said("torch's default threads") if settings.threads is None else Said(
+        "{n} {thread}", n=settings.threads, thread="thread" if settings.threads == 1 else "threads")
+    return Said("{engine} · {precision} · {device} · {threads}", engine=settings.engine, precision=settings.precision,
+                device=settings.device, threads=threads)
 
 
 def max_threads() -> int:

@@ -24,10 +24,11 @@ from chattts_lab.serving.summaries import batching_gain, serving_frame
 from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError
 from webui import present
-from webui.i18n import localized, t
+from chattts_lab.said import Said
+from webui.i18n import localized, t, translator
 from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
 from chattts_lab.engines import PRECISIONS
-from webui.runtime import engines_for, plural, precisions_for
+from webui.runtime import engines_for, precisions_for
 
 TABLE = ["sweep_id", "machine", "max_batch", "users", "rate", "ok", "errors", "lost", "audio_s_per_s", "queue_p90_s",
          "ttfb_p90_s", "ttfa_p50_s", "ttfa_p90_s", "latency_p50_s", "latency_p90_s", "batch_sizes", "config"]
@@ -84,7 +85,7 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
         return
     session = request.session_hash if request else uuid.uuid4().hex
     flag = STOPS.start(session)
-    run = _Run(spec, f"Starting: `{cli_command(ctx, spec)}`", price)
+    run = _Run(spec, Said("Starting: `{command}`", command=cli_command(ctx, spec)), price)
     yield run.view(request)
     try:
         with ctx.model_work:  # this app's model stays idle while the measured apps run
@@ -94,7 +95,7 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
                 run.saw(event)
                 yield run.view(request)
     except RuntimeError as exc:  # an app that would not start or serve: its log tail says why
-        run.status = f"The serving run stopped: {exc}"
+        run.status = Said("The serving run stopped: {why}", why=str(exc))
         present.warn(localized(run.status, request))
         yield run.view(request)
     finally:
@@ -112,50 +113,58 @@ class _Run:
     def saw(self, event) -> None:
         if isinstance(event, ServeStarted):
             self.run_id = event.sweep_id
-            self.status = (f"Capacity run {event.sweep_id}: raising the users until the service level breaks "
-                           "(an app starts per scheduling)." if self.spec.capacity else
-                           f"Serving run {event.sweep_id}: {event.levels} load levels (an app starts per batch limit).")
+            self.status = (Said("Capacity run {run}: raising the users until the service level breaks (an app "
+                                "starts per scheduling).", run=event.sweep_id) if self.spec.capacity else
+                           Said("Serving run {run}: {levels} load levels (an app starts per batch limit).",
+                                run=event.sweep_id, levels=event.levels))
         elif isinstance(event, LevelStarted):
-            self.status = f"Level {event.index + 1}: {_load(event.level)}, max batch {event.level['max_batch']}…"
+            self.status = Said("Level {level}: {load}, max batch {size}…", level=event.index + 1, load=_load(event.level),
+                               size=event.level["max_batch"])
         elif isinstance(event, LevelFinished):
             self.levels.append(event.summary)
         elif isinstance(event, CapacityFound):
             self.found.append(event.result)
         elif isinstance(event, ServeFinished):
-            self.status = " ".join([f"{'Capacity' if self.spec.capacity else 'Serving'} run {event.sweep_id} "
-                                    f"{event.status}.", *self._findings(event.summaries)])
+            ended = Said("Capacity run {run} {status}." if self.spec.capacity else "Serving run {run} {status}.",
+                         run=event.sweep_id, status=event.status)
+            self.status = Said.joined([ended, *self._findings(event.summaries)])
 
     def _findings(self, summaries: list[dict]) -> list[str]:
         if not self.spec.capacity:
             return [g for u in self.spec.users if (g := batching_gain(summaries, u))]
         gain = capacity_gain(self.found)
-        costs = [_capitalized(cost) for r in self.found if (cost := capacity_cost(r, self.price))]
-        return [_capitalized(capacity_sentence(r)) for r in self.found] + costs + ([_capitalized(gain)] if gain else [])
+        costs = [cost.capitalized() for r in self.found if (cost := capacity_cost(r, self.price))]
+        return [capacity_sentence(r).capitalized() for r in self.found] + costs + ([gain.capitalized()] if gain else [])
 
     def view(self, request=None):
-        """What the panel shows, the status in the language of `request`'s browser."""
-        return _view(localized(self.status, request), self.levels, self.run_id) + (plots.capacity_curve(self.found),)
+        """What the panel shows, the status and plots in the language of `request`'s browser."""
+        return _view(localized(self.status, request), self.levels, self.run_id, request) + (
+            plots.capacity_curve(self.found, translator(request)),)
 
 
-def _capitalized(sentence: str) -> str:
-    return sentence[:1].upper() + sentence[1:]
+def _load(level: dict) -> Said:
+    if level.get("users"):
+        return Said("{n} {user}", n=level["users"], user="user" if level["users"] == 1 else "users")
+    return Said("{rate:g} requests/s", rate=level["rate"])
 
 
-def _load(level: dict) -> str:
-    return plural(level["users"], "user") if level.get("users") else f"{level['rate']:g} requests/s"
-
-
-def _view(status: str, levels: list[dict], run_id: int | None):
+def _view(status: str, levels: list[dict], run_id: int | None, request=None):
     frame = pd.DataFrame(levels)
     if not frame.empty:  # the run in progress: its levels so far, under the run's own number
         frame.insert(0, "sweep_id", run_id)
         frame.insert(1, "machine", "this machine")
-    return status, _table(frame), *_figures(frame)
+    return status, _table(frame), *_figures(frame, request)
 
 
-def _figures(levels: pd.DataFrame) -> tuple:
-    """The two serving plots (each says so when it has no level to draw)."""
-    return plots.serving_latency(levels), plots.serving_throughput(levels)
+def _figures(levels: pd.DataFrame, request=None) -> tuple:
+    """The two serving plots (each says so when it has no level to draw), in the language of `request`'s browser."""
+    say = translator(request)
+    return plots.serving_latency(levels, say), plots.serving_throughput(levels, say)
+
+
+def empty_figures(request=None) -> tuple:
+    """The three plots before a run, in the language of `request`'s browser (the page is built once for all)."""
+    return *_figures(pd.DataFrame(), request), plots.capacity_curve([], translator(request))
 
 
 def _table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -177,11 +186,11 @@ def runs_choices(ctx: AppContext) -> list[tuple[str, int]]:
     return [(f"#{sid} · {machine}", int(sid)) for sid, machine in runs.sort_index(ascending=False).items()]
 
 
-def show_runs(ctx: AppContext, sweep_ids):
+def show_runs(ctx: AppContext, sweep_ids, request: gr.Request = None):
     """Past serving runs (from any machine imported into the history) side by side, with the capacity found."""
     picked = [int(s) for s in sweep_ids or []]
     levels = serving_frame(ctx.history_db, picked)
-    return _table(levels), *_figures(levels), capacity_table(ctx, picked)
+    return _table(levels), *_figures(levels, request), capacity_table(ctx, picked)
 
 
 def capacity_table(ctx: AppContext, sweep_ids: list[int] | None = None) -> pd.DataFrame:
@@ -193,7 +202,9 @@ def capacity_table(ctx: AppContext, sweep_ids: list[int] | None = None) -> pd.Da
         columns=CAPACITY_TABLE)
 
 
-def build_serving_tab(ctx: AppContext) -> None:
+def build_serving_tab(ctx: AppContext) -> tuple:
+    """The panel; returns its three plots (latency, throughput, capacity), which a page's load fills in its language
+    (empty_figures)."""
     gr.Markdown(t(INTRO))
     engine_choices = [(t(APP_DEFAULT), APP_DEFAULT), *engines_for("cpu")]
     shown = ServeSpec()  # the panel's defaults are the spec's
@@ -244,6 +255,7 @@ def build_serving_tab(ctx: AppContext) -> None:
     stop.click(_stop, None, None, **private)
     show.click(bind(show_runs, ctx), pick, [table, fig_latency, fig_throughput, found], **private)
     pick.focus(**refresh)
+    return fig_latency, fig_throughput, fig_capacity
 
 
 def precisions_here() -> list[str]:

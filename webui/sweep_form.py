@@ -15,6 +15,7 @@ from chattts_lab.engines import ENGINES, PRECISIONS, unsupported_reason
 from chattts_lab.sweep.grid import describe, estimate_grid, int_list, refuse_huge_grid
 from chattts_lab.history.price import MachinePrice
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
+from chattts_lab.said import Said
 from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError, SweepSpec
 from webui.i18n import ZH, localized, t, tr, wants_chinese
@@ -86,7 +87,8 @@ def quick_form() -> SweepForm:
 def quick_label(ctx: AppContext) -> str:
     """The quick preset's button: how long the preset takes here, the very estimate the form shows once filled in."""
     spec = spec_from_form(ctx.model, quick_form(), ctx.history_db)
-    return f"Fill in the quick sweep (stock vs lab, about {describe(estimate_grid(spec, ctx.history_db).seconds)} here)"
+    return Said("Fill in the quick sweep (stock vs lab, about {time} here)",
+                time=describe(estimate_grid(spec, ctx.history_db).seconds))
 
 
 # the list boxes' labels, so that a mistake names the box it is in

@@ -17,8 +17,10 @@ from chattts_lab.history.report import write_reports
 from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle
 from chattts_lab.history.frames import cells_frame, compare_frame, sweeps_frame
 from chattts_lab.history.store import Store
+from chattts_lab.said import Said
 from webui.context import AppContext
 from webui import present
+from webui.i18n import localized, translator
 from webui.present import WARNING_S
 from webui.sweep_run import SweepUpdate
 
@@ -42,48 +44,52 @@ def load_sweeps(ctx: AppContext, sweep_ids) -> SweepUpdate:
     df = cells_frame(ctx.history_db, ids)
     with Store(ctx.history_db) as store:  # the same rows in the same order as cells_frame, with their timed calls
         cells = [r for sid in ids if store.sweep(sid) for r in store.results(sid)]
-    return SweepUpdate(results=df, status=f"Showing sweep(s) {', '.join(map(str, sweep_ids))}.", cells=cells)
+    return SweepUpdate(results=df, status=Said("Showing sweep(s) {ids}.", ids=", ".join(map(str, sweep_ids))),
+                       cells=cells)
 
 
-def compare_sweeps(ctx: AppContext, a, b, metric: str):
+def compare_sweeps(ctx: AppContext, a, b, metric: str, request=None):
     """(side-by-side table, figure, markdown naming each sweep's machine and giving each configuration's speed
-    ratio, B against A, with its interval)."""
+    ratio, B against A, with its interval), in the language of `request`'s browser."""
     if a is None or b is None or a == b:
         raise gr.Error("Compare: pick two different sweeps, as Sweep A and Sweep B.")
     ids = [int(a), int(b)]
     table = present.rounded(compare_frame(ctx.history_db, ids, metric))
-    fig = plots.compare_machines(cells_frame(ctx.history_db, ids), metric)
+    fig = plots.compare_machines(cells_frame(ctx.history_db, ids), metric, translator(request))
     envs = []
     with Store(ctx.history_db) as store:
         for sid in ids:
             sweep = store.sweep(sid)
             envs.append(f"- **#{sid}** ({sweep['created_at'][:16]}): {lab_env.summary(sweep['environment'])}"
-                        if sweep else f"- #{sid}: missing")
+                        if sweep else f"- #{sid}: {localized('missing', request)}")
     ratios = compare_ratios(ctx.history_db, ids)  # from each configuration's raw timed calls, with an interval
-    speeds = [f"- {r.configuration}: {r.phrase}" for r in ratios.itertuples()] or ["- no configuration ok in both"]
-    return table, fig, "\n".join(envs + ["", f"**Speed, sweep #{ids[1]} against #{ids[0]}:**", *speeds])
+    speeds = [f"- {r.configuration}: {localized(r.phrase, request)}" for r in ratios.itertuples()] or [
+        f"- {localized('no configuration ok in both', request)}"]
+    speed = localized(Said("**Speed, sweep #{b} against #{a}:**", a=ids[0], b=ids[1]), request)
+    return table, fig, "\n".join(envs + ["", speed, *speeds])
 
 
-def import_bundle_handler(ctx: AppContext, file):
+def import_bundle_handler(ctx: AppContext, file, request: gr.Request = None):
     if not file:
         return gr.skip()
     try:
         new, skipped = import_bundle(ctx.history_db, file)
     except BundleError as exc:
-        present.warn(f"Could not import that bundle: {exc}")
+        present.warn(localized(Said("Could not import that bundle: {why}", why=str(exc)), request))
         return None
-    gr.Info(f"Imported sweep(s) {', '.join(map(str, new)) or 'none'}; {len(skipped)} already present.")
+    gr.Info(localized(Said("Imported sweep(s) {ids}; {skipped} already present.",
+                           ids=", ".join(map(str, new)) or Said("none"), skipped=len(skipped)), request))
     return None
 
 
-def export_bundle_handler(ctx: AppContext, sweep_ids):
+def export_bundle_handler(ctx: AppContext, sweep_ids, request: gr.Request = None):
     if not sweep_ids:
         raise gr.Error("Export bundle: pick the sweeps to export in the Sweeps box first.")
     out = ctx.files_dir / f"bundle-{uuid.uuid4().hex[:8]}" / "chattts-lab-bundle.json"
     return str(export_bundle(ctx.history_db, out, [int(i) for i in sweep_ids]))
 
 
-def download_reports(ctx: AppContext, df: pd.DataFrame | None, sweep_id):
+def download_reports(ctx: AppContext, df: pd.DataFrame | None, sweep_id, request: gr.Request = None):
     if df is None or len(df) == 0:
         raise gr.Error("Download: run a sweep, or Show one from the History tab, first.")
     env, fidelity, meta, comparisons = {}, [], None, None
@@ -134,22 +140,24 @@ class RecommendView:
     text: gr.Markdown
     settings: gr.State
 
-    def show(self, df: pd.DataFrame | None, budget_mb) -> dict:
+    def show(self, df: pd.DataFrame | None, budget_mb, request=None) -> dict:
         reason, settings = recommend_for(df, budget_mb)
-        return {self.text: reason, self.settings: settings}
+        return {self.text: localized(reason, request), self.settings: settings}
 
 
 
-def recommended_or_latest(ctx: AppContext, results: pd.DataFrame | None, budget_mb: float | None = None):
+def recommended_or_latest(ctx: AppContext, results: pd.DataFrame | None, budget_mb: float | None = None,
+                          request: gr.Request = None):
     """Apply: the recommendation for the sweep on the page under the memory budget set, else for the latest sweep
     in the history; when none fits, the recommendation's own reason (as "nothing fits in 512 MB")."""
     if results is None or len(results) == 0:
         frame = sweeps_frame(ctx.history_db)
         frame = frame[frame["kind"] == "sweep"] if not frame.empty else frame
         if frame.empty:
-            raise gr.Error("No recommendation yet: run a sweep in the Benchmark tab first.", duration=WARNING_S)
+            raise gr.Error(localized("No recommendation yet: run a sweep in the Benchmark tab first.", request),
+                           duration=WARNING_S)
         results = cells_frame(ctx.history_db, [int(frame["id"].iloc[0])])
     rec = recommend(results, float(budget_mb) if budget_mb else None)
     if rec.settings is None:
-        raise gr.Error(rec.reason, duration=WARNING_S)
+        raise gr.Error(localized(rec.reason, request), duration=WARNING_S)
     return rec.settings

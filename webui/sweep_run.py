@@ -22,7 +22,8 @@ from chattts_lab.sweep.runner import (CallTimed, CellFinished, CellStarted, Fide
                                SweepFinished, SweepPlanned, SweepStarted, run_sweep, unused_settings)
 from webui import figures, zerogpu
 from webui.context import AppContext, StopFlags
-from webui.i18n import localized
+from chattts_lab.said import Said
+from webui.i18n import localized, translator
 from webui.sweep_form import ON_OFF, SweepForm, price_from_form, spec_from_form
 
 STOPS = StopFlags({})
@@ -32,7 +33,7 @@ STOPS = StopFlags({})
 class SweepUpdate:
     """One step of a running sweep as the UI shows it; None leaves that part as it is."""
 
-    progress: str | None = None
+    progress: tuple["Progress", str] | None = None  # how far, and what runs now (said in the page's language)
     results: pd.DataFrame | None = None
     status: str | None = None
     sweep_id: int | None = None
@@ -75,6 +76,27 @@ def display_frame(df: pd.DataFrame) -> pd.DataFrame:
 FINISH_NOTES = {"finished": "finished", "cancelled": "stopped: every finished row is kept", "interrupted": "interrupted"}
 
 
+def _finished_status(sweep_id, status: str, drift: str, plan: str) -> Said:
+    note = FINISH_NOTES.get(status, status)
+    return Said.joined([Said("Sweep {sweep} {note}.", sweep=sweep_id, note=note), drift, plan])
+
+
+def _doing(event) -> Said:
+    """What the progress bar says while `event`'s step runs."""
+    if isinstance(event, CellStarted):  # once per cell: when its process starts (interleaved cells then wait)
+        eta = Said(", about {eta} left", eta=describe(event.eta_s)) if event.eta_s else ""
+        return Said("measuring {cell}{eta}", cell=event.config.label, eta=eta)
+    if isinstance(event, PassStarted):
+        return Said("pass {no} of {passes}: one timed call of each of {cells} cell(s)", no=event.pass_no + 1,
+                    passes=event.passes, cells=len(event.order))
+    if isinstance(event, CallTimed):
+        return Said("pass {no} of {passes}: {timed} of {cells} cell(s) timed, about {eta} left", no=event.pass_no + 1,
+                    passes=event.passes, timed=event.timed, cells=event.cells, eta=describe(event.eta_s))
+    if isinstance(event, FidelityStarted):
+        return Said("fidelity check: {precision} on {device} vs fp32", precision=event.precision, device=event.device)
+    return Said("quality beside stock fp32: {what}", what=event.what)
+
+
 def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str,
                   price: MachinePrice | None = None) -> Iterator[SweepUpdate]:
     """Run a sweep, describing its progress after every event; the Stop button of `session` ends it. With a machine
@@ -92,43 +114,34 @@ def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str,
                 if isinstance(event, SweepStarted):
                     sweep_id = event.sweep_id
                     save_price(ctx.history_db, sweep_id, price)
-                    yield SweepUpdate(progress.html("starting"), frame(results),
-                                      f"Sweep {sweep_id} running: {progress.total} cell(s).", sweep_id, results)
-                elif isinstance(event, CellStarted):
-                    # once per cell: when its process starts (interleaved cells then wait for their passes)
-                    eta = f", about {describe(event.eta_s)} left" if event.eta_s else ""
-                    yield SweepUpdate(progress.html(f"measuring {event.config.label}{eta}"))
+                    yield SweepUpdate((progress, "starting"), frame(results),
+                                      Said("Sweep {sweep} running: {cells} cell(s).", sweep=sweep_id,
+                                           cells=progress.total), sweep_id, results)
+                elif isinstance(event, (CellStarted, FidelityStarted, QualityStarted)):
+                    yield SweepUpdate((progress, _doing(event)))
                 elif isinstance(event, SweepPlanned):
                     plan = event.plan
-                    yield SweepUpdate(progress.html("workers loaded"), status=f"Sweep {sweep_id} running. {plan}")
+                    yield SweepUpdate((progress, "workers loaded"), status=Said.joined(
+                        [Said("Sweep {sweep} running.", sweep=sweep_id), plan]))
                 elif isinstance(event, PassStarted):
                     calls = progress.calls if progress.pass_no else 0
                     progress = replace(progress, pass_no=event.pass_no + 1, passes=event.passes, calls=calls,
                                        total_calls=calls + len(event.order) * (event.passes - event.pass_no))
-                    yield SweepUpdate(progress.html(f"pass {event.pass_no + 1} of {event.passes}: one timed call "
-                                                    f"of each of {len(event.order)} cell(s)"))
+                    yield SweepUpdate((progress, _doing(event)))
                 elif isinstance(event, CallTimed):  # the bar moves with each cell timed, not only at a pass
                     progress = replace(progress, calls=progress.calls + 1)
-                    yield SweepUpdate(progress.html(f"pass {event.pass_no + 1} of {event.passes}: {event.timed} of "
-                                                    f"{event.cells} cell(s) timed, about {describe(event.eta_s)} "
-                                                    "left"))
+                    yield SweepUpdate((progress, _doing(event)))
                 elif isinstance(event, CellFinished):
                     results.append(event.result)
                     progress = replace(progress, done=len(results))
-                    label = f"{event.result.config.label}: {event.result.status}"
-                    yield SweepUpdate(progress.html(label), frame(results), cells=list(results))
-                elif isinstance(event, FidelityStarted):
-                    yield SweepUpdate(progress.html(f"fidelity check: {event.precision} on {event.device} vs fp32"))
-                elif isinstance(event, QualityStarted):
-                    yield SweepUpdate(progress.html(f"quality beside stock fp32: {event.what}"))
+                    label = Said("{cell}: {status}", cell=event.result.config.label, status=event.result.status)
+                    yield SweepUpdate((progress, label), frame(results), cells=list(results))
                 elif isinstance(event, SweepFinished):
-                    note = FINISH_NOTES.get(event.status, event.status)
                     # a stopped sweep's bar shows what was measured, not its cancelled rows
                     progress = replace(progress, done=sum(r.status != "cancelled" for r in event.results))
                     drift = (event.drift or {}).get("sentence", "")
-                    yield SweepUpdate(progress.html(note), frame(event.results),
-                                      " ".join(filter(None, [f"Sweep {sweep_id} {note}.", drift, plan])), sweep_id,
-                                      event.results)
+                    yield SweepUpdate((progress, FINISH_NOTES.get(event.status, event.status)), frame(event.results),
+                                      _finished_status(sweep_id, event.status, drift, plan), sweep_id, event.results)
     finally:
         STOPS.done(session)
 
@@ -197,22 +210,28 @@ class SweepView:
         return {self.progress, self.status, self.gain, self.table, self.results, self.sweep_id, self.filter_note,
                 *self.plots.values()}
 
-    def show(self, update: SweepUpdate) -> dict:
+    def show(self, update: SweepUpdate, request=None) -> dict:
+        """What the page shows of `update`, its sentences and plots in the language of `request`'s browser."""
         out = {}
         if update.progress is not None:
-            out[self.progress] = update.progress
+            bar, text = update.progress
+            out[self.progress] = bar.html(localized(text, request))
         if update.status is not None:
-            out[self.status] = update.status
+            out[self.status] = localized(update.status, request)
         if update.sweep_id is not None:
             out[self.sweep_id] = update.sweep_id
         if update.results is not None:
             df = update.results
-            out |= {self.table: display_frame(df), self.results: df, self.gain: figures.gain_sentence(df, update.cells),
-                    self.filter_note: ""}
-            out |= {self.plots[name]: fig for name, fig in figures.all_figures(df).items()}
+            out |= {self.table: display_frame(df), self.results: df, self.filter_note: "",
+                    self.gain: localized(figures.gain_sentence(df, update.cells), request)}
+            out |= self.plots_for(df, None, request)
         return out
 
-    def filtered(self, df: pd.DataFrame | None, devs, precs, statuses) -> dict:
+    def plots_for(self, df: pd.DataFrame, empty_note: str | None, request=None) -> dict:
+        figs = figures.all_figures(df, empty_note and localized(empty_note, request), translator(request))
+        return {self.plots[name]: fig for name, fig in figs.items()}
+
+    def filtered(self, df: pd.DataFrame | None, devs, precs, statuses, request: gr.Request = None) -> dict:
         """The table and the plots narrowed to the rows the filters keep (none chosen in a filter: all pass)."""
         if df is None or len(df) == 0:
             return {}
@@ -221,5 +240,5 @@ class SweepView:
             keep &= df[column].isin(chosen or df[column].unique())
         shown = df[keep]
         note = "No row matches these filters: clear one (its ×) to see the rows again." if shown.empty else ""
-        out = {self.table: display_frame(shown), self.filter_note: note}
-        return out | {self.plots[name]: fig for name, fig in figures.all_figures(shown, note or None).items()}
+        return {self.table: display_frame(shown), self.filter_note: localized(note, request),
+                **self.plots_for(shown, note or None, request)}

@@ -13,11 +13,12 @@ from chattts_lab import Sampling, SynthesisOutput, SynthesisRequest
 from chattts_lab import audio as audio_io
 from chattts_lab.trackers.stages import StageTimes
 from chattts_lab.synthesis import SAMPLE_RATE, Measurements, StreamChunk
+from chattts_lab.said import Said
 from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
 from webui import present, speech, zerogpu
 from webui.context import AppContext
 from webui.i18n import localized, wants_chinese
-from webui.runtime import (ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for, plural, precisions_for,
+from webui.runtime import (CHOSEN, ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for, precisions_for,
                            serving_choice, settings_from)
 from webui.synthesis_components import SynthesisTab
 from webui.synthesis_form import DEFAULT_REQUEST, DEFAULT_SAMPLING, USER_ERRORS, Form, _seed, build_requests
@@ -138,9 +139,9 @@ async def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeS
 
 def interrupt(request: gr.Request = None):
     if not speech.RUNNING.interrupt(request.session_hash if request else None):
-        gr.Info("Nothing of yours is running.")
+        gr.Info(localized("Nothing of yours is running.", request))
     else:
-        gr.Info("Interrupting after the current step; you keep the audio made so far.")
+        gr.Info(localized("Interrupting after the current step; you keep the audio made so far.", request))
 
 
 # Device and engine choices narrow the lists after them. These run on a person's pick only (`.input`, not
@@ -163,28 +164,33 @@ def _precision_choices(device: str, engine: str, precision: str):
     return gr.update(choices=choices, value=precision if precision in choices else choices[0])
 
 
-def update_settings(ui: SynthesisTab, values: dict):
+def update_settings(ui: SynthesisTab, values: dict, request: gr.Request = None):
     try:
         settings = settings_from(values[ui.device], values[ui.precision], values[ui.threads], values[ui.engine])
     except ValueError as exc:  # what cannot run here is refused with the reason, never replaced
         raise gr.Error(str(exc), duration=present.WARNING_S) from None
-    return {ui.runtime: settings, ui.chosen: True, ui.in_use: in_use_note(settings, ON_THIS_PAGE)}
+    return {ui.runtime: settings, ui.chosen: True, ui.in_use: in_use_note(settings, ON_THIS_PAGE, request)}
 
 
-def in_use_note(settings: RuntimeSettings, why: str) -> str:
-    return f"**In use:** {describe(settings)} ({why})."
+def in_use_note(settings: RuntimeSettings, why: str, request=None) -> str:
+    """What requests run on and why, in the language of `request`'s browser."""
+    return localized(Said("**In use:** {settings} ({why}).", settings=describe(settings), why=why), request)
 
 
-def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None):
+def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None, request: gr.Request = None):
     """Put recommended settings into the runtime controls (and the per-user state)."""
     if not settings:
-        raise gr.Error("No recommendation yet: run a sweep in the Benchmark tab first.", duration=present.WARNING_S)
+        raise gr.Error(localized("No recommendation yet: run a sweep in the Benchmark tab first.", request),
+                       duration=present.WARNING_S)
     try:
         s = settings if isinstance(settings, RuntimeSettings) else settings_from(**settings)
     except ValueError as exc:
         raise gr.Error(str(exc), duration=present.WARNING_S) from None
-    gr.Info(f"Applied {s.device} · {s.precision} · {plural(s.threads, 'thread')} · {s.engine} engine.")
-    return {**_controls_showing(ui, s), ui.chosen: True, ui.in_use: in_use_note(s, ON_THIS_PAGE)}
+    gr.Info(localized(Said("Applied {device} · {precision} · {threads} · {engine} engine.", device=s.device,
+                           precision=s.precision, threads=Said("{n} {thread}", n=s.threads,
+                                                               thread="thread" if s.threads == 1 else "threads"),
+                           engine=s.engine), request))
+    return {**_controls_showing(ui, s), ui.chosen: True, ui.in_use: in_use_note(s, ON_THIS_PAGE, request)}
 
 
 def _controls_showing(ui: SynthesisTab, s: RuntimeSettings) -> dict:
@@ -198,11 +204,13 @@ def fastest_offer(serving: ServingChoice) -> RuntimeSettings | None:
     return serving.fastest or (serving.settings if serving.reason.startswith("the recommendation") else None)
 
 
-def fastest_label(settings: RuntimeSettings | None) -> str:
-    return f"Use the fastest: {describe(settings)}" if settings else "Use the fastest"
+def fastest_label(settings: RuntimeSettings | None, request=None) -> str:
+    """The button's text, in the language of `request`'s browser."""
+    label = Said("Use the fastest: {settings}", settings=describe(settings)) if settings else "Use the fastest"
+    return localized(label, request)
 
 
-def refresh_serving(ctx: AppContext, ui: SynthesisTab, values: dict) -> dict:
+def refresh_serving(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request = None) -> dict:
     """After a sweep (and when a page opens): what runtime.serving_choice says now. A configuration chosen on the
     page (or on the command line) is kept; otherwise the page runs on the new choice, and says why."""
     serving, current = serving_choice(ctx.history_db, ctx.model), values[ui.runtime]
@@ -214,10 +222,15 @@ def refresh_serving(ctx: AppContext, ui: SynthesisTab, values: dict) -> dict:
         if serving.settings != current:
             current = serving.settings
             out = _controls_showing(ui, current)
-        if in_use_note(current, serving.reason) != values[ui.in_use]:
-            out[ui.in_use] = in_use_note(current, serving.reason)
+        if in_use_note(current, serving.reason, request) != values[ui.in_use]:
+            out[ui.in_use] = in_use_note(current, serving.reason, request)
+    elif (ctx.serving and ctx.serving.reason.startswith(CHOSEN) and current == ctx.serving.settings
+          and values[ui.in_use] == in_use_note(ctx.serving.settings, ctx.serving.reason)):
+        # chosen on the command line: the page was built with the note in English, for every browser
+        if (said := in_use_note(ctx.serving.settings, ctx.serving.reason, request)) != values[ui.in_use]:
+            out[ui.in_use] = said
     best = fastest_offer(serving)
-    return {**out, ui.fastest: best, ui.use_fastest: gr.update(value=fastest_label(best),
+    return {**out, ui.fastest: best, ui.use_fastest: gr.update(value=fastest_label(best, request),
                                                                visible=best not in (None, current))}
 
 

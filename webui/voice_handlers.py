@@ -9,7 +9,9 @@ from pathlib import Path
 import gradio as gr
 
 from chattts_lab.voices import PRESET_VOICES, VoiceCard, load_card, parse_card, save_card, saved_card_names
+from chattts_lab.said import Said
 from webui import present, speech
+from webui.i18n import localized
 from webui.security import InvalidUpload, check_audio_upload
 from webui.context import AppContext
 from webui.synthesis_components import SynthesisTab
@@ -26,22 +28,22 @@ def pick_preset(ui: SynthesisTab, name):
     return {ui.voice_seed: PRESET_VOICES[name], ui.voice_mode: VOICE_MODES[0]}
 
 
-def sample_uploaded(ui: SynthesisTab, path):
+def sample_uploaded(ui: SynthesisTab, path, request: gr.Request = None):
     """A clip is checked as it arrives (not at Generate): one that is not audio is refused and removed at once."""
     if not path:
         return gr.skip()
     try:
         check_audio_upload(path)
     except InvalidUpload as exc:
-        present.warn(f"Sample clip refused: {exc}.")
+        present.warn(localized(Said("Sample clip refused: {why}.", why=str(exc)), request))
         return {ui.sample_audio: None}
     return {ui.voice_mode: VOICE_MODES[2], ui.imported_code: None}
 
 
-def show_speaker(ctx: AppContext, ui: SynthesisTab, values: dict):
+def show_speaker(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request = None):
     seed = values[ui.voice_seed]
     if seed is None:
-        raise gr.Error("set a voice seed first")
+        raise gr.Error(localized("set a voice seed first", request))
     return {ui.speaker: speech.speaker_for_seed(ctx, values[ui.runtime], int(seed)), ui.voice_mode: VOICE_MODES[1]}
 
 
@@ -76,7 +78,7 @@ def export_card(ctx: AppContext, ui: SynthesisTab, values: dict):
     return {ui.card_out: str(path), ui.speaker: card.speaker or gr.skip()}
 
 
-def save_to_library(ctx: AppContext, ui: SynthesisTab, values: dict):
+def save_to_library(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request = None):
     """Save: the voice under its name in the library (a voice name for scripts, and a pick in "Saved voice")."""
     try:
         card = _card_from_form(ctx, ui, values)
@@ -84,8 +86,9 @@ def save_to_library(ctx: AppContext, ui: SynthesisTab, values: dict):
         raise gr.Error(str(exc)) from exc
     replaced = load_card(card.name, ctx.voices_dir) is not None
     save_card(card, ctx.voices_dir)
-    gr.Info(f"Saved voice '{card.name}'" + (", replacing the one saved under that name before" if replaced else "")
-            + f": pick it in Saved voice; the OpenAI-compatible endpoint accepts voice='{card.name}'.")
+    replacing = Said(", replacing the one saved under that name before") if replaced else ""
+    gr.Info(localized(Said("Saved voice '{name}'{replacing}: pick it in Saved voice; the OpenAI-compatible endpoint "
+                           "accepts voice='{name}'.", name=card.name, replacing=replacing), request))
     return {ui.saved_voice: gr.update(choices=saved_card_names(ctx.voices_dir))}
 
 
@@ -94,22 +97,24 @@ def saved_voices(ctx: AppContext, ui: SynthesisTab):
     return {ui.saved_voice: gr.update(choices=saved_card_names(ctx.voices_dir))}
 
 
-def pick_saved(ctx: AppContext, ui: SynthesisTab, name):
+def pick_saved(ctx: AppContext, ui: SynthesisTab, name, request: gr.Request = None):
     """Saved voice: fill the voice and sampling controls from the library's card."""
     if not name:
         return gr.skip()
     try:
         card = load_card(name, ctx.voices_dir)
     except USER_ERRORS as exc:
-        present.warn(f"Could not read the saved voice '{name}': {exc}")
+        present.warn(localized(Said("Could not read the saved voice '{name}': {why}", name=name, why=str(exc)),
+                               request))
         return gr.skip()
     if card is None:
-        present.warn(f"No saved voice '{name}' any more (deleted from {ctx.voices_dir.name}?).")
+        present.warn(localized(Said("No saved voice '{name}' any more (deleted from {folder}?).", name=name,
+                                    folder=ctx.voices_dir.name), request))
         return saved_voices(ctx, ui)
     return _controls_from_card(ui, card)
 
 
-def import_card(ui: SynthesisTab, file):
+def import_card(ui: SynthesisTab, file, request: gr.Request = None):
     """Import: fill the voice and sampling controls from a card (parsed strictly as data)."""
     if not file:
         return gr.skip()
@@ -117,9 +122,10 @@ def import_card(ui: SynthesisTab, file):
         card = parse_card(Path(file).read_bytes()[: 2 * 1024 * 1024])
     except USER_ERRORS as exc:
         # A warning, not an error: an error would cover every voice control with an error overlay.
-        present.warn(f"Could not import that voice card: {exc}")
+        present.warn(localized(Said("Could not import that voice card: {why}", why=localized(str(exc), request)),
+                               request))
         return {ui.card_in: None}
-    gr.Info(f"Imported voice '{card.name}'.")
+    gr.Info(localized(Said("Imported voice '{name}'.", name=card.name), request))
     return {**_controls_from_card(ui, card), ui.card_in: None}
 
 
