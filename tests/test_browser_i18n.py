@@ -1,6 +1,8 @@
 """A person whose browser speaks Chinese (chromium in zh-CN): the page follows the browser's language (gr.I18n,
 webui/i18n.py), a synthesis and a quick sweep run with Chinese status, metrics and banner, a mistake is told in
-Chinese, and English left on either tab fails the walk unless it is named here (LEFT, LEFT_BENCHMARK)."""
+Chinese, and English left on either tab fails the walk unless it is named here (LEFT, LEFT_BENCHMARK: proper names
+and the English example texts). After the quick sweep the plots, the status line, the recommendation and the
+"In use" note read whole in Chinese, a History message too, and so does a capacity run's sentence."""
 
 from __future__ import annotations
 
@@ -9,17 +11,16 @@ import re
 import pytest
 
 from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, start_app, stop_app
-from tests.ui import LONG, audio_href, set_number, wait_new_audio
+from tests.test_i18n_sentences import untranslated
+from tests.ui import LONG, audio_href, close_toasts, set_number, set_text, wait_new_audio, wait_toast
 
 pytestmark = pytest.mark.browser
 
 # Proper names and units that stay as they are in Chinese text.
 PROPER = {"int", "ChatTTS", "Lab", "Top-P", "Top-K", "JSON", "OpenAI", "token", "API", "lab", "stock", "onnx", "fp32", "int8",
           "cpu", "uv_break", "laugh", "lbreak"}
-# What the Synthesis tab still shows in English: texts made at run time (the configuration in use and why, the
-# fastest one's button), which gr.I18n cannot translate, and the English examples (content, not interface).
-LEFT = (r"^In use: ", r"^Use the fastest", r"^Hello! This is ChatTTS Lab", r"^That joke was so bad",
-        r"^我最近在学 English")
+# What the Synthesis tab shows in English: the English examples (content, not interface).
+LEFT = (r"^Hello! This is ChatTTS Lab", r"^That joke was so bad", r"^我最近在学 English")
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,11 @@ def test_the_tabs_and_the_synthesis_tab_read_in_chinese_and_what_is_left_is_list
     assert zh_page.locator("button[role=tab]").all_inner_texts()[:2] == ["语音合成", "基准测试"]
     assert zh_page.locator("#intro").inner_text().strip() == ZH["Try ChatTTS voices and measure how fast they run on "
                                                                 "this machine."]
+    # the note on what runs and why, and the fastest one's button, are made at run time, when the page opens
+    zh_page.locator("#in-use").filter(has_text="当前使用").wait_for()  # set with the button, in one update
+    assert untranslated(zh_page.locator("#in-use").inner_text()) == []
+    if zh_page.locator("#use-fastest").is_visible():  # offered where a faster configuration runs here
+        assert zh_page.locator("#use-fastest").inner_text().startswith("使用最快的配置")
     tab = zh_page.locator("#tab-synthesis").inner_text()
     for english in ("Generate", "Voice", "Sampling", "Runtime", "Temperature", "Voice card: export / import"):
         assert ZH[english] in tab
@@ -105,25 +111,15 @@ def column_names() -> set[str]:
             *serving_tab.CAPACITY_TABLE, *sweep_history.HISTORY_COLUMNS, "configuration", "sweep A", "sweep B"}
 
 
-# What the Benchmark tab still shows in English in zh-CN, by name: torch.compile (a proper name, the switch's label),
-# and the text drawn inside the plots before anything is measured (plotly titles and notes, made by
-# chattts_lab.history.plots once for every browser, which gr.I18n does not reach).
-LEFT_BENCHMARK = (r"^torch\.compile$",
-                  # the Sweep panel's plots
-                  r"^Latency vs batch size$", r"^RTF by configuration and threads \(below 1 is faster than real time\)$",
-                  r"^Throughput vs latency$", r"^Peak memory during inference$",
-                  r"^Distance from the memory-bandwidth floor \(1 = a GPT step as fast as reading its weights allows\)$",
-                  r"^Run a sweep \(or Show one from History\): its ok rows are drawn here$",
-                  # the Serving panel's plots
-                  r"^Latency and time to first audio vs users$", r"^Throughput vs users$", r"^no closed-loop levels to plot$",
-                  r"^Capacity: p99 first audio vs real-time streams$",
-                  r"^tick 'Find capacity' and run: each level tried appears here$")
+# What the Benchmark tab shows in English in zh-CN, by name: torch.compile (a proper name, the switch's label).
+LEFT_BENCHMARK = (r"^torch\.compile$",)
 
 
 def benchmark_text(page) -> str:
     """The text of every panel of the Benchmark tab (Sweep, Serving, History, Hardware), each opened in turn."""
     page.locator("button[role=tab]", has_text="基准测试").click()
     page.locator("#sw-run").wait_for()
+    page.locator("#fig-latency .gtitle").filter(has_text="延迟与批大小").wait_for()  # redrawn when the page opened
     texts = []
     for name, shown in (("服务", "#sv-run"), ("历史", "#h-refresh"), ("硬件", "#hw-json"), ("扫描", "#sw-run")):
         page.locator("#tab-benchmark button[role=tab]", has_text=name).first.click()
@@ -150,6 +146,12 @@ def test_the_benchmark_tab_reads_in_chinese_and_no_english_is_left(zh_page):
     assert left == [], f"English left on the Benchmark tab in zh-CN ({len(left)} lines): {left}"
 
 
+def plot_texts(page, elem_id: str) -> list[str]:
+    """The texts plotly drew in a plot: its title, axis and legend titles, legend entries and notes."""
+    parts = ".gtitle, .g-xtitle, .g-ytitle, .legendtitletext, .legendtext, .annotation-text"
+    return [t for t in page.locator(f"#{elem_id}").locator(parts).all_inner_texts() if t.strip()]
+
+
 def test_a_quick_sweep_runs_from_the_chinese_page_with_a_machine_price(zh_page):
     zh_page.locator("button[role=tab]", has_text="基准测试").click()
     zh_page.click("#sw-quick")
@@ -160,4 +162,52 @@ def test_a_quick_sweep_runs_from_the_chinese_page_with_a_machine_price(zh_page):
     zh_page.locator("#sw-status").filter(has_text=re.compile(r"扫描 \d+ 已完成")).wait_for(timeout=900_000)
     header = zh_page.locator("#sw-table").inner_text()
     assert "usd_per_audio_hour" in header  # the table's columns keep their canonical names
+    # the status line whole (drift and plan too), the bar, the gain and the recommendation, in Chinese
+    zh_page.locator("#recommendation").filter(has_text="RTF").wait_for(timeout=LONG)
+    for elem_id in ("sw-status", "sw-progress", "sw-gain", "recommendation"):
+        text = zh_page.locator(f"#{elem_id}").inner_text()
+        assert re.search(r"[\u4e00-\u9fff]", text) and untranslated(text) == [], (elem_id, text)
+    # the plots drawn from the sweep: titles, axes, legends
+    zh_page.locator("#fig-latency .gtitle").filter(has_text="延迟与批大小").wait_for()
+    texts = [t for elem_id in ("fig-latency", "fig-rtf", "fig-pareto", "fig-memory", "fig-roofline")
+             for t in plot_texts(zh_page, elem_id)]
+    assert "吞吐量与延迟" in texts and "推理期间的峰值内存" in texts, texts
+    assert [t for t in texts if untranslated(t)] == []
+    # the Synthesis tab's note says what now runs, and why, from this sweep
+    zh_page.locator("button[role=tab]", has_text="语音合成").click()
+    note = zh_page.locator("#in-use").filter(has_text="扫描 #")
+    note.wait_for(timeout=LONG)
+    assert untranslated(note.inner_text()) == [], note.inner_text()
+
+
+def test_a_history_message_is_told_in_chinese(zh_page):
+    zh_page.locator("button[role=tab]", has_text="基准测试").click()
+    zh_page.locator("#tab-benchmark button[role=tab]", has_text="历史").first.click()
+    zh_page.click("#h-load")  # nothing picked
+    assert untranslated(wait_toast(zh_page, "请先在“扫描”框中选择")) == []
+    close_toasts(zh_page)
+    zh_page.locator("button[role=tab]", has_text="语音合成").click()
+
+
+def test_a_capacity_run_says_its_answer_in_chinese(zh_page):
+    from webui.i18n import ZH
+
+    zh_page.locator("button[role=tab]", has_text="基准测试").click()
+    zh_page.locator("#tab-benchmark button[role=tab]", has_text="服务").first.click()
+    zh_page.locator("#sv-batching").get_by_label(ZH["request"], exact=True).uncheck()  # one app: continuous batching
+    set_text(zh_page, "sv-max-batch", "1")
+    set_number(zh_page, "sv-requests", 1)
+    set_number(zh_page, "sv-tokens", 12)
+    zh_page.check("#sv-capacity input")
+    set_number(zh_page, "sv-slo-ttfa", 600)  # a service level every level meets: the search stops at the most tried
+    set_number(zh_page, "sv-slo-continuity", 0)
+    set_number(zh_page, "sv-max-users", 2)
+    zh_page.click("#sv-run")
+    status = zh_page.locator("#sv-status").filter(has_text=re.compile(r"容量测试 \d+ 已完成"))
+    status.wait_for(timeout=LONG * 2)
+    text = status.inner_text()
+    assert "本机可支撑 2 路此配置的实时流" in text and untranslated(text) == [], text
+    zh_page.locator("#sv-fig-capacity .legendtext").first.wait_for(timeout=LONG)
+    texts = plot_texts(zh_page, "sv-fig-capacity")
+    assert "容量：p99 首段音频时间与实时流数" in texts and [t for t in texts if untranslated(t)] == [], texts
     zh_page.locator("button[role=tab]", has_text="语音合成").click()
