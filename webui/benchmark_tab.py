@@ -186,10 +186,10 @@ def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, value
         spec, price = spec_from_form(ctx.model, form, ctx.history_db), price_from_form(form)
         updates = zerogpu.sweep_updates_for(ctx, spec, request.session_hash if request else uuid.uuid4().hex, price)
     except zerogpu.OverGpuLimit as exc:
-        present.warn(localized(str(exc), request))
+        present.warn(str(exc), request)
         return
     except gr.Error as exc:
-        present.warn(localized(exc.message, request))
+        present.warn(exc.message, request)
         return
     for update in updates:
         yield view.show(update, request)

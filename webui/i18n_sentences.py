@@ -261,7 +261,7 @@ SAID_ZH.update({
     "latency p50 (s)": "p50 延迟（秒）", "latency std (s)": "延迟标准差（秒）",
     "RTF (wall s / audio s, one item)": "RTF（墙钟秒 / 音频秒，单条）", "throughput (audio s / wall s)": "吞吐量（音频秒 / 墙钟秒）",
     "GPT ms / step": "GPT 每步毫秒", "peak RSS (MB)": "峰值 RSS（MB）", "peak device memory (MB)": "峰值设备内存（MB）",
-    "configuration": "配置", "machine": "机器", "time to first audio (s)": "首段音频时间（秒）",
+    "configuration": "配置", "config": "配置", "machine": "机器", "sweep": "扫描", "time to first audio (s)": "首段音频时间（秒）",
     "roofline (floor ms / step ms; 1 = at the floor)": "roofline（下限毫秒 / 每步毫秒；1 = 达到下限）",
     "floor: weights / bandwidth (ms)": "下限：权重 / 带宽（毫秒）", "weights read per step (MB)": "每步读取的权重（MB）",
     "read bandwidth (GB/s)": "读取带宽（GB/s）",

@@ -84,10 +84,22 @@ def rounded(df, digits: int = 4):
     return out
 
 
-def warn(message: str) -> None:
-    """Tell a person what went wrong and what to do, in a toast that closes by itself. A handler that warns and
-    returns (instead of raising gr.Error) leaves its outputs as they were: an error covers each with a badge."""
-    gr.Warning(message, duration=WARNING_S)
+def warn(message: str, request=None) -> None:
+    """Tell a person what went wrong and what to do, in a toast that closes by itself, in the language of `request`'s
+    browser (the toast's header, "Warning", is Gradio's own: its page draws the type, whatever the title). A handler
+    that warns and returns (instead of raising gr.Error) leaves its outputs as they were: an error covers each with a
+    badge."""
+    gr.Warning(localized(message, request), duration=WARNING_S)
+
+
+def info(message: str, request=None) -> None:
+    """A toast that says what happened, in the language of `request`'s browser."""
+    gr.Info(localized(message, request))
+
+
+def error(message: str, request=None, duration: float | None = WARNING_S) -> gr.Error:
+    """The error a handler raises, in the language of `request`'s browser."""
+    return gr.Error(localized(message, request), duration=duration)
 
 
 def warns(handler):
@@ -99,7 +111,7 @@ def warns(handler):
             return handler(*args, **kwargs)
         except gr.Error as exc:  # in the language of the browser, when the handler takes its request
             request = next((a for a in [*args, *kwargs.values()] if isinstance(a, gr.Request)), None)
-            warn(localized(exc.message, request))
+            warn(exc.message, request)
             return gr.skip()  # one skip for every output
     return warned
 

@@ -80,10 +80,10 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
                             slo_ttfa, slo_continuity, max_users)
         price = MachinePrice.given(price_usd_per_hour, price_source)
     except ValueError as exc:
-        present.warn(localized(f"Machine price: {exc}", request))
+        present.warn(f"Machine price: {exc}", request)
         return
     except gr.Error as exc:
-        present.warn(localized(exc.message, request))
+        present.warn(exc.message, request)
         return
     session = request.session_hash if request else uuid.uuid4().hex
     flag = STOPS.start(session)
@@ -98,7 +98,7 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
                 yield run.view(request)
     except RuntimeError as exc:  # an app that would not start or serve: its log tail says why
         run.status = Said("The serving run stopped: {why}", why=str(exc))
-        present.warn(localized(run.status, request))
+        present.warn(run.status, request)
         yield run.view(request)
     finally:
         STOPS.done(session)
@@ -282,6 +282,6 @@ def _capacity_controls(shown: ServeSpec) -> list:
 
 def _stop(request: gr.Request = None):
     if STOPS.stop(request.session_hash if request else ""):
-        gr.Info(localized("Stopping after the current load level: every finished level is kept.", request))
+        present.info("Stopping after the current load level: every finished level is kept.", request)
     else:
-        gr.Info(localized("No serving run of yours is running.", request))
+        present.info("No serving run of yours is running.", request)

@@ -21,7 +21,6 @@ from chattts_lab.said import Said
 from webui.context import AppContext
 from webui import present
 from webui.i18n import localized, translator
-from webui.present import WARNING_S
 from webui.sweep_run import SweepUpdate
 
 HISTORY_COLUMNS = ["id", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
@@ -75,10 +74,10 @@ def import_bundle_handler(ctx: AppContext, file, request: gr.Request = None):
     try:
         new, skipped = import_bundle(ctx.history_db, file)
     except BundleError as exc:
-        present.warn(localized(Said("Could not import that bundle: {why}", why=str(exc)), request))
+        present.warn(Said("Could not import that bundle: {why}", why=str(exc)), request)
         return None
-    gr.Info(localized(Said("Imported sweep(s) {ids}; {skipped} already present.",
-                           ids=", ".join(map(str, new)) or Said("none"), skipped=len(skipped)), request))
+    present.info(Said("Imported sweep(s) {ids}; {skipped} already present.",
+                           ids=", ".join(map(str, new)) or Said("none"), skipped=len(skipped)), request)
     return None
 
 
@@ -154,10 +153,9 @@ def recommended_or_latest(ctx: AppContext, results: pd.DataFrame | None, budget_
         frame = sweeps_frame(ctx.history_db)
         frame = frame[frame["kind"] == "sweep"] if not frame.empty else frame
         if frame.empty:
-            raise gr.Error(localized("No recommendation yet: run a sweep in the Benchmark tab first.", request),
-                           duration=WARNING_S)
+            raise present.error("No recommendation yet: run a sweep in the Benchmark tab first.", request)
         results = cells_frame(ctx.history_db, [int(frame["id"].iloc[0])])
     rec = recommend(results, float(budget_mb) if budget_mb else None)
     if rec.settings is None:
-        raise gr.Error(localized(rec.reason, request), duration=WARNING_S)
+        raise present.error(rec.reason, request)
     return rec.settings

@@ -20,7 +20,7 @@ from chattts_lab.sweep.results import CellResult
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.sweep.runner import (CallTimed, CellFinished, CellStarted, FidelityStarted, PassStarted, QualityStarted,
                                SweepFinished, SweepPlanned, SweepStarted, run_sweep, unused_settings)
-from webui import figures, zerogpu
+from webui import figures, present, zerogpu
 from webui.context import AppContext, StopFlags
 from chattts_lab.said import Said
 from webui.i18n import localized, translator
@@ -148,9 +148,9 @@ def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str,
 
 def stop_handler(request: gr.Request = None):
     if not STOPS.stop(request.session_hash if request else ""):
-        gr.Info(localized("No sweep of yours is running.", request))
+        present.info("No sweep of yours is running.", request)
     else:
-        gr.Info(localized("Stopping: the running cell is ended and every finished row is kept.", request))
+        present.info("Stopping: the running cell is ended and every finished row is kept.", request)
 
 
 def _csv(text: str) -> tuple[str, ...]:

@@ -50,7 +50,7 @@ async def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.
                                              session, live_playback(), request):
             yield update
     except USER_ERRORS as exc:
-        present.warn(localized(str(exc), request))
+        present.warn(str(exc), request)
         yield {ui.metrics: values[ui.metrics]}
 
 
@@ -139,9 +139,9 @@ async def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeS
 
 def interrupt(request: gr.Request = None):
     if not speech.RUNNING.interrupt(request.session_hash if request else None):
-        gr.Info(localized("Nothing of yours is running.", request))
+        present.info("Nothing of yours is running.", request)
     else:
-        gr.Info(localized("Interrupting after the current step; you keep the audio made so far.", request))
+        present.info("Interrupting after the current step; you keep the audio made so far.", request)
 
 
 # Device and engine choices narrow the lists after them. These run on a person's pick only (`.input`, not
@@ -180,16 +180,15 @@ def in_use_note(settings: RuntimeSettings, why: str, request=None) -> str:
 def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None, request: gr.Request = None):
     """Put recommended settings into the runtime controls (and the per-user state)."""
     if not settings:
-        raise gr.Error(localized("No recommendation yet: run a sweep in the Benchmark tab first.", request),
-                       duration=present.WARNING_S)
+        raise present.error("No recommendation yet: run a sweep in the Benchmark tab first.", request)
     try:
         s = settings if isinstance(settings, RuntimeSettings) else settings_from(**settings)
     except ValueError as exc:
         raise gr.Error(str(exc), duration=present.WARNING_S) from None
-    gr.Info(localized(Said("Applied {device} · {precision} · {threads} · {engine} engine.", device=s.device,
+    present.info(Said("Applied {device} · {precision} · {threads} · {engine} engine.", device=s.device,
                            precision=s.precision, threads=Said("{n} {thread}", n=s.threads,
                                                                thread="thread" if s.threads == 1 else "threads"),
-                           engine=s.engine), request))
+                           engine=s.engine), request)
     return {**_controls_showing(ui, s), ui.chosen: True, ui.in_use: in_use_note(s, ON_THIS_PAGE, request)}
 
 

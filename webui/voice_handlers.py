@@ -35,7 +35,7 @@ def sample_uploaded(ui: SynthesisTab, path, request: gr.Request = None):
     try:
         check_audio_upload(path)
     except InvalidUpload as exc:
-        present.warn(localized(Said("Sample clip refused: {why}.", why=str(exc)), request))
+        present.warn(Said("Sample clip refused: {why}.", why=str(exc)), request)
         return {ui.sample_audio: None}
     return {ui.voice_mode: VOICE_MODES[2], ui.imported_code: None}
 
@@ -43,7 +43,7 @@ def sample_uploaded(ui: SynthesisTab, path, request: gr.Request = None):
 def show_speaker(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request = None):
     seed = values[ui.voice_seed]
     if seed is None:
-        raise gr.Error(localized("set a voice seed first", request))
+        raise present.error("set a voice seed first", request)
     return {ui.speaker: speech.speaker_for_seed(ctx, values[ui.runtime], int(seed)), ui.voice_mode: VOICE_MODES[1]}
 
 
@@ -87,8 +87,8 @@ def save_to_library(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr
     replaced = load_card(card.name, ctx.voices_dir) is not None
     save_card(card, ctx.voices_dir)
     replacing = Said(", replacing the one saved under that name before") if replaced else ""
-    gr.Info(localized(Said("Saved voice '{name}'{replacing}: pick it in Saved voice; the OpenAI-compatible endpoint "
-                           "accepts voice='{name}'.", name=card.name, replacing=replacing), request))
+    present.info(Said("Saved voice '{name}'{replacing}: pick it in Saved voice; the OpenAI-compatible endpoint "
+                           "accepts voice='{name}'.", name=card.name, replacing=replacing), request)
     return {ui.saved_voice: gr.update(choices=saved_card_names(ctx.voices_dir))}
 
 
@@ -104,12 +104,12 @@ def pick_saved(ctx: AppContext, ui: SynthesisTab, name, request: gr.Request = No
     try:
         card = load_card(name, ctx.voices_dir)
     except USER_ERRORS as exc:
-        present.warn(localized(Said("Could not read the saved voice '{name}': {why}", name=name, why=str(exc)),
-                               request))
+        present.warn(Said("Could not read the saved voice '{name}': {why}", name=name, why=str(exc)),
+                               request)
         return gr.skip()
     if card is None:
-        present.warn(localized(Said("No saved voice '{name}' any more (deleted from {folder}?).", name=name,
-                                    folder=ctx.voices_dir.name), request))
+        present.warn(Said("No saved voice '{name}' any more (deleted from {folder}?).", name=name,
+                                    folder=ctx.voices_dir.name), request)
         return saved_voices(ctx, ui)
     return _controls_from_card(ui, card)
 
@@ -122,10 +122,10 @@ def import_card(ui: SynthesisTab, file, request: gr.Request = None):
         card = parse_card(Path(file).read_bytes()[: 2 * 1024 * 1024])
     except USER_ERRORS as exc:
         # A warning, not an error: an error would cover every voice control with an error overlay.
-        present.warn(localized(Said("Could not import that voice card: {why}", why=localized(str(exc), request)),
-                               request))
+        present.warn(Said("Could not import that voice card: {why}", why=localized(str(exc), request)),
+                               request)
         return {ui.card_in: None}
-    gr.Info(localized(Said("Imported voice '{name}'.", name=card.name), request))
+    present.info(Said("Imported voice '{name}'.", name=card.name), request)
     return {**_controls_from_card(ui, card), ui.card_in: None}
 
 

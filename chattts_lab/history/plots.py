@@ -154,7 +154,8 @@ def compare_machines(df: pd.DataFrame, metric: str = "latency_p50_s", say: Say =
     ok["config"] = ok.apply(lambda r: series_label(r, ["engine", "precision", "threads", "tokens"], say)
                             + f" b{r['batch_size']}", axis=1)
     ok["sweep"] = ok["sweep_id"].astype(str) + ": " + ok["machine"].astype(str) if "sweep_id" in ok else ok["machine"]
-    return px.bar(ok, x="config", y=metric, color="sweep", barmode="group", labels=said(LABELS, say),
+    labels = said({**LABELS, "config": "config", "sweep": "sweep"}, say)  # the English axis and legend names
+    return px.bar(ok, x="config", y=metric, color="sweep", barmode="group", labels=labels,
                   title=_title(title, not_ok, say))
 
 

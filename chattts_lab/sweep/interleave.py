@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 
 import psutil
 
+from chattts_lab.said import Said
 from chattts_lab.sweep.results import CellResult, RunConfig
 from chattts_lab.trackers.roofline import measure_read_bandwidth, with_another_read, with_bandwidth
 from chattts_lab.sweep.spec import SweepSpec, cell_rule
