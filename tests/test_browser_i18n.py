@@ -115,10 +115,16 @@ def column_names() -> set[str]:
 LEFT_BENCHMARK = (r"^torch\.compile$",)
 
 
+def open_sweep_panel(page) -> None:
+    """The Benchmark tab's Sweep panel, whichever panel a test left open."""
+    page.locator("button[role=tab]", has_text="基准测试").click()
+    page.locator("#tab-benchmark button[role=tab]", has_text="扫描").first.click()
+    page.locator("#sw-run").wait_for()
+
+
 def benchmark_text(page) -> str:
     """The text of every panel of the Benchmark tab (Sweep, Serving, History, Hardware), each opened in turn."""
-    page.locator("button[role=tab]", has_text="基准测试").click()
-    page.locator("#sw-run").wait_for()
+    open_sweep_panel(page)
     page.locator("#fig-latency .gtitle").filter(has_text="延迟与批大小").wait_for()  # redrawn when the page opened
     texts = []
     for name, shown in (("服务", "#sv-run"), ("历史", "#h-refresh"), ("硬件", "#hw-json"), ("扫描", "#sw-run")):
@@ -153,7 +159,7 @@ def plot_texts(page, elem_id: str) -> list[str]:
 
 
 def test_a_quick_sweep_runs_from_the_chinese_page_with_a_machine_price(zh_page):
-    zh_page.locator("button[role=tab]", has_text="基准测试").click()
+    open_sweep_panel(zh_page)
     zh_page.click("#sw-quick")
     zh_page.locator("#sw-estimate").filter(has_text="4 个单元").wait_for(timeout=LONG)
     zh_page.locator("#sw-price input").fill("0.067")

@@ -235,17 +235,12 @@ def build_serving_tab(ctx: AppContext) -> tuple:
     status = gr.Markdown(elem_id="sv-status")
     table = gr.DataFrame(_table(pd.DataFrame()), label=t("Load levels: a row per level once a run starts (or Show "
                          "picks runs from the history)"), interactive=False, elem_id="sv-table")
+    empty_latency, empty_throughput, empty_capacity = empty_figures()  # in English; a page's load redraws them
     with gr.Row():
-        empty_latency, empty_throughput = _figures(pd.DataFrame())
         fig_latency = gr.Plot(empty_latency, label=t("Latency vs users"), elem_id="sv-fig-latency")
         fig_throughput = gr.Plot(empty_throughput, label=t("Throughput vs users"), elem_id="sv-fig-throughput")
-    fig_capacity = gr.Plot(plots.capacity_curve([]), label=t("Capacity search"), elem_id="sv-fig-capacity")
-    gr.Markdown(t("### Serving runs in the history"))
-    with gr.Row():
-        pick = gr.Dropdown([], multiselect=True, label=t("Runs"), elem_id="sv-pick")
-        show = gr.Button(t("Show"), elem_id="sv-show")
-    found = gr.DataFrame(capacity_table(ctx), label=t("Real-time streams held (capacity runs, every machine in the "
-                         "history; Show narrows to the picked runs)"), interactive=False, elem_id="sv-capacity-table")
+    fig_capacity = gr.Plot(empty_capacity, label=t("Capacity search"), elem_id="sv-fig-capacity")
+    pick, show, found = _history_controls(ctx)
 
     private = dict(api_visibility="private")
     inputs = [users, max_batch, requests, tokens, stream, engine, precision, batching, *capacity_inputs, price, source]
@@ -258,6 +253,17 @@ def build_serving_tab(ctx: AppContext) -> tuple:
     show.click(bind(show_runs, ctx), pick, [table, fig_latency, fig_throughput, found], **private)
     pick.focus(**refresh)
     return fig_latency, fig_throughput, fig_capacity
+
+
+def _history_controls(ctx: AppContext) -> tuple:
+    """The serving runs in the history: a picker, Show, and every capacity answer."""
+    gr.Markdown(t("### Serving runs in the history"))
+    with gr.Row():
+        pick = gr.Dropdown([], multiselect=True, label=t("Runs"), elem_id="sv-pick")
+        show = gr.Button(t("Show"), elem_id="sv-show")
+    found = gr.DataFrame(capacity_table(ctx), label=t("Real-time streams held (capacity runs, every machine in the "
+                         "history; Show narrows to the picked runs)"), interactive=False, elem_id="sv-capacity-table")
+    return pick, show, found
 
 
 def precisions_here() -> list[str]:
