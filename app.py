@@ -20,16 +20,17 @@ except ImportError:
 import gradio as gr  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
-from chattts_lab.serving.batcher import BatchPolicy  # noqa: E402
-from chattts_lab.serving.scheduler import SchedulerPolicy  # noqa: E402
+from chattts_lab.serve.batcher import BatchPolicy  # noqa: E402
+from chattts_lab.serve.policy import SchedulerPolicy  # noqa: E402
 from chattts_lab.devices import DeviceUnavailable, parse_device  # noqa: E402
 from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
 from chattts_lab.engines import unsupported_reason  # noqa: E402
-from webui import mcp_tools, openai_api, present, security, speech, zerogpu  # noqa: E402
+from chattts_lab.serve import openai_api, uploads, speech  # noqa: E402
+from webui import mcp_tools, present, zerogpu  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
-from webui.context import AppContext, bind  # noqa: E402
+from chattts_lab.serve.context import AppContext, bind  # noqa: E402
 from webui.i18n import I18N, t  # noqa: E402
-from webui.runtime import CHOSEN, RuntimeSettings, ServingChoice, describe  # noqa: E402
+from chattts_lab.serve.runtime import CHOSEN, RuntimeSettings, ServingChoice, describe  # noqa: E402
 from webui.synthesis_handlers import apply_settings, refresh_serving  # noqa: E402
 from webui.synthesis_tab import build_synthesis_tab  # noqa: E402
 from webui.voice_handlers import saved_voices  # noqa: E402
@@ -51,7 +52,7 @@ def build_app(ctx: AppContext, mcp: bool = False) -> gr.Blocks:
                 bench = build_benchmark_tab(ctx)
         # The benchmark's recommendation (for the sweep on the page, under its memory budget) flows into the
         # synthesis tab's runtime controls; after a sweep, and when a page opens, the synthesis tab shows what
-        # the history now says (webui.runtime.serving_choice).
+        # the history now says (chattts_lab.serve.runtime.serving_choice).
         for button in (synth.apply_best, bench.apply_best):
             button.click(bind(recommended_or_latest, ctx), [bench.results, bench.budget], bench.recommended,
                          api_visibility="private").success(bind(apply_settings, synth), bench.recommended,
@@ -147,7 +148,7 @@ def main(argv=None) -> None:
         enable_monitoring=args.enable_monitoring, prevent_thread_lock=True,
         allowed_paths=[str(ctx.outputs_dir)], css=present.CSS, footer_links=["api", "settings"],  # Settings: language
         i18n=I18N,
-        max_file_size=security.MAX_UPLOAD,  # larger uploads get HTTP 413 before any handler reads them
+        max_file_size=uploads.MAX_UPLOAD,  # larger uploads get HTTP 413 before any handler reads them
         mcp_server=args.mcp, app_kwargs={"middleware": guard},
     )
     if args.mcp:

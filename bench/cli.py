@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--compare", type=int_list, metavar="IDS",
                    help="sweeps side by side (p50 latency), and each against the first with a 95%% interval")
     p.add_argument("-v", "--verbose", action="store_true")
-    from bench import serve_cli  # it reuses this module's helpers
+    from bench.serving import cli as serve_cli  # it reuses this module's helpers
 
     serve_cli.add_parser(p.add_subparsers(dest="command", title="commands", metavar="serve"))
     return p
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_with_logging(parser, argv)
     try:
         if args.command == "serve":
-            from bench import serve_cli
+            from bench.serving import cli as serve_cli
 
             return serve_cli.run(args)
         if args.list:

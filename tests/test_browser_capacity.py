@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from chattts_lab.serving.capacity import capacity_frame
-from chattts_lab.serving.spec import SchedulerPolicy
+from bench.serving.capacity import capacity_frame
+from chattts_lab.serve.policy import SchedulerPolicy
 from tests.test_browser_benchmark import table_rows
 from tests.ui import LONG, open_tab, set_number, set_text
 

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from chattts_lab.serving.capacity import (broken_because, capacity_frame, capacity_gain, capacity_sentence,
+from bench.serving.capacity import (broken_because, capacity_frame, capacity_gain, capacity_sentence,
                                          floor_diagnosis, next_users)
-from chattts_lab.serving.loadtest import ServeSpec
-from chattts_lab.serving.summaries import serving_frame
+from bench.serving.loadtest import ServeSpec
+from bench.serving.summaries import serving_frame
 from chattts_lab.sweep.spec import SpecError
 from chattts_lab.history.bundle import export_bundle, import_bundle
 from tests.conftest import ROOT, TINY

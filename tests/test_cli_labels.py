@@ -101,7 +101,7 @@ def test_a_back_to_back_cell_reports_one_pass():
 
 
 def test_the_batching_sentence_keeps_latencies_apart_and_counts_one_user():
-    from chattts_lab.serving.summaries import batching_gain
+    from bench.serving.summaries import batching_gain
 
     def level(max_batch, latency):
         return {"users": 1, "max_batch": max_batch, "ok": 4, "audio_s_per_s": 1.0 / latency,

@@ -80,7 +80,9 @@ def test_the_library_never_imports_the_command_line_or_the_app():
     ("chattts_lab.history.report", ["chattts_lab.sweep.runner", "chattts_lab.history.store"]),
     ("chattts_lab.sweep.grid", ["chattts_lab.sweep.runner", "chattts_lab.history.report"]),
     ("chattts_lab.sweep.runner", []),
+    ("chattts_lab.serve.openai_api", ["gradio", "chattts_lab.sweep.runner"]),  # the /v1 route serves without Gradio
     ("bench.cli", []),
+    ("bench.serving.cli", []),
 ])
 def test_each_module_imports_alone_in_a_fresh_interpreter(module, absent):
     """A circle held together by imports inside functions would show here as a module that cannot load first."""
@@ -93,7 +95,8 @@ def test_each_module_imports_alone_in_a_fresh_interpreter(module, absent):
 # ------------------------------------------------------------------------------------------------
 # The layers between packages (README: the layout): what a package may not reach, imports inside functions included.
 # The core (models, synthesis, requests, voices, audio) and the engines know nothing of sweeps, history or serving;
-# trackers measure and know neither; the history keeps sweeps' types, never runs one; a sweep never serves.
+# trackers measure and know neither; the history keeps sweeps' types, never runs one; a sweep never serves, and the
+# runtime that serves never runs a sweep (both reach a Ray cluster through chattts_lab.ray_connect).
 
 def _package(module: str) -> str:
     parts = module.split(".")
@@ -107,11 +110,13 @@ RUNNERS = ("chattts_lab.sweep.runner", "chattts_lab.sweep.interleave", "chattts_
 
 
 @pytest.mark.parametrize("layer, above", [
-    (CORE, ("chattts_lab.sweep", "chattts_lab.history", "chattts_lab.serving")),
-    (("chattts_lab.engines",), ("chattts_lab.sweep", "chattts_lab.history", "chattts_lab.serving")),
-    (("chattts_lab.trackers",), ("chattts_lab.history", "chattts_lab.serving") + RUNNERS),
-    (("chattts_lab.history",), ("chattts_lab.serving",) + RUNNERS),
-    (("chattts_lab.sweep",), ("chattts_lab.serving",)),
+    (CORE, ("chattts_lab.sweep", "chattts_lab.history", "chattts_lab.serve")),
+    (("chattts_lab.engines",), ("chattts_lab.sweep", "chattts_lab.history", "chattts_lab.serve")),
+    (("chattts_lab.trackers",), ("chattts_lab.history", "chattts_lab.serve") + RUNNERS),
+    (("chattts_lab.history",), ("chattts_lab.serve",) + RUNNERS),
+    (("chattts_lab.sweep",), ("chattts_lab.serve",)),
+    (("chattts_lab.serve",), ("chattts_lab.sweep",)),
+    (("chattts_lab.ray_connect",), ("chattts_lab.sweep", "chattts_lab.serve")),
 ])
 def test_no_package_reaches_a_layer_above_it(layer, above):
     mine = [m for m in GRAPH if m in layer or _package(m) in layer]
@@ -122,8 +127,8 @@ def test_no_package_reaches_a_layer_above_it(layer, above):
 
 def test_serving_reaches_engines_only_through_the_registry_and_the_interface():
     """Continuous batching runs on whatever engine gives a row decoder (EngineRuntime.row_decoder), so nothing under
-    chattts_lab/serving imports an engine's own modules (the lab's rows, its streaming spans)."""
+    chattts_lab/serve imports an engine's own modules (the lab's rows, its streaming spans)."""
     interface = {"chattts_lab.engines", "chattts_lab.engines.base"}
-    reached = {(name, m) for name, path in MODULES.items() if name.startswith("chattts_lab.serving")
+    reached = {(name, m) for name, path in MODULES.items() if name.startswith("chattts_lab.serve")
                for m in imports_of(path) if m.startswith("chattts_lab.engines") and m not in interface}
     assert reached == set()

@@ -1,7 +1,7 @@
 """The app's /v1/audio/speech on Ray Serve: two Synthesizer replicas on conftest's `ray_cluster` (started as the
 README starts one: `ray start` in subprocesses, two nodes, token authentication on).
 
-`python -m webui.rayserve --cluster ray:ADDRESS --replicas 2 --model synthetic-tiny --max-batch 2` deploys and
+`python -m chattts_lab.serve.rayserve --cluster ray:ADDRESS --replicas 2 --model synthetic-tiny --max-batch 2` deploys and
 returns once both replicas are ready (one per node: each asks for its one CPU); `--stop` takes it down. A replica
 is killed while its batch runs, known from the replicas' own Serve logs, where each line carries its request's id
 (sent as X-Request-ID): a request waits for a batch, then starts in one of N requests. Long clips (LONG tokens) keep
@@ -28,11 +28,11 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.serve")
 
 from chattts_lab.sweep.cluster import connect  # noqa: E402
-from chattts_lab.serving.loadtest import ServeFinished, ServeSpec, free_port, run_serving  # noqa: E402
+from bench.serving.loadtest import ServeFinished, ServeSpec, free_port, run_serving  # noqa: E402
 from chattts_lab.sweep.spec import SpecError  # noqa: E402
 from tests.conftest import ROOT, TINY  # noqa: E402
 from tests.ray_cli import WAIT_S  # noqa: E402
-from webui.rayserve import parse_args, plan_from_args  # noqa: E402
+from chattts_lab.serve.rayserve import parse_args, plan_from_args  # noqa: E402
 
 N = 4  # audio tokens per clip
 LONG = 96  # per clip of the requests of which a replica is killed: a batch of two such clips runs for seconds
@@ -47,7 +47,7 @@ def samples_of(tokens: int) -> int:
 
 def rayserve(cluster, *args: str, outputs=None) -> subprocess.CompletedProcess:
     env = dict(cluster.client_env, **({"CHATTTS_LAB_OUTPUTS": str(outputs)} if outputs else {}))
-    return subprocess.run([sys.executable, "-m", "webui.rayserve", "--cluster", f"ray:{cluster.address}", *args],
+    return subprocess.run([sys.executable, "-m", "chattts_lab.serve.rayserve", "--cluster", f"ray:{cluster.address}", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=WAIT_S)
 
 

@@ -129,7 +129,7 @@ def test_no_file_outside_the_outputs_can_be_downloaded(auth_app, logged_in):
 
 
 def test_uploads_over_the_size_limit_are_refused_and_small_ones_accepted(auth_app):
-    from webui.security import MAX_UPLOAD_BYTES
+    from chattts_lab.serve.uploads import MAX_UPLOAD_BYTES
 
     url, _, _ = auth_app
     cookie = _cookie(url)

@@ -14,8 +14,8 @@ import pytest
 
 from bench.cli import main
 from chattts_lab.history.compare import sweep_comparison
-from chattts_lab.serving.loadtest import ServeSpec
-from chattts_lab.serving.summaries import serving_frame
+from bench.serving.loadtest import ServeSpec
+from bench.serving.summaries import serving_frame
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.history.bundle import import_bundle, read_bundle
 from chattts_lab.history.frames import sweeps_frame

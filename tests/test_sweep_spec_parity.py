@@ -20,7 +20,7 @@ from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.history.store import Store
 from tests.conftest import ROOT, TINY
 from webui.benchmark_tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
-from webui.context import AppContext
+from chattts_lab.serve.context import AppContext
 
 # (the tab's controls set by name, the same choices as `python -m bench` arguments); both written by hand.
 CASES = {

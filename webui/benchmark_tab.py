@@ -24,8 +24,8 @@ from chattts_lab.history.report import environment_lines, results_frame
 from chattts_lab.sweep.results import STATUSES
 from webui import figures, present, zerogpu
 from webui.i18n import localized, t
-from webui.context import MODEL_QUEUE, AppContext, bind
-from webui.runtime import devices
+from chattts_lab.serve.context import MODEL_QUEUE, AppContext, bind
+from chattts_lab.serve.runtime import devices
 from webui.quality_panel import build_quality_panel
 from webui.serving_tab import build_serving_tab
 from webui.sweep_form import (SweepControls, SweepForm, build_sweep_controls, cli_command, estimate, offered_precisions,

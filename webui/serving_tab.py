@@ -16,18 +16,18 @@ import pandas as pd
 from chattts_lab.history import plots
 from chattts_lab.history.price import MachinePrice
 from chattts_lab.history.store import save_price
-from chattts_lab.serving.capacity import (CapacityFound, capacity_cost, capacity_frame, capacity_gain, capacity_sentence,
+from bench.serving.capacity import (CapacityFound, capacity_cost, capacity_frame, capacity_gain, capacity_sentence,
                                           run_capacity)
-from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
+from bench.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
                                           run_serving)
-from chattts_lab.serving.summaries import batching_gain, serving_frame
+from bench.serving.summaries import batching_gain, serving_frame
 from chattts_lab.sweep.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError
 from webui import present
 from webui.i18n import localized, t
-from webui.context import MODEL_QUEUE, AppContext, StopFlags, bind
+from chattts_lab.serve.context import MODEL_QUEUE, AppContext, StopFlags, bind
 from chattts_lab.engines import PRECISIONS
-from webui.runtime import engines_for, plural, precisions_for
+from chattts_lab.serve.runtime import engines_for, plural, precisions_for
 
 TABLE = ["sweep_id", "machine", "max_batch", "users", "rate", "ok", "errors", "lost", "audio_s_per_s", "queue_p90_s",
          "ttfb_p90_s", "ttfa_p50_s", "ttfa_p90_s", "latency_p50_s", "latency_p90_s", "batch_sizes", "config"]

@@ -21,7 +21,7 @@ from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.sweep.runner import (CallTimed, CellFinished, CellStarted, FidelityStarted, PassStarted, QualityStarted,
                                SweepFinished, SweepPlanned, SweepStarted, run_sweep, unused_settings)
 from webui import figures, zerogpu
-from webui.context import AppContext, StopFlags
+from chattts_lab.serve.context import AppContext, StopFlags
 from webui.i18n import localized
 from webui.sweep_form import ON_OFF, SweepForm, price_from_form, spec_from_form
 

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 from chattts_lab import InvalidRequest, ModelUnavailable, Refine, Sampling, SynthesisRequest, Voice
 from chattts_lab.requests import MAX_BATCH
 from chattts_lab.voices import split_sentences
-from webui import speech
-from webui.context import AppContext
-from webui.runtime import RuntimeSettings
+from chattts_lab.serve import speech
+from chattts_lab.serve.context import AppContext
+from chattts_lab.serve.runtime import RuntimeSettings
 
 if TYPE_CHECKING:
     from webui.synthesis_tab import SynthesisTab

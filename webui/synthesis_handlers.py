@@ -14,10 +14,11 @@ from chattts_lab import audio as audio_io
 from chattts_lab.trackers.stages import StageTimes
 from chattts_lab.synthesis import SAMPLE_RATE, Measurements, StreamChunk
 from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
-from webui import present, speech, zerogpu
-from webui.context import AppContext
+from chattts_lab.serve import speech
+from webui import present, zerogpu
+from chattts_lab.serve.context import AppContext
 from webui.i18n import localized, wants_chinese
-from webui.runtime import (ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for, plural, precisions_for,
+from chattts_lab.serve.runtime import (ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for, plural, precisions_for,
                            serving_choice, settings_from)
 from webui.synthesis_components import SynthesisTab
 from webui.synthesis_form import DEFAULT_REQUEST, DEFAULT_SAMPLING, USER_ERRORS, Form, _seed, build_requests

@@ -100,7 +100,7 @@ def sweep_seconds(spec, history_db, session: str, price=None) -> float:
 def gpu_sweep(spec, history_db, session: str, price=None) -> Iterator:
     """A sweep with CUDA cells, run while the GPU is lent: its updates as it makes them. Its arguments are plain data
     (ZeroGPU pickles them into its own process, where this app's context is made afresh)."""
-    from webui.context import AppContext
+    from chattts_lab.serve.context import AppContext
     from webui.sweep_run import sweep_updates
 
     yield from sweep_updates(AppContext(history_db=history_db), spec, session, price)

@@ -1,6 +1,6 @@
 """Spec fields that describe themselves, and the one builder that reads them.
 
-A spec (chattts_lab.sweep.spec.SweepSpec, chattts_lab.serving.spec.ServeSpec) is a frozen dataclass whose fields carry their
+A spec (chattts_lab.sweep.spec.SweepSpec, bench.serving.spec.ServeSpec) is a frozen dataclass whose fields carry their
 default, their limits (pydantic constraints in the annotation), the sentence a broken limit gives (numeric bounds:
 worded from the annotation itself, naming the field as `what`; other limits: `rule`, see chattts_lab.checks) and
 the command-line option they are (flag, help, parser). `python -m bench`'s argparse

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
-from chattts_lab.serving.batch import Part
+from chattts_lab.serve.batch import Part
 
 
 @dataclass(frozen=True)

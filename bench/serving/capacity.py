@@ -25,9 +25,9 @@ from typing import Callable, Iterator
 
 from chattts_lab.history.price import MachinePrice, price_from_notes
 from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens, usd_per_audio_hour
-from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
+from bench.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
                                           _measured_level, _save)
-from chattts_lab.serving.summaries import NOTE, summarize_level
+from bench.serving.summaries import NOTE, summarize_level
 
 FLOOR_REACHED_PCT = 85  # a capacity at this share of its floor is limited by the machine, not by scheduling
 

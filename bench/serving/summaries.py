@@ -1,4 +1,4 @@
-"""What a serving benchmark's levels came to (chattts_lab.serving.loadtest measures them): each level's row of
+"""What a serving benchmark's levels came to (bench.serving.loadtest measures them): each level's row of
 counts and percentiles, the history's serving runs as a table, and the sentence that compares batching with none.
 """
 

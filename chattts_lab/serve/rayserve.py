@@ -1,16 +1,16 @@
 """The app's `/v1/audio/speech` served by Ray Serve replicas across a cluster's machines.
 
-    python -m webui.rayserve --cluster ray:HEAD_IP:6379 --replicas 2 --model hf --engine lab --precision int8 --threads 4
-    python -m webui.rayserve --cluster ray:HEAD_IP:6379 --stop
+    python -m chattts_lab.serve.rayserve --cluster ray:HEAD_IP:6379 --replicas 2 --model hf --engine lab --precision int8 --threads 4
+    python -m chattts_lab.serve.rayserve --cluster ray:HEAD_IP:6379 --stop
 
 deploys, on a running cluster, one Serve application of two deployments and returns once it answers:
 
-    client --HTTP--> Serve's proxy (the head) --> SpeechIngress: webui.openai_api's own route (validation, voices,
+    client --HTTP--> Serve's proxy (the head) --> SpeechIngress: chattts_lab.serve.openai_api's own route (validation, voices,
       OpenAI-shaped errors, audio encoding), whose SpeechBackend is ReplicaSpeech
         --DeploymentHandle, streamed--> Synthesizer replicas (one per --threads CPUs, or per GPU for cuda), each with
           its model loaded once, scheduling as the app does (--batching): continuous, where the engine admits rows
           mid-run (lab), the app's own ContinuousScheduler; else Serve's @serve.batch gathers the requests that
-          arrive together and chattts_lab.serving.batch.synthesize_parts runs each group that can share a
+          arrive together and chattts_lab.serve.batch.synthesize_parts runs each group that can share a
           generation (shared_settings)
 
 A replica announces (BatchStarted) when a request's batch starts (continuous: when its first row is admitted). A replica that dies before that has run
@@ -32,17 +32,18 @@ from typing import AsyncIterator
 
 from chattts_lab import SynthesisRequest, load_model
 from chattts_lab.engines import REFERENCE
-from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
-from chattts_lab.serving.batcher import BatchPolicy
-from chattts_lab.serving.scheduler import ContinuousScheduler, SchedulerPolicy, scheduling_for
-from chattts_lab.sweep.cluster import connect, ray_module
+from chattts_lab.serve.batch import Part, shared_settings, synthesize_parts
+from chattts_lab.serve.batcher import BatchPolicy
+from chattts_lab.serve.policy import SchedulerPolicy
+from chattts_lab.serve.scheduler import ContinuousScheduler, scheduling_for
+from chattts_lab.ray_connect import connect, ray_module
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.engines import unsupported_reason
-from chattts_lab.sweep.spec import SpecError
+from chattts_lab.checks import SpecError
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput, warm_up
-from webui import openai_api
-from webui.openai_errors import OpenAIError
-from webui.runtime import RuntimeSettings, describe
+from chattts_lab.serve import openai_api
+from chattts_lab.serve.openai_errors import OpenAIError
+from chattts_lab.serve.runtime import RuntimeSettings, describe
 
 try:
     from ray import serve
@@ -53,7 +54,6 @@ except ImportError as exc:  # Ray is optional: requirements-cluster.txt
 log = logging.getLogger(f"ray.serve.{__name__}")  # Serve writes "ray.serve" records into each replica's log
 
 APP = "chattts"
-WEBUI_DIR = Path(__file__).resolve().parent
 ATTEMPTS = 3  # a request no replica has started is sent again, to another replica, up to this many times in all
 
 
@@ -157,7 +157,7 @@ class Synthesizer:
 
 
 class ReplicaSpeech:
-    """webui.openai_api's SpeechBackend on the Synthesizer replicas."""
+    """chattts_lab.serve.openai_api's SpeechBackend on the Synthesizer replicas."""
 
     def __init__(self, synthesizer, api_key: str | None, voices_dir: Path, described: str):
         self.synthesizer, self.api_key, self.voices_dir, self.described = synthesizer, api_key, voices_dir, described
@@ -280,7 +280,7 @@ class ServePlan:
 
 def deploy(cluster: str, plan: ServePlan) -> str:
     """Deploy (or redeploy) the application on the cluster; returns its URL once every replica is ready."""
-    connect(cluster, WEBUI_DIR)  # the deployments run this code (chattts_lab and webui) on every node
+    connect(cluster)  # the deployments run this code (chattts_lab) on every node
     serve.start(proxy_location="HeadOnly", http_options={"host": plan.host, "port": plan.port})
     scheduling = scheduling_for(plan.scheduling, plan.settings.engine)
     synthesizer = Synthesizer.options(**plan.replica_options()).bind(plan.model, plan.settings, plan.batching,
@@ -295,7 +295,7 @@ def undeploy(cluster: str) -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m webui.rayserve", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m chattts_lab.serve.rayserve", description=__doc__.splitlines()[0])
     p.add_argument("--cluster", default="ray", help="ray (this machine's cluster, or RAY_ADDRESS) or ray:HEAD_IP:PORT")
     p.add_argument("--replicas", type=int, default=1, help="Synthesizer replicas, each with its own model")
     p.add_argument("--model", default=os.environ.get("CHATTTS_LAB_MODEL", "auto"),
@@ -368,13 +368,13 @@ def main(argv=None) -> int:
         print(f"error: {exc}")
         return 1
     print(f"serving {plan.model} ({plan.described()}) at {url}v1/audio/speech")
-    print(f"measure it: python -m bench serve --url {url}; take it down: python -m webui.rayserve --cluster "
+    print(f"measure it: python -m bench serve --url {url}; take it down: python -m chattts_lab.serve.rayserve --cluster "
           f"{args.cluster} --stop")
     return 0
 
 
 if __name__ == "__main__":
-    # Run as the module webui.rayserve, not __main__: Ray pickles the deployments by their module's name.
-    from webui.rayserve import main as module_main
+    # Run as the module chattts_lab.serve.rayserve, not __main__: Ray pickles the deployments by their module's name.
+    from chattts_lab.serve.rayserve import main as module_main
 
     raise SystemExit(module_main())

@@ -1,4 +1,4 @@
-"""What one serving benchmark measures (chattts_lab.serving.loadtest runs it): load levels, the app's settings, the requests.
+"""What one serving benchmark measures (bench.serving.loadtest runs it): load levels, the app's settings, the requests.
 
 Its fields are `python -m bench serve`'s options and the Serving panel's defaults (chattts_lab.sweep.options).
 """
@@ -15,6 +15,7 @@ from chattts_lab.sweep import axes
 from chattts_lab.sweep.axes import SpecError, bool_list
 from chattts_lab.sweep.options import build_spec, field_problems, option
 from chattts_lab.requests import MAX_NEW_TOKEN
+from chattts_lab.serve.policy import SchedulerPolicy
 
 TEXTS = (
     "Good morning, and welcome to the lab.",
@@ -48,20 +49,6 @@ def _nonblank_texts(texts: tuple[str, ...]) -> tuple[str, ...]:
 
 
 _APP_CHOICE = "the app's {} (default: the app's own choice)"
-
-
-@dataclass(frozen=True)
-class SchedulerPolicy:
-    """The continuous-batching loop's bounds (serving.scheduler), the app's and the serving benchmark's default."""
-
-    max_rows: int = 8  # texts generated at once (KV-cache rows)
-    max_queue: int = 16  # requests waiting for a row; beyond, refused at once
-
-    def __post_init__(self):
-        if not 1 <= self.max_rows <= 64:
-            raise ValueError(f"max rows must be in 1..64, got {self.max_rows}")
-        if not 0 <= self.max_queue <= 10_000:
-            raise ValueError(f"max queue must be in 0..10000, got {self.max_queue}")
 
 
 @dataclass(frozen=True)
@@ -110,7 +97,7 @@ class ServeSpec:
     texts: Annotated[tuple[str, ...], AfterValidator(_nonblank_texts)] = TEXTS
     ramp_s: Annotated[float, Limit(ge=0, le=3600)] = option(  # closed loop: users start spread over this long
         0.0, what="the ramp", unit="s")
-    # capacity (chattts_lab.serving.capacity): raise the users until the service level below breaks; users ignored
+    # capacity (bench.serving.capacity): raise the users until the service level below breaks; users ignored
     capacity: bool = option(False, "raise the users until the service level breaks and report how many real-time "
                                    "streams hold", "--capacity", action="store_true")
     slo_ttfa_p99_s: Annotated[float, Limit(gt=0, le=600)] = option(

@@ -9,10 +9,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chattts_lab.serving.batcher import BatchPolicy
-from chattts_lab.serving.scheduler import SchedulerPolicy
+from chattts_lab.serve.batcher import BatchPolicy
+from chattts_lab.serve.policy import SchedulerPolicy
 from chattts_lab.history.store import DEFAULT_DB
-from webui.runtime import ServingChoice, serving_choice
+from chattts_lab.serve.runtime import ServingChoice, serving_choice
 
 # Sweeps and voice-card jobs join this Gradio concurrency group (limit 1) and hold `model_work` while they
 # run, so no request disturbs a sweep's timings. Synthesis requests (Generate, /synthesize, /v1) wait in the

@@ -2,7 +2,7 @@
 
 Every caller (the Generate button, the `/synthesize` API, the OpenAI-compatible route) goes through
 `serve`/`serve_stream`, so requests from all of them that arrive together share one batched generation
-(chattts_lab.serving.batcher), and all model work holds the one model lock a running sweep holds too.
+(chattts_lab.serve.batcher), and all model work holds the one model lock a running sweep holds too.
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from chattts_lab import LoadedModel, SynthesisRequest, load_model
-from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
-from chattts_lab.serving.batcher import Batcher
-from chattts_lab.serving.scheduler import ContinuousScheduler, Overloaded, scheduling_for
+from chattts_lab.serve.batch import Part, shared_settings, synthesize_parts
+from chattts_lab.serve.batcher import Batcher
+from chattts_lab.serve.scheduler import ContinuousScheduler, Overloaded, scheduling_for
 from chattts_lab.models import loaded
 from chattts_lab.requests import validate_request
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput, encode_sample_audio, speaker_from_seed, warm_up
 from chattts_lab.voices import VoiceCard
-from webui.context import AppContext
-from webui.runtime import RuntimeSettings, default_settings, describe
-from webui.security import read_audio_upload
+from chattts_lab.serve.context import AppContext
+from chattts_lab.serve.runtime import RuntimeSettings, default_settings, describe
+from chattts_lab.serve.uploads import read_audio_upload
 
 log = logging.getLogger(__name__)
 

@@ -16,14 +16,14 @@ import sys
 import pandas as pd
 
 from bench.cli import add_price_options, add_spec_options, price_from_args
-from chattts_lab.serving.capacity import CapacityFound, capacity_cost, capacity_gain, capacity_sentence, run_capacity
+from bench.serving.capacity import CapacityFound, capacity_cost, capacity_gain, capacity_sentence, run_capacity
 from chattts_lab.history.price import with_cost
 from chattts_lab.history.store import save_price
 from chattts_lab.history.report import markdown_table
 from chattts_lab.history.store import DEFAULT_DB
-from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
+from bench.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
                                           run_serving)
-from chattts_lab.serving.summaries import batching_gain
+from bench.serving.summaries import batching_gain
 from chattts_lab.sweep.spec import SpecError
 
 COLUMNS = ("batching", "scheduling", "max_batch", "floor", "users", "rate", "requests", "ok", "errors", "lost",

@@ -34,8 +34,8 @@ import numpy as np
 import psutil
 
 from chattts_lab import engines, metrics, torch_thread
-from chattts_lab.serving.batch import Part
-from chattts_lab.serving.spec import SchedulerPolicy  # the bounds: defined with the serving spec that uses them
+from chattts_lab.serve.batch import Part
+from chattts_lab.serve.policy import SchedulerPolicy
 from chattts_lab.engines.base import RowDecoder
 from chattts_lab.metrics import SAMPLES_PER_TOKEN
 from chattts_lab.models import LoadedModel, set_threads

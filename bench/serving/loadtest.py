@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from chattts_lab.serving.listening import player_stalls
+from bench.serving.listening import player_stalls
 from chattts_lab.metrics import SAMPLE_RATE
-from chattts_lab.serving.spec import ServeSpec
-from chattts_lab.serving.summaries import NOTE, summarize_level
+from bench.serving.spec import ServeSpec
+from bench.serving.summaries import NOTE, summarize_level
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUEST_DEADLINE_S = 900.0  # a request with no answer by then is lost
@@ -79,7 +79,7 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
 
     spec = spec.validate()
     if spec.capacity:
-        raise ValueError("a capacity search runs through chattts_lab.serving.capacity.run_capacity")
+        raise ValueError("a capacity search runs through bench.serving.capacity.run_capacity")
     served = served_by(spec.url) if spec.url else {}
     with Store(db_path) as store:
         sweep_id = store.create_sweep(_recorded(spec, served), capture_environment())

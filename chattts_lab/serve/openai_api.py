@@ -8,10 +8,10 @@ maps to ChatTTS's [speed_0..9]. With --auth user:pass, send `Authorization: Bear
 Like OpenAI's own route, audio is sent as it is generated (chunked transfer) for pcm, wav and mp3;
 flac, and any request with the extension `"stream": false`, gets one whole file. Every refusal,
 FastAPI's request validation included, is an OpenAI-shaped error whose message OpenAI's clients show
-(webui/openai_errors.py).
+(chattts_lab/serve/openai_errors.py).
 
 The route is the same wherever the audio is made: a SpeechBackend synthesizes. The app's is AppSpeech (its own
-batcher, beside the UI); a Ray Serve deployment's replicas are another (webui/rayserve.py).
+batcher, beside the UI); a Ray Serve deployment's replicas are another (chattts_lab/serve/rayserve.py).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from chattts_lab import audio as audio_io
 from chattts_lab.requests import MAX_BATCH, MAX_NEW_TOKEN, validate_request
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput
 from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, split_sentences
-from webui import speech
-from webui.context import AppContext
-from webui.openai_errors import OpenAIError, OpenAIErrorsRoute, as_openai_errors
-from webui.runtime import describe
+from chattts_lab.serve import speech
+from chattts_lab.serve.context import AppContext
+from chattts_lab.serve.openai_errors import OpenAIError, OpenAIErrorsRoute, as_openai_errors
+from chattts_lab.serve.runtime import describe
 
 log = logging.getLogger(__name__)
 
