@@ -20,8 +20,9 @@ except ImportError:
 import gradio as gr  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
-from chattts_lab.serve.batcher import BatchPolicy  # noqa: E402
-from chattts_lab.serve.policy import SchedulerPolicy  # noqa: E402
+from chattts_lab.checks import SpecError  # noqa: E402
+from chattts_lab.options import add_spec_options  # noqa: E402
+from chattts_lab.serve.policy import GROUP, ServingPolicy  # noqa: E402
 from chattts_lab.devices import DeviceUnavailable, parse_device  # noqa: E402
 from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
 from chattts_lab.engines import unsupported_reason  # noqa: E402
@@ -71,41 +72,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1, or $GRADIO_SERVER_NAME); 0.0.0.0 for a LAN")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
-    p.add_argument("--auth", default=os.environ.get("CHATTTS_LAB_AUTH"), metavar="USER:PASS",  # the env keeps it out of `ps`
-                   help="require a login (and this Bearer key on /v1); or set $CHATTTS_LAB_AUTH")
     p.add_argument("--share", action="store_true", help="also open a temporary public gradio.live link")
-    p.add_argument("--model", default=os.environ.get("CHATTTS_LAB_MODEL", "auto"),
-                   help="auto (default), hf, synthetic, synthetic-tiny or a local folder")
-    p.add_argument("--max-batch", type=int, default=BatchPolicy.max_batch, metavar="N",
-                   help=f"serve requests that arrive together in batches of up to N texts (default "
-                        f"{BatchPolicy.max_batch}; 1 serves one at a time)")
-    p.add_argument("--max-wait-ms", type=float, default=BatchPolicy.max_wait_ms, metavar="MS",
-                   help=f"how long a lone request waits for others to share its batch (default {BatchPolicy.max_wait_ms:g})")
-    p.add_argument("--batching", choices=("continuous", "request"), default="continuous",
-                   help="continuous: on the lab engine each request joins the running generation at the next step "
-                        "and leaves when done; request: requests that arrive together run as one batch from start "
-                        "to end (always so on stock and onnx)")
-    p.add_argument("--max-rows", type=int, default=SchedulerPolicy.max_rows, metavar="N",
-                   help=f"continuous batching: texts generated at once (default {SchedulerPolicy.max_rows})")
-    p.add_argument("--max-queue", type=int, default=SchedulerPolicy.max_queue, metavar="N",
-                   help=f"requests waiting beyond those; more get HTTP 503 with Retry-After (default "
-                        f"{SchedulerPolicy.max_queue})")
-    p.add_argument("--engine", help="serve on this engine (default: this machine's benchmark recommendation, else lab)")
-    p.add_argument("--precision", help="serve in this precision (default: as --engine's note says)")
-    p.add_argument("--device", help="serve on this device (default: the recommendation's, else cpu)")
-    p.add_argument("--threads", type=int, help="torch threads per request (default: the usable cores)")
     p.add_argument("--mcp", action="store_true", default=os.environ.get("CHATTTS_LAB_MCP") == "1",
                    help="also serve MCP tools for agents (speak, list_voices, quick_benchmark, recommend_configuration) "
                         "at /gradio_api/mcp/; with --auth they need the same Bearer key as /v1; or set $CHATTTS_LAB_MCP=1")
     p.add_argument("--enable-monitoring", action="store_true", help="serve Gradio's /monitoring dashboard (off by default)")
+    add_spec_options(p.add_argument_group(GROUP), ServingPolicy, GROUP)  # shared with Ray Serve's command line
     return p.parse_args(argv)
 
 
-def chosen_on_command_line(serving: ServingChoice, args: argparse.Namespace) -> ServingChoice:
+def chosen_on_command_line(serving: ServingChoice, policy: ServingPolicy) -> ServingChoice:
     """The serving configuration with what the command line named; what cannot run here is an error."""
     start = serving.settings
-    wanted = RuntimeSettings(args.device or start.device, args.precision or start.precision,
-                             args.threads or start.threads, args.engine or start.engine)
+    wanted = RuntimeSettings(policy.device or start.device, policy.precision or start.precision,
+                             policy.threads or start.threads, policy.engine or start.engine)
     try:
         reason = unsupported_reason(wanted.engine, parse_device(wanted.device), wanted.precision)
     except DeviceUnavailable as exc:
@@ -127,22 +107,20 @@ def check_model_folder(model: str) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    check_model_folder(args.model)
-    auth = tuple(args.auth.split(":", 1)) if args.auth else None
-    if args.auth and ":" not in args.auth:
-        raise SystemExit("--auth takes user:pass")
     try:
-        batching = BatchPolicy(args.max_batch, args.max_wait_ms)
-        rows = SchedulerPolicy(args.max_rows, args.max_queue)
-    except ValueError as exc:
+        policy = ServingPolicy.from_args(args)
+    except SpecError as exc:
         raise SystemExit(str(exc)) from None
-    ctx = AppContext.from_env(args.model, api_key=args.auth, batching=batching, scheduling=args.batching, rows=rows)
-    if any(v is not None for v in (args.engine, args.precision, args.device, args.threads)):
-        ctx = replace(ctx, serving=chosen_on_command_line(ctx.serving, args))
+    check_model_folder(policy.model)
+    auth = tuple(policy.auth.split(":", 1)) if policy.auth else None
+    ctx = AppContext.from_env(policy.model, api_key=policy.auth, batching=policy.request_level(),
+                              scheduling=policy.batching, rows=policy.rows())
+    if policy.chooses_configuration():
+        ctx = replace(ctx, serving=chosen_on_command_line(ctx.serving, policy))
     speech.preload(ctx, speech.serving_settings(ctx))  # on the CPU, ZeroGPU too (its GPU calls load their own copy)
     demo = build_app(ctx, mcp=args.mcp)
     demo.queue(default_concurrency_limit=4)
-    guard = [Middleware(mcp_tools.BearerGuard, api_key=args.auth)] if args.mcp and args.auth else []
+    guard = [Middleware(mcp_tools.BearerGuard, api_key=policy.auth)] if args.mcp and policy.auth else []
     app, _, _ = demo.launch(
         server_name=args.host, server_port=args.port, auth=auth, share=args.share,
         enable_monitoring=args.enable_monitoring, prevent_thread_lock=True,

@@ -10,22 +10,22 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import signal
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import pandas as pd
 
+from bench.options import add_price_options, price_from_args
+from bench.serving import cli as serve_cli
 from chattts_lab.sweep import grid
 from chattts_lab.history.compare import compare_sweeps, comparison_record
 from chattts_lab.trackers.env import load_average, usable_cores
 from chattts_lab.history.price import MachinePrice, price_from_notes, with_cost
 from chattts_lab.history.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lines, comparison_lines, markdown_table,
                                         price_lines, results_frame, write_reports)
-from chattts_lab.sweep.options import as_text, defaults
+from chattts_lab.options import add_spec_options, argparse_type, as_text
 from chattts_lab.history.recommend import MOS_DROP, WER_RISE_PTS, precision_by_length
 from chattts_lab.sweep.spec import SpecError, SweepSpec, cell_rule
 from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle
@@ -51,19 +51,7 @@ from chattts_lab.sweep.runner import (
 log = logging.getLogger("bench")
 
 
-def _argument(parse):
-    """A library list parser as an argparse type: its SpecError becomes argparse's own usage error."""
-    @functools.wraps(parse)
-    def typed(text: str):
-        try:
-            return parse(text)
-        except SpecError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return typed
-
-
-int_list, str_list, bool_list = _argument(grid.int_list), _argument(grid.str_list), _argument(grid.bool_list)
+int_list, str_list, bool_list = argparse_type(grid.int_list), argparse_type(grid.str_list), argparse_type(grid.bool_list)
 
 
 class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
@@ -109,45 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--compare", type=int_list, metavar="IDS",
                    help="sweeps side by side (p50 latency), and each against the first with a 95%% interval")
     p.add_argument("-v", "--verbose", action="store_true")
-    from bench.serving import cli as serve_cli  # it reuses this module's helpers
-
     serve_cli.add_parser(p.add_subparsers(dest="command", title="commands", metavar="serve"))
     return p
-
-
-def add_spec_options(group, spec_cls, name: str) -> None:
-    """One option per field of `spec_cls` in its group `name`: flag, parser, help and default from the field. An
-    option left out is absent from the namespace, so the spec's own default applies (see build_spec)."""
-    shown = defaults(spec_cls)
-    for f in fields(spec_cls):
-        meta = f.metadata
-        if meta.get("flag") and meta["group"] == name:
-            default = as_text(shown[f.name]) if shown[f.name] not in (None, ()) else "none"
-            said = meta["help"] if "(default" in meta["help"] else f"{meta['help']} (default: {default})"
-            shape = {"metavar": meta["flag"].lstrip("-").upper().replace("-", "_")}
-            if meta["parse"]:
-                shape["type"] = _argument(meta["parse"])
-            if meta["argparse"].get("action"):  # a switch: no value, so neither a metavar nor a type
-                shape = {}
-            group.add_argument(meta["flag"], dest=f.name, default=argparse.SUPPRESS, help=said.replace("%", "%%"),
-                               **{**shape, **meta["argparse"]})
-
-
-def add_price_options(group) -> None:
-    """The machine's price, for $ per audio hour in the tables and reports (kept with the run in the history)."""
-    group.add_argument("--price", type=float, default=None, metavar="USD_PER_HOUR",
-                       help="what this machine costs per hour, in dollars: tables and reports add $ per audio hour "
-                            "(with --report ID: record it for that stored sweep)")
-    group.add_argument("--price-source", default=None, metavar="TEXT",
-                       help="where the price comes from, kept and shown with it (e.g. 'AWS c7a.large on-demand, "
-                            "us-east-1, 2026-12')")
-
-
-def price_from_args(args: argparse.Namespace) -> MachinePrice | None:
-    try:
-        return MachinePrice.given(args.price, args.price_source)
-    except ValueError as exc:
-        raise SpecError(f"--price: {exc}") from None
 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
@@ -170,8 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_with_logging(parser, argv)
     try:
         if args.command == "serve":
-            from bench.serving import cli as serve_cli
-
             return serve_cli.run(args)
         if args.list:
             return _list(args.db)

@@ -15,7 +15,8 @@ import pytest
 
 from chattts_lab import InvalidRequest, Sampling, SynthesisRequest
 from chattts_lab.serve.batch import Part, shared_settings, synthesize_parts
-from chattts_lab.serve.batcher import Batcher, BatchPolicy
+from chattts_lab.serve.batcher import Batcher
+from chattts_lab.serve.policy import BatchPolicy
 from chattts_lab.metrics import samples_for_tokens
 from tests.event_loop import run_in_fresh_loop
 

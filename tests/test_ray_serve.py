@@ -27,7 +27,8 @@ import soundfile as sf
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.serve")
 
-from chattts_lab.sweep.cluster import connect  # noqa: E402
+from chattts_lab.engines import REFERENCE  # noqa: E402
+from chattts_lab.ray_connect import connect  # noqa: E402
 from bench.serving.loadtest import ServeFinished, ServeSpec, free_port, run_serving  # noqa: E402
 from chattts_lab.sweep.spec import SpecError  # noqa: E402
 from tests.conftest import ROOT, TINY  # noqa: E402
@@ -56,7 +57,7 @@ def served(ray_cluster, tmp_path_factory):
     """The deployment's URL; taken down (`--stop`) after the file's tests if the last test did not."""
     port = free_port()
     deployed = rayserve(ray_cluster, "--replicas", "2", "--model", TINY, "--threads", "1", "--max-batch", "2",
-                        "--no-warm-up", "--port", str(port), outputs=tmp_path_factory.mktemp("rayserve") / "outputs")
+                        "--engine", REFERENCE[0], "--precision", REFERENCE[1], "--no-warm-up", "--port", str(port), outputs=tmp_path_factory.mktemp("rayserve") / "outputs")
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr
     assert f"at http://127.0.0.1:{port}/v1/audio/speech" in deployed.stdout
     connect(f"ray:{ray_cluster.address}")  # this process's own connection, to kill a replica
@@ -199,7 +200,7 @@ def test_the_serving_benchmark_measures_the_deployment(served, tmp_path):
 
 def test_each_replica_asks_ray_for_its_threads_cpus_or_one_gpu():
     """No cluster needed: the placement and the refusals are decided before anything is deployed."""
-    plan = plan_from_args(parse_args(["--replicas", "3", "--threads", "4", "--max-batch", "8"]))
+    plan = plan_from_args(parse_args(["--replicas", "3", "--threads", "4", "--max-batch", "8", "--batching", "request"]))
     assert plan.replica_options() == {"num_replicas": 3, "max_ongoing_requests": 16,
                                       "ray_actor_options": {"num_cpus": 4, "num_gpus": 0}}
     on_gpus = plan_from_args(parse_args(["--device", "cuda", "--replicas", "2"]))  # judged by the replicas' machines
@@ -207,7 +208,7 @@ def test_each_replica_asks_ray_for_its_threads_cpus_or_one_gpu():
     with pytest.raises(SpecError, match="replicas must be 1..1024, got 0"):
         plan_from_args(parse_args(["--replicas", "0"]))
     with pytest.raises(SpecError, match="cannot serve turbo · fp32 · cpu · 1 thread: unknown engine 'turbo'"):
-        plan_from_args(parse_args(["--engine", "turbo"]))
+        plan_from_args(parse_args(["--engine", "turbo", "--precision", "fp32"]))
 
 
 def test_stop_takes_the_application_down(served, ray_cluster):
@@ -223,8 +224,8 @@ def test_a_lab_deployment_runs_the_apps_continuous_loop_in_its_replica(served, r
     streamed requests sharing the replica's two rows, each with its whole clip. Same port: Serve's proxy keeps the
     one it started on."""
     url = served
-    deployed = rayserve(ray_cluster, "--replicas", "1", "--model", TINY, "--engine", "lab", "--threads", "1",
-                        "--max-rows", "2", "--no-warm-up", "--port", url.rsplit(":", 1)[1].strip("/"),
+    deployed = rayserve(ray_cluster, "--replicas", "1", "--model", TINY, "--engine", "lab", "--precision", "fp32",
+                        "--threads", "1", "--max-rows", "2", "--no-warm-up", "--port", url.rsplit(":", 1)[1].strip("/"),
                         outputs=tmp_path / "outputs")
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr
     try:

@@ -298,11 +298,11 @@ def test_the_request_limits_are_the_codes():
 
 
 def test_the_app_batching_defaults_are_the_apps(parsers):
-    from chattts_lab.serve.batcher import BatchPolicy
+    from chattts_lab.serve.policy import BatchPolicy, ServingPolicy
 
     app = parsers["app"]
-    assert readme_number(r"`--max-wait-ms` \(default (\d+)\)") == default(app, "--max-wait-ms") == BatchPolicy.max_wait_ms
-    assert readme_number(r"`--max-batch` texts \(default (\d+)") == default(app, "--max-batch") == BatchPolicy.max_batch
+    assert readme_number(r"`--max-wait-ms` \(default (\d+)\)") == default(app, "--max-wait-ms", ServingPolicy) == BatchPolicy.max_wait_ms
+    assert readme_number(r"`--max-batch` texts \(default (\d+)") == default(app, "--max-batch", ServingPolicy) == BatchPolicy.max_batch
 
 
 def test_the_bench_defaults_are_the_benchs(parsers):
@@ -469,15 +469,14 @@ def test_the_bandwidth_reads_are_the_codes():
 
 
 def test_the_batching_defaults_in_docs_serving_are_the_apps(parsers):
-    from chattts_lab.serve.batcher import BatchPolicy
-    from chattts_lab.serve.policy import SchedulerPolicy
+    from chattts_lab.serve.policy import BatchPolicy, SchedulerPolicy, ServingPolicy
 
     app, doc = parsers["app"], "docs/serving.md"
-    assert readme_number(r"`--max-wait-ms` \(default (\d+)\)", doc) == default(app, "--max-wait-ms") == BatchPolicy.max_wait_ms
-    assert readme_number(r"`--max-batch` texts \(default (\d+)", doc) == default(app, "--max-batch") == BatchPolicy.max_batch
-    assert readme_number(r"`--max-rows` \(default (\d+)\)", doc) == default(app, "--max-rows") == SchedulerPolicy.max_rows
-    assert readme_number(r"`--max-queue` \(default (\d+)\)", doc) == default(app, "--max-queue") == SchedulerPolicy.max_queue
-    assert default(app, "--batching") == "continuous" and says("(**continuous batching**, the default;", doc)
+    assert readme_number(r"`--max-wait-ms` \(default (\d+)\)", doc) == default(app, "--max-wait-ms", ServingPolicy) == BatchPolicy.max_wait_ms
+    assert readme_number(r"`--max-batch` texts \(default (\d+)", doc) == default(app, "--max-batch", ServingPolicy) == BatchPolicy.max_batch
+    assert readme_number(r"`--max-rows` \(default (\d+)\)", doc) == default(app, "--max-rows", ServingPolicy) == SchedulerPolicy.max_rows
+    assert readme_number(r"`--max-queue` \(default (\d+)\)", doc) == default(app, "--max-queue", ServingPolicy) == SchedulerPolicy.max_queue
+    assert default(app, "--batching", ServingPolicy) == "continuous" and says("(**continuous batching**, the default;", doc)
 
 
 def test_the_serving_benchmark_defaults_in_docs_serving_are_the_codes(parsers):
@@ -504,9 +503,9 @@ def test_the_quality_set_and_floor_in_docs_quality_are_the_codes():
 
 
 def test_a_ray_serve_replica_takes_the_requests_docs_ray_states():
-    from chattts_lab.serve.batcher import BatchPolicy
+    from chattts_lab.serve.policy import BatchPolicy
     from chattts_lab.serve.policy import SchedulerPolicy
-    from chattts_lab.serve.rayserve import ServePlan, parse_args
+    from chattts_lab.serve.rayserve import ServePlan, parse_args, plan_from_args
     from chattts_lab.serve.runtime import RuntimeSettings
 
     doc = "docs/ray.md"
@@ -517,7 +516,7 @@ def test_a_ray_serve_replica_takes_the_requests_docs_ray_states():
             assert not plan.continuous() and plan.replica_options()["max_ongoing_requests"] == factor * max_batch
     continuous = ServePlan(settings=RuntimeSettings(engine="lab"), rows=SchedulerPolicy(4, 6))
     assert continuous.continuous() and continuous.replica_options()["max_ongoing_requests"] == 10
-    assert parse_args([]).batching == "continuous" == ServePlan.scheduling
+    assert plan_from_args(parse_args([])).scheduling == "continuous" == ServePlan.scheduling
     assert readme_number(r"`--max-rows` texts at once \(default (\d+)\)", doc) == SchedulerPolicy.max_rows
     assert readme_number(r"`--max-queue` requests waiting \(default (\d+)\)", doc) == SchedulerPolicy.max_queue
 

@@ -95,7 +95,7 @@ def test_v1_refusals_name_the_field_they_are_about_and_a_long_whole_file_suggest
 
 def test_the_server_listing_names_the_scheduling_in_use_and_its_own_bounds(tmp_path):
     """GET /v1/audio/voices' "server": continuous batching's rows and queue, or a request-level batch and its wait."""
-    from chattts_lab.serve.batcher import BatchPolicy
+    from chattts_lab.serve.policy import BatchPolicy
     from chattts_lab.serve.policy import SchedulerPolicy
     from chattts_lab.serve.openai_api import AppSpeech
     from chattts_lab.serve.runtime import ServingChoice

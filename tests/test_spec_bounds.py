@@ -11,7 +11,7 @@ from pydantic import Field
 
 from chattts_lab import checks
 from bench.serving.spec import ServeSpec
-from chattts_lab.sweep.options import field_problems, option, rules_of
+from chattts_lab.options import field_problems, option, rules_of
 from chattts_lab.sweep.spec import SweepSpec
 
 

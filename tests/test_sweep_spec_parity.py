@@ -15,7 +15,7 @@ import pytest
 
 from bench.cli import build_parser, spec_from_args
 from chattts_lab.trackers.env import usable_cores
-from chattts_lab.sweep.options import as_text, spec_argv
+from chattts_lab.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.history.store import Store
 from tests.conftest import ROOT, TINY

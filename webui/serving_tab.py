@@ -21,12 +21,13 @@ from bench.serving.capacity import (CapacityFound, capacity_cost, capacity_frame
 from bench.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
                                           run_serving)
 from bench.serving.summaries import batching_gain, serving_frame
-from chattts_lab.sweep.options import as_text, spec_argv
+from chattts_lab.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError
 from webui import present
 from webui.i18n import localized, t
 from chattts_lab.serve.context import MODEL_QUEUE, AppContext, StopFlags, bind
 from chattts_lab.engines import PRECISIONS
+from chattts_lab.requests import SCHEDULINGS
 from chattts_lab.serve.runtime import engines_for, plural, precisions_for
 
 TABLE = ["sweep_id", "machine", "max_batch", "users", "rate", "ok", "errors", "lost", "audio_s_per_s", "queue_p90_s",
@@ -208,7 +209,7 @@ def build_serving_tab(ctx: AppContext) -> None:
         engine = gr.Dropdown(engine_choices, value=APP_DEFAULT, label=t("Engine"), elem_id="sv-engine")
         precision = gr.Dropdown([(t(APP_DEFAULT), APP_DEFAULT), *precisions_here()], value=APP_DEFAULT, label=t("Precision"),
                                 elem_id="sv-precision")
-        batching = gr.CheckboxGroup([(t("continuous"), "continuous"), (t("request"), "request")], value=list(shown.batching), elem_id="sv-batching",
+        batching = gr.CheckboxGroup([(t(name), name) for name in SCHEDULINGS], value=list(shown.batching), elem_id="sv-batching",
                                     label=t("Scheduling (continuous: one app; request-level: one app per max batch)"))
     capacity_inputs = _capacity_controls(shown)
     with gr.Row():

@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 
 from chattts_lab.history.price import MachinePrice, price_from_notes
 from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens, usd_per_audio_hour
+from chattts_lab.requests import CONTINUOUS, REQUEST_LEVEL, SCHEDULINGS
 from bench.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
                                           _measured_level, _save)
 from bench.serving.summaries import NOTE, summarize_level
@@ -159,7 +160,7 @@ def floor_diagnosis(result: dict) -> str | None:
 
 def capacity_sentence(result: dict) -> str:
     """'This machine holds N real-time streams of this configuration', with what it means and what broke it."""
-    how = (f"continuous batching, {result['max_batch']} rows" if result["batching"] == "continuous"
+    how = (f"continuous batching, {result['max_batch']} rows" if result["batching"] == CONTINUOUS
            else f"request-level batching, batches of up to {result['max_batch']}" if result["batching"]
            else "the running app's own scheduling")
     sentence = (f"this machine holds {result['streams']} real-time stream(s) of this configuration "
@@ -191,16 +192,16 @@ def capacity_cost(result: dict, price: MachinePrice | None) -> str | None:
 
 def capacity_gain(results: list[dict]) -> str | None:
     """Continuous against request-level batching in the same run."""
-    best = {b: max((r["streams"] for r in results if r["batching"] == b), default=None) for b in ("continuous", "request")}
-    if best["continuous"] is None or best["request"] is None:
+    best = {b: max((r["streams"] for r in results if r["batching"] == b), default=None) for b in SCHEDULINGS}
+    if best[CONTINUOUS] is None or best[REQUEST_LEVEL] is None:
         return None
-    if best["continuous"] == best["request"] == 0:
+    if best[CONTINUOUS] == best[REQUEST_LEVEL] == 0:
         return "neither scheduling holds one real-time stream of this configuration within the service level."
-    if best["request"] == 0:
-        return (f"continuous batching holds {best['continuous']} stream{'s' if best['continuous'] != 1 else ''} "
+    if best[REQUEST_LEVEL] == 0:
+        return (f"continuous batching holds {best[CONTINUOUS]} stream{'s' if best[CONTINUOUS] != 1 else ''} "
                 "where request-level batching holds none.")
-    return (f"continuous batching holds {best['continuous'] / best['request']:.1f}x the real-time streams of "
-            f"request-level batching ({best['continuous']} vs {best['request']}).")
+    return (f"continuous batching holds {best[CONTINUOUS] / best[REQUEST_LEVEL]:.1f}x the real-time streams of "
+            f"request-level batching ({best[CONTINUOUS]} vs {best[REQUEST_LEVEL]}).")
 
 
 def capacity_frame(db_path):

@@ -32,6 +32,7 @@ from typing import Callable, Iterator
 
 from bench.serving.listening import player_stalls
 from chattts_lab.metrics import SAMPLE_RATE
+from chattts_lab.requests import CONTINUOUS
 from bench.serving.spec import ServeSpec
 from bench.serving.summaries import NOTE, summarize_level
 
@@ -158,7 +159,7 @@ class _app:
         cmd = [sys.executable, str(ROOT / "app.py"), "--model", self.spec.model, "--port", str(port),
                "--batching", self.batching, "--max-wait-ms", str(self.spec.max_wait_ms)]
         # continuous: its rows, and a queue as long as any level's users (refusals are for real overload)
-        cmd += ["--max-rows" if self.batching == "continuous" else "--max-batch", str(self.max_batch),
+        cmd += ["--max-rows" if self.batching == CONTINUOUS else "--max-batch", str(self.max_batch),
                 "--max-queue", "256"]
         for flag in ("engine", "precision", "device", "threads"):
             if getattr(self.spec, flag) is not None:
@@ -180,7 +181,7 @@ class _app:
             t0 = time.perf_counter()
             texts = self.spec.texts
             # request-level: one full batch; continuous: two rows (a full batch has no meaning there)
-            count = 2 if self.batching == "continuous" else max(1, self.max_batch)
+            count = 2 if self.batching == CONTINUOUS else max(1, self.max_batch)
             return await asyncio.gather(*(_request(self.url, self.spec, texts[i % len(texts)], -1, t0)
                                           for i in range(count)))
 

@@ -1,6 +1,6 @@
 """What one serving benchmark measures (bench.serving.loadtest runs it): load levels, the app's settings, the requests.
 
-Its fields are `python -m bench serve`'s options and the Serving panel's defaults (chattts_lab.sweep.options).
+Its fields are `python -m bench serve`'s options and the Serving panel's defaults (chattts_lab.options).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pydantic import Field as Limit
 
 from chattts_lab.sweep import axes
 from chattts_lab.sweep.axes import SpecError, bool_list
-from chattts_lab.sweep.options import build_spec, field_problems, option
-from chattts_lab.requests import MAX_NEW_TOKEN
-from chattts_lab.serve.policy import SchedulerPolicy
+from chattts_lab.options import build_spec, field_problems, option
+from chattts_lab.requests import CONTINUOUS, MAX_BATCH, MAX_NEW_TOKEN, REQUEST_LEVEL, SCHEDULINGS
+from chattts_lab.serve.policy import ServingPolicy
 
 TEXTS = (
     "Good morning, and welcome to the lab.",
@@ -70,17 +70,18 @@ class ServeSpec:
         unit="requests/s")
     duration_s: Annotated[float, Limit(ge=1, le=24 * 3600)] = option(  # ... for this long
         30.0, "seconds of each --rate level", "--duration", float, what="duration", unit="s")
-    max_batches: tuple[Annotated[int, Limit(ge=0, le=64)], ...] = option(  # with `url`: (0,), the app's own
-        (8, 1), "the app's batch limit, one app per value (1: one request at a time, as without batching)",
+    max_batches: tuple[Annotated[int, Limit(ge=0, le=MAX_BATCH)], ...] = option(  # with `url`: (0,), the app's own
+        (ServingPolicy.max_batch, 1), "the app's batch limit, one app per value (1: one request at a time, as without batching)",
         "--max-batch", axes.int_list, what="max batch")
-    max_wait_ms: Annotated[float, Limit(ge=0)] = option(25.0, "the app's wait for company", "--max-wait-ms", float)
+    max_wait_ms: Annotated[float, Limit(ge=0, le=600_000)] = option(
+        ServingPolicy.max_wait_ms, "the app's wait for company", "--max-wait-ms", float, what="max wait", unit="ms")
     batching: tuple[str, ...] = option(  # one app for continuous, one per max batch for request
-        ("continuous", "request"), "continuous (requests join the running generation at the next step; one app, "
+        SCHEDULINGS, "continuous (requests join the running generation at the next step; one app, "
         "--max-rows rows) and/or request (request-level batches; one app per --max-batch)", "--batching",
         axes.str_list)
-    max_rows: Annotated[int, Limit(ge=1, le=64)] = option(
-        SchedulerPolicy.max_rows, "continuous batching: rows at once", "--max-rows", int, what="max rows")
-    # None: the app's own choice (its recommendation, else lab fp32)
+    max_rows: Annotated[int, Limit(ge=1, le=MAX_BATCH)] = option(
+        ServingPolicy.max_rows, "continuous batching: rows at once", "--max-rows", int, what="max rows")
+    # None: the app's own choice (its recommendation, else the served default: chattts_lab.serve.policy)
     engine: str | None = option(None, _APP_CHOICE.format("engine"), "--engine")
     precision: str | None = option(None, _APP_CHOICE.format("precision"), "--precision")
     device: str | None = option(None, _APP_CHOICE.format("device"), "--device")
@@ -117,14 +118,14 @@ class ServeSpec:
         if self.capacity and not self.stream:
             errors.append("capacity counts real-time streams: it needs streamed requests (--stream on)")
         if not self.url:
-            errors += [f"batching must be continuous or request, got {b!r}" for b in self.batching
-                       if b not in ("continuous", "request")]
+            errors += [f"batching must be {' or '.join(SCHEDULINGS)}, got {b!r}" for b in self.batching
+                       if b not in SCHEDULINGS]
             if not self.batching:
                 errors.append("give at least one --batching")
         if self.url and self.max_batches != (0,):
             errors.append("with --url the running app's own batching is measured: give no --max-batch")
         if not self.url:
-            errors += [f"max batch must be in 1..64, got {b}" for b in self.max_batches if b == 0]
+            errors += [f"max batch must be in 1..{MAX_BATCH}, got {b}" for b in self.max_batches if b == 0]
             if not self.max_batches:
                 errors.append("give at least one --max-batch")
         if errors:
@@ -146,8 +147,8 @@ class ServeSpec:
         """(batching, max batch) of each app to start: continuous's max batch is its row count."""
         if self.url:
             return [(None, 0)]
-        return ([("continuous", self.max_rows)] if "continuous" in self.batching else []) + (
-            [("request", b) for b in self.max_batches] if "request" in self.batching else [])
+        return ([(CONTINUOUS, self.max_rows)] if CONTINUOUS in self.batching else []) + (
+            [(REQUEST_LEVEL, b) for b in self.max_batches] if REQUEST_LEVEL in self.batching else [])
 
     def levels(self) -> list[dict]:
         return ([{"batching": a, "max_batch": b, "users": u} for a, b in self.apps() for u in self.users]
@@ -159,7 +160,7 @@ class ServeSpec:
     @staticmethod
     def from_dict(data: dict) -> "ServeSpec":
         known = {k: v for k, v in data.items() if k in ServeSpec.__dataclass_fields__}
-        known.setdefault("batching", ("request",))  # runs from before continuous batching were request-level
+        known.setdefault("batching", (REQUEST_LEVEL,))  # runs from before continuous batching were request-level
         for name in ("users", "rates", "max_batches", "batching", "texts"):
             known[name] = tuple(known.get(name) or ())
         return ServeSpec(**known)

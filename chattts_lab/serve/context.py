@@ -9,8 +9,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chattts_lab.serve.batcher import BatchPolicy
-from chattts_lab.serve.policy import SchedulerPolicy
+from chattts_lab.serve.policy import BatchPolicy, SchedulerPolicy, ServingPolicy
 from chattts_lab.history.store import DEFAULT_DB
 from chattts_lab.serve.runtime import ServingChoice, serving_choice
 
@@ -28,7 +27,7 @@ class AppContext:
     history_db: Path = DEFAULT_DB  # the same SQLite history `python -m bench` writes
     api_key: str | None = None  # "user:pass" when the app runs with --auth
     batching: BatchPolicy = BatchPolicy()  # how concurrent requests share batched generations (request-level)
-    scheduling: str = "continuous"  # lab engine: rows join and leave per GPT step; "request": the batcher above
+    scheduling: str = ServingPolicy.batching  # continuous: rows join and leave per GPT step; or the batcher above
     rows: SchedulerPolicy = SchedulerPolicy()  # continuous batching's rows, and the queue bound for both
     serving: ServingChoice | None = None  # the configuration requests run on by default (None: stock fp32)
     model_work: threading.Lock = field(default_factory=threading.Lock, compare=False)
@@ -47,7 +46,7 @@ class AppContext:
 
     @staticmethod
     def from_env(model: str, api_key: str | None = None, batching: BatchPolicy = BatchPolicy(),
-                 scheduling: str = "continuous", rows: SchedulerPolicy = SchedulerPolicy()) -> "AppContext":
+                 scheduling: str = ServingPolicy.batching, rows: SchedulerPolicy = SchedulerPolicy()) -> "AppContext":
         outputs = Path(os.environ.get("CHATTTS_LAB_OUTPUTS", "outputs")).resolve()
         db = Path(os.environ.get("CHATTTS_LAB_HISTORY", DEFAULT_DB)).resolve()
         ctx = AppContext(model=model, outputs_dir=outputs, history_db=db, api_key=api_key, batching=batching,

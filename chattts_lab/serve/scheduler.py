@@ -40,6 +40,7 @@ from chattts_lab.engines.base import RowDecoder
 from chattts_lab.metrics import SAMPLES_PER_TOKEN
 from chattts_lab.models import LoadedModel, set_threads
 from chattts_lab.trackers.stages import StageTimes
+from chattts_lab.requests import CONTINUOUS, REQUEST_LEVEL
 from chattts_lab.synthesis import (SAMPLE_RATE, STOPPED_BY_CALLER, Measurements, StreamChunk, SynthesisOutput,
                                    chattts_params, memory_errors_explained, memory_errors_of, own_stop)
 
@@ -83,10 +84,10 @@ class Overloaded(Exception):
 
 
 def scheduling_for(requested: str, engine: str) -> str:
-    """The scheduling a server asked for `requested` ("continuous" or "request") runs on `engine`: continuous only
+    """The scheduling a server asked for `requested` (one of SCHEDULINGS) runs on `engine`: continuous only
     where the engine's decode loop admits rows mid-run (Engine.continuous_batching_reason)."""
     admits_rows = engines.get(engine).continuous_batching_reason is None
-    return "continuous" if requested == "continuous" and admits_rows else "request"
+    return CONTINUOUS if requested == CONTINUOUS and admits_rows else REQUEST_LEVEL
 
 
 def continuous_unsupported_reason(model: LoadedModel) -> str | None:
@@ -350,7 +351,7 @@ class ContinuousScheduler:
         chunk = StreamChunk(texts, elapsed, job.chunks, model.synthetic, job.part.queue_wait_s, job.shared_with)
         job.chunks += 1
         try:
-            job.part.on_chunk(replace(chunk, scheduling="continuous"))
+            job.part.on_chunk(replace(chunk, scheduling=CONTINUOUS))
         except Exception:  # the caller's own failure (a closed queue): its row carries on until it is stopped
             log.exception("continuous batching: a chunk could not be handed over")
 
@@ -420,11 +421,11 @@ class ContinuousScheduler:
             wall_s=wall, stages=stages, tokens=[r.generated if r else 0 for r in rows],
             gpt_steps=sum(r.steps for r in rows if r), audio_s=[len(a) / SAMPLE_RATE for a in audio],
             peak_rss_mb=psutil.Process().memory_info().rss / 2**20, peak_device_mb=None,
-            effective=dict(model.effective, scheduling="continuous", rows=self.policy.max_rows),
+            effective=dict(model.effective, scheduling=CONTINUOUS, rows=self.policy.max_rows),
             ttfa_s=job.first_audio_s, interrupted=job.part.stop.is_set() or any(r is None for r in rows),
             interrupted_reason=STOPPED_BY_CALLER if job.part.stop.is_set() else (
                 "some of its texts were never generated" if any(r is None for r in rows) else None),
-            queue_wait_s=job.part.queue_wait_s, batch_requests=job.shared_with, scheduling="continuous")
+            queue_wait_s=job.part.queue_wait_s, batch_requests=job.shared_with, scheduling=CONTINUOUS)
         return SynthesisOutput(audio, m, model.synthetic, texts=job.part.request.texts)
 
     def _release_job(self, decoder: RowDecoder, job: _Job) -> None:

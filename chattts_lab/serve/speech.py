@@ -22,6 +22,7 @@ from chattts_lab.serve.batcher import Batcher
 from chattts_lab.serve.scheduler import ContinuousScheduler, Overloaded, scheduling_for
 from chattts_lab.models import loaded
 from chattts_lab.requests import validate_request
+from chattts_lab.requests import CONTINUOUS
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput, encode_sample_audio, speaker_from_seed, warm_up
 from chattts_lab.voices import VoiceCard
 from chattts_lab.serve.context import AppContext
@@ -108,7 +109,7 @@ def waiting_note(ctx: AppContext, settings: RuntimeSettings) -> str:
         return f"Loading and warming up {describe(settings)} (once)…"
     if ctx.model_work.locked() and not batcher(ctx).running:
         return "Waiting for the model: a benchmark run (or a voice-card job) has it; your request runs after it…"
-    if scheduling(ctx, settings) == "continuous":
+    if scheduling(ctx, settings) == CONTINUOUS:
         waiting, busy, rows = scheduler(ctx, settings).status()
         if busy + 1 > rows or waiting:
             return f"Queued: all {rows} rows are generating, {waiting} request(s) ahead; yours joins when a row frees…"
@@ -177,7 +178,7 @@ async def serve(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRe
     request = validate_request(request)
     with RUNNING.mark(session) as stop:
         part = Part(request, stop, on_chunk, continues=continues)
-        if scheduling(ctx, settings) == "continuous":
+        if scheduling(ctx, settings) == CONTINUOUS:
             future = scheduler(ctx, settings).submit(part)
             try:
                 out = await asyncio.wrap_future(future)
