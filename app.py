@@ -12,7 +12,7 @@ from dataclasses import replace
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-try:  # ZeroGPU patches torch, so it comes first; a no-op off ZeroGPU, and optional (webui/zerogpu.py)
+try:  # ZeroGPU patches torch, so it comes first; a no-op off ZeroGPU, and optional (chattts_lab/serve/zerogpu.py)
     import spaces  # noqa: F401
 except ImportError:
     pass
@@ -27,9 +27,11 @@ from chattts_lab.devices import DeviceUnavailable, parse_device  # noqa: E402
 from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
 from chattts_lab.engines import unsupported_reason  # noqa: E402
 from chattts_lab.serve import openai_api, uploads, speech  # noqa: E402
-from webui import mcp_tools, present, zerogpu  # noqa: E402
+from chattts_lab.serve import zerogpu  # noqa: E402
+from webui import mcp_tools, present  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
-from chattts_lab.serve.context import AppContext, bind  # noqa: E402
+from chattts_lab.serve.context import AppContext  # noqa: E402
+from webui.events import bind  # noqa: E402
 from webui.i18n import I18N, t  # noqa: E402
 from chattts_lab.serve.runtime import CHOSEN, RuntimeSettings, ServingChoice, describe  # noqa: E402
 from webui.synthesis_handlers import apply_settings, refresh_serving  # noqa: E402

@@ -21,7 +21,7 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def imports_of(path: Path) -> set[str]:
+def imports_of(path: Path, known: dict = MODULES) -> set[str]:
     """Every module of ours (or other top-level package) that a file imports, anywhere in it."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -29,15 +29,19 @@ def imports_of(path: Path) -> set[str]:
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             # `from chattts_lab import metrics` imports the module chattts_lab.metrics
-            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
                       for a in node.names}
     return found
 
 
-GRAPH = {name: {m for m in imports_of(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+def graph_of(modules: dict) -> dict[str, set[str]]:
+    return {name: {m for m in imports_of(path, modules) if m in modules and m != name} for name, path in modules.items()}
 
 
-def _reaches(start: str, goal: str) -> bool:
+GRAPH = graph_of(MODULES)
+
+
+def _reaches(start: str, goal: str, graph: dict = GRAPH) -> bool:
     seen, todo = set(), [start]
     while todo:
         node = todo.pop()
@@ -45,13 +49,43 @@ def _reaches(start: str, goal: str) -> bool:
             return True
         if node not in seen:
             seen.add(node)
-            todo += GRAPH.get(node, ())
+            todo += graph.get(node, ())
     return False
 
 
+def cycles_in(graph: dict) -> list[tuple[str, str]]:
+    return [(a, b) for a in graph for b in graph[a] if _reaches(b, a, graph)]
+
+
 def test_no_module_of_the_library_imports_one_that_imports_it_back():
-    cycles = [(a, b) for a in GRAPH for b in GRAPH[a] if _reaches(b, a)]
-    assert cycles == []
+    assert cycles_in(GRAPH) == []
+
+
+# The app's side: the web UI, the command lines and the app itself, over the library.
+FRONT = {_module_name(p): p for p in [*(ROOT / "webui").rglob("*.py"), *(ROOT / "bench").rglob("*.py"), ROOT / "app.py"]}
+
+
+def test_no_module_of_the_web_ui_or_the_command_lines_imports_one_that_imports_it_back():
+    """webui's Synthesis pieces, bench/cli.py and bench/serving/cli.py included (imports inside functions and under
+    TYPE_CHECKING count: a circle they hide still ties the modules together)."""
+    assert cycles_in(graph_of(FRONT)) == []
+
+
+def test_the_circle_check_sees_a_circle():
+    assert cycles_in({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [("a", "b"), ("b", "c"), ("c", "a")]
+
+
+def test_every_module_of_the_web_ui_is_gradio_code():
+    """What is not Gradio code lives in the library (the runtime that serves: chattts_lab/serve)."""
+    plain = [name for name, path in FRONT.items() if name.startswith("webui.") and "gradio" not in imports_of(path)]
+    assert plain == []
+
+
+def test_the_library_never_starts_the_app():
+    """No file of the library names app.py (the serving benchmark that starts it is bench/serving)."""
+    naming = [name for name, path in MODULES.items() for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith("app.py")]
+    assert naming == []
 
 
 @pytest.mark.parametrize("module, must_not_reach", [

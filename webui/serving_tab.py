@@ -25,7 +25,8 @@ from chattts_lab.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError
 from webui import present
 from webui.i18n import localized, t
-from chattts_lab.serve.context import MODEL_QUEUE, AppContext, StopFlags, bind
+from chattts_lab.serve.context import AppContext
+from webui.events import MODEL_QUEUE, StopFlags, bind, session_of
 from chattts_lab.engines import PRECISIONS
 from chattts_lab.requests import SCHEDULINGS
 from chattts_lab.serve.runtime import engines_for, plural, precisions_for
@@ -83,7 +84,7 @@ def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, eng
     except gr.Error as exc:
         present.warn(localized(exc.message, request))
         return
-    session = request.session_hash if request else uuid.uuid4().hex
+    session = session_of(request) or uuid.uuid4().hex
     flag = STOPS.start(session)
     run = _Run(spec, f"Starting: `{cli_command(ctx, spec)}`", price)
     yield run.view(request)
@@ -268,7 +269,7 @@ def _capacity_controls(shown: ServeSpec) -> list:
 
 
 def _stop(request: gr.Request = None):
-    if STOPS.stop(request.session_hash if request else ""):
+    if STOPS.stop(session_of(request)):
         gr.Info(localized("Stopping after the current load level: every finished level is kept.", request))
     else:
         gr.Info(localized("No serving run of yours is running.", request))

@@ -13,8 +13,7 @@ from chattts_lab.serve import speech
 from webui import present
 from chattts_lab.serve.uploads import InvalidUpload, check_audio_upload
 from chattts_lab.serve.context import AppContext
-from webui.synthesis_components import SynthesisTab
-from webui.synthesis_form import USER_ERRORS, VOICE_MODES, Form, _seed_text, _voice, build_request
+from webui.synthesis_form import USER_ERRORS, VOICE_MODES, build_request, Form, _seed_text, SynthesisTab, _voice
 
 
 def roll_dice(ui: SynthesisTab):
