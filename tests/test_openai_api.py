@@ -54,7 +54,7 @@ def decode(data: bytes, fmt: str) -> np.ndarray:
 
 def same_clip(a: np.ndarray, b: np.ndarray) -> bool:
     """Two streams of one request: the same audio tokens, but chunks are cut where each listener's buffer asked for
-    them (serving.scheduler.chunk_due), and a chunk's decode matches the whole clip's only to SEAM_BOUND of its peak,
+    them (serve.streaming.chunk_due), and a chunk's decode matches the whole clip's only to SEAM_BOUND of its peak,
     plus a sample's rounding to 16 bits."""
     if len(a) != len(b):
         return False

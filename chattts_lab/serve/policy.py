@@ -21,7 +21,7 @@ from chattts_lab import engines
 from chattts_lab.checks import SpecError
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.options import build_spec, field_problems, option
-from chattts_lab.requests import CONTINUOUS, MAX_BATCH, SCHEDULINGS
+from chattts_lab.requests import CONTINUOUS, MAX_BATCH, REQUEST_LEVEL, SCHEDULINGS
 
 GROUP = "serving policy"  # the argparse group both command lines show these flags in
 
@@ -86,6 +86,13 @@ class ServingPolicy:
     def chooses_configuration(self) -> bool:
         """Whether the command line named any of engine, precision, device or threads."""
         return any(v is not None for v in (self.engine, self.precision, self.device, self.threads))
+
+
+def scheduling_for(requested: str, engine: str) -> str:
+    """The scheduling a server asked for `requested` (one of requests.SCHEDULINGS) runs on `engine`: continuous only
+    where the engine's decode loop admits rows mid-run (Engine.continuous_batching_reason)."""
+    admits_rows = engines.get(engine).continuous_batching_reason is None
+    return CONTINUOUS if requested == CONTINUOUS and admits_rows else REQUEST_LEVEL
 
 
 def served_default_on(device: str) -> tuple[str, str]:

@@ -33,9 +33,9 @@ from typing import AsyncIterator
 from chattts_lab import SynthesisRequest, load_model
 from chattts_lab.serve.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.options import add_spec_options
-from chattts_lab.serve.policy import GROUP, BatchPolicy, ServingPolicy, served_default_on
+from chattts_lab.serve.policy import GROUP, BatchPolicy, ServingPolicy, served_default_on, scheduling_for
 from chattts_lab.serve.policy import SchedulerPolicy
-from chattts_lab.serve.scheduler import ContinuousScheduler, scheduling_for
+from chattts_lab.serve.scheduler import ContinuousScheduler
 from chattts_lab.ray_connect import connect, ray_module
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.engines import unsupported_reason

@@ -19,7 +19,8 @@ from typing import AsyncIterator
 from chattts_lab import LoadedModel, SynthesisRequest, load_model
 from chattts_lab.serve.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.serve.batcher import Batcher
-from chattts_lab.serve.scheduler import ContinuousScheduler, Overloaded, scheduling_for
+from chattts_lab.serve.policy import scheduling_for
+from chattts_lab.serve.scheduler import ContinuousScheduler, Overloaded
 from chattts_lab.models import loaded
 from chattts_lab.requests import validate_request
 from chattts_lab.requests import CONTINUOUS
