@@ -66,7 +66,8 @@ def test_with_no_flags_ray_serve_serves_what_the_app_serves_before_a_sweep(tmp_p
     (["--max-rows", str(MAX_BATCH + 1)], f"max rows must be in 1..{MAX_BATCH}, got {MAX_BATCH + 1}"),
     (["--max-queue", "-1"], "max queue must be in 0..10000, got -1"),
     (["--max-queue", "10001"], "max queue must be in 0..10000, got 10001"),
-    (["--max-wait-ms", "-1"], "max wait must be in 0..600000 ms, got -1"),
+    (["--max-wait-ms", "-0.5"], "max wait must be in 0..600000 ms, got -0.5"),
+    (["--max-wait-ms", "600000.5"], "max wait must be in 0..600000 ms, got 600000.5"),
     (["--threads", "0"], "threads must be at least 1, got 0"),
     (["--auth", "no-colon"], "--auth takes user:pass"),
 ])
