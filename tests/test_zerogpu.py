@@ -115,7 +115,8 @@ def test_the_readmes_space_steps_name_files_and_settings_that_exist():
     assert files >= {"README.md", "app.py", "requirements.txt", "packages.txt", "LICENSE"}
     assert all((ROOT / name).is_file() for name in files), files
     assert "ffmpeg" in (ROOT / "packages.txt").read_text().split()
-    code = (ROOT / "app.py").read_text() + (ROOT / "chattts_lab" / "serve" / "zerogpu.py").read_text()
+    code = "".join((ROOT / name).read_text() for name in ("app.py", "chattts_lab/serve/zerogpu.py",
+                                                           "chattts_lab/serve/policy.py"))  # the app's settings
     for variable in re.findall(r"`(CHATTTS_LAB_\w+)`", section):
         assert variable in code, variable
     from chattts_lab.serve.zerogpu import DEFAULT_MAX_S
