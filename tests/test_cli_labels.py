@@ -50,7 +50,7 @@ def test_compare_with_a_sweep_that_is_not_there_exits_non_zero_with_one_line(tmp
     _two_sweeps(db)
     assert main(["--compare", "2,99", "--db", str(db)]) == 1
     captured = capsys.readouterr()
-    assert captured.err.strip() == f"error: no sweep 99 in {db} (python -m bench --list shows them)"
+    assert captured.err.strip() == f"error: no sweep 99 in {db} (python -m bench list shows them)"
     assert captured.out == ""
 
 

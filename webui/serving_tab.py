@@ -52,7 +52,8 @@ CAPACITY_TABLE = ["sweep_id", "machine", "batching", "max_batch", "streams", "fl
 def serving_spec(ctx: AppContext, users: str, max_batch: str, requests: int, tokens: int, stream: bool,
                  engine: str, precision: str, batching: list[str] | None = None, capacity: bool = False,
                  slo_ttfa_p99_s: float | None = None,
-                 slo_continuity_pct: float | None = None, max_users: int | None = None) -> ServeSpec:
+                 slo_continuity_pct: float | None = None, max_users: int | None = None, min_streams: int | None = None,
+                 confirm_s: float | None = None) -> ServeSpec:
     """The spec `python -m bench serve` builds from the same choices, by its builder; a bad choice is a gr.Error.
     With `capacity`, the users box is not used: the search raises the users itself (as --capacity does)."""
     choices = dict(model=ctx.model, users=None if capacity else users, max_batches=max_batch,
@@ -60,7 +61,8 @@ def serving_spec(ctx: AppContext, users: str, max_batch: str, requests: int, tok
                    engine=None if engine == APP_DEFAULT else engine,
                    precision=None if precision == APP_DEFAULT else precision,
                    batching=None if batching is None else tuple(batching), capacity=bool(capacity),
-                   slo_ttfa_p99_s=slo_ttfa_p99_s, slo_continuity_pct=slo_continuity_pct, max_users=max_users)
+                   slo_ttfa_p99_s=slo_ttfa_p99_s, slo_continuity_pct=slo_continuity_pct, max_users=max_users,
+                   min_streams=min_streams, confirm_s=confirm_s)
     try:
         return ServeSpec.from_choices({k: v for k, v in choices.items() if v is not None or k == "users"})
     except (SpecError, ValueError, TypeError) as exc:
@@ -72,13 +74,14 @@ def cli_command(ctx: AppContext, spec: ServeSpec) -> str:
 
 
 def run_clicked(ctx: AppContext, users, max_batch, requests, tokens, stream, engine, precision, batching, capacity,
-                slo_ttfa, slo_continuity, max_users, price_usd_per_hour, price_source, request: gr.Request):
+                slo_ttfa, slo_continuity, max_users, min_streams, confirm_s, price_usd_per_hour, price_source,
+                request: gr.Request):
     """Yields (status, table, latency figure, throughput figure, capacity figure) as each load level finishes. A
     mistake, or an app that would not start, is a warning and a status line: the run on screen stays (an error
     would cover it)."""
     try:
         spec = serving_spec(ctx, users, max_batch, requests, tokens, stream, engine, precision, batching, capacity,
-                            slo_ttfa, slo_continuity, max_users)
+                            slo_ttfa, slo_continuity, max_users, min_streams, confirm_s)
         price = MachinePrice.given(price_usd_per_hour, price_source)
     except ValueError as exc:
         present.warn(localized(f"Machine price: {exc}", request))
@@ -257,8 +260,8 @@ def precisions_here() -> list[str]:
 
 
 def _capacity_controls(shown: ServeSpec) -> list:
-    """The capacity search's switch and service level (`--capacity`, `--slo-ttfa-p99`, `--slo-continuity`,
-    `--max-users`), with the spec's defaults."""
+    """The capacity search's switch, service level and how much it measures (`--capacity`, `--slo-ttfa-p99`,
+    `--slo-continuity`, `--max-users`, `--min-streams`, `--confirm`), with the spec's defaults."""
     with gr.Row():
         capacity = gr.Checkbox(shown.capacity, label=t("Find capacity: raise the users until the service level breaks "
                                "(the users box is not used)"), elem_id="sv-capacity")
@@ -267,7 +270,11 @@ def _capacity_controls(shown: ServeSpec) -> list:
         slo_continuity = gr.Number(shown.slo_continuity_pct, label=t("…and streams with no stall over 100 ms at "
                                    "least (%)"), elem_id="sv-slo-continuity")
         max_users = gr.Number(shown.max_users, precision=0, label=t("Most users tried"), elem_id="sv-max-users")
-    return [capacity, slo_ttfa, slo_continuity, max_users]
+        min_streams = gr.Number(shown.min_streams, precision=0, label=t("Streams measured per level, at least"),
+                                elem_id="sv-min-streams")
+        confirm = gr.Number(shown.confirm_s, label=t("Confirm: seconds of Poisson arrivals near the capacity found "
+                            "(0: none)"), elem_id="sv-confirm")
+    return [capacity, slo_ttfa, slo_continuity, max_users, min_streams, confirm]
 
 
 def _stop(request: gr.Request = None):

@@ -109,6 +109,17 @@ class ServeSpec:
         what="the continuity limit", unit="%")
     max_users: Annotated[int, Limit(ge=1, le=256)] = option(
         32, "capacity: the most users tried", "--max-users", int, what="max users")
+    # capacity: enough streams per level that one stall does not swing the verdict (each user makes several)
+    min_streams: Annotated[int, Limit(ge=1, le=1000)] = option(
+        20, "capacity: streams measured at each level at least (users x their requests)", "--min-streams", int,
+        what="min streams")
+    # capacity: the found capacity confirmed by Poisson arrivals (open loop) at a share of it, for this long
+    confirm_s: Annotated[float, Limit(ge=0, le=24 * 3600)] = option(
+        60.0, "capacity: seconds of Poisson arrivals at --confirm-load % of the streams found, which confirm them "
+              "(0: no confirmation)", "--confirm", float, what="the confirmation", unit="s")
+    confirm_load_pct: Annotated[float, Limit(gt=0, le=200)] = option(
+        80.0, "capacity: the confirmation's load, in % of the streams found", "--confirm-load", float,
+        what="the confirmation's load", unit="%")
     kind: str = "serve"
 
     def validate(self) -> "ServeSpec":
