@@ -1,6 +1,6 @@
 """The sentences made at run time read whole in Chinese for a Chinese browser, and exactly as before in English: the
 library writes them as `Said` (chattts_lab/said.py: the English text with its template and values), the page says
-them through webui/i18n_sentences.py; the plots' texts go through a translator (`say`)."""
+them through webui/i18n.py; the plots' texts go through a translator (`say`)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def capacity_result(**changes) -> dict:
                                     capacity_result(floor_streams=0.4, streams=0, floor_pct=0.0)])
 def test_capacity_sentences_read_whole_in_chinese_and_as_before_in_english(result):
     from chattts_lab.history.price import MachinePrice
-    from chattts_lab.serving.capacity import capacity_cost, capacity_sentence, floor_diagnosis
+    from bench.serving.capacity import capacity_cost, capacity_sentence, floor_diagnosis
 
     result = {**result, "diagnosis": floor_diagnosis(result)}
     sentence = capacity_sentence(result)
@@ -91,8 +91,8 @@ def test_capacity_sentences_read_whole_in_chinese_and_as_before_in_english(resul
 
 def test_serving_and_sweep_sentences_read_in_chinese():
     from chattts_lab.history.compare import Drift, Ratio
-    from chattts_lab.serving.capacity import capacity_gain
-    from chattts_lab.serving.summaries import batching_gain
+    from bench.serving.capacity import capacity_gain
+    from bench.serving.summaries import batching_gain
     from chattts_lab.sweep.interleave import plan_sentence
 
     level = {"batching": "request", "users": 4, "ok": 4, "audio_s_per_s": 1.0, "latency_p90_s": 2.0,
@@ -121,7 +121,7 @@ def cells(**changes) -> pd.DataFrame:
 
 def test_recommendations_and_the_served_default_read_in_chinese():
     from chattts_lab.history.recommend import recommend, recommend_within_quality
-    from webui.runtime import _before_any_sweep, default_settings
+    from chattts_lab.serve.runtime import _before_any_sweep, default_settings
 
     reasons = [recommend(cells()).reason, recommend(cells(), 1000).reason, recommend(cells(), 100).reason,
                recommend(pd.DataFrame()).reason, recommend(cells(batch_size=4)).reason,
@@ -154,7 +154,7 @@ def figure_texts(fig) -> list[str]:
 
 def test_the_plots_are_drawn_in_chinese_for_a_chinese_browser():
     from chattts_lab.history import plots
-    from webui import figures
+    from chattts_lab.history import figures
     from webui.i18n import translator
 
     say = translator(ZH_REQUEST)

@@ -18,7 +18,7 @@ from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle
 from chattts_lab.history.frames import cells_frame, compare_frame, sweeps_frame
 from chattts_lab.history.store import Store
 from chattts_lab.said import Said
-from webui.context import AppContext
+from chattts_lab.serve.context import AppContext
 from webui import present
 from webui.i18n import localized, translator
 from webui.sweep_run import SweepUpdate

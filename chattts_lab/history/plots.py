@@ -4,7 +4,7 @@ Used by the HTML report and the app alike; testable without a browser. Only `ok`
 to plot; every figure says in its title how many cells were not ok, so failures stay visible (the
 tables list them with their reasons). Every text a figure draws (titles, axis and legend titles, series
 names, notes) goes through its `say` argument, an English text -> the text to draw: English by default,
-the page's language in the app (webui/i18n_sentences.py), so a template such as "{n} threads" is said
+the page's language in the app (webui/i18n.py), so a template such as "{n} threads" is said
 first and filled in after.
 """
 
@@ -187,7 +187,7 @@ REPORT_FIGURES = (latency_vs_batch, rtf_by_precision, throughput_vs_latency, pea
 
 
 # ------------------------------------------------------------------------------------------------
-# The serving benchmark: one row per load level (chattts_lab.serving.summaries.serving_frame)
+# The serving benchmark: one row per load level (bench.serving.summaries.serving_frame)
 
 SERVING_LABELS = {"users": "concurrent users", "latency_p90_s": "latency p90 (s, queue included)",
                   "audio_s_per_s": "audio seconds per wall second (all users)", "value": "seconds",
