@@ -205,6 +205,9 @@ ZH.update({
     "Service level: p99 first audio at most (s)": "服务水平：p99 首段音频时间上限（秒）",
     "…and streams with no stall over 100 ms at least (%)": "……且无超过 100 ms 卡顿的流至少占（%）",
     "Most users tried": "最多尝试的用户数",
+    "Streams measured per level, at least": "每个等级至少测量的流数",
+    "Confirm: seconds of Poisson arrivals near the capacity found (0: none)":
+        "确认：在找到的容量附近以泊松到达运行的秒数（0：不确认）",
     # the quality panel
     "### Quality beside speed (sweeps run with `--quality` or the form's quality box)":
         "### 速度旁的音质（使用 `--quality` 或表单中的音质选项运行的扫描）",
