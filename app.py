@@ -24,7 +24,7 @@ from chattts_lab.serving.batcher import BatchPolicy  # noqa: E402
 from chattts_lab.serving.scheduler import SchedulerPolicy  # noqa: E402
 from chattts_lab.devices import DeviceUnavailable, parse_device  # noqa: E402
 from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
-from chattts_lab.engines import unsupported_reason  # noqa: E402
+from chattts_lab.engines import continuous_batching_engines, unsupported_reason  # noqa: E402
 from webui import mcp_tools, openai_api, present, security, speech, zerogpu  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
 from webui.context import AppContext, bind  # noqa: E402
@@ -81,9 +81,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-wait-ms", type=float, default=BatchPolicy.max_wait_ms, metavar="MS",
                    help=f"how long a lone request waits for others to share its batch (default {BatchPolicy.max_wait_ms:g})")
     p.add_argument("--batching", choices=("continuous", "request"), default="continuous",
-                   help="continuous: on the lab engine each request joins the running generation at the next step "
-                        "and leaves when done; request: requests that arrive together run as one batch from start "
-                        "to end (always so on stock and onnx)")
+                   help=f"continuous: each request joins the running generation at the next step and leaves when "
+                        f"done (on the {' and '.join(continuous_batching_engines())} engines); request: requests that "
+                        f"arrive together run as one batch from start to end (always so on the others)")
     p.add_argument("--max-rows", type=int, default=SchedulerPolicy.max_rows, metavar="N",
                    help=f"continuous batching: texts generated at once (default {SchedulerPolicy.max_rows})")
     p.add_argument("--max-queue", type=int, default=SchedulerPolicy.max_queue, metavar="N",

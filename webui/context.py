@@ -28,7 +28,7 @@ class AppContext:
     history_db: Path = DEFAULT_DB  # the same SQLite history `python -m bench` writes
     api_key: str | None = None  # "user:pass" when the app runs with --auth
     batching: BatchPolicy = BatchPolicy()  # how concurrent requests share batched generations (request-level)
-    scheduling: str = "continuous"  # lab engine: rows join and leave per GPT step; "request": the batcher above
+    scheduling: str = "continuous"  # lab and onnx: rows join and leave per GPT step; "request": the batcher above
     rows: SchedulerPolicy = SchedulerPolicy()  # continuous batching's rows, and the queue bound for both
     serving: ServingChoice | None = None  # the configuration requests run on by default (None: stock fp32)
     model_work: threading.Lock = field(default_factory=threading.Lock, compare=False)

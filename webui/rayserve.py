@@ -37,7 +37,7 @@ from chattts_lab.serving.batcher import BatchPolicy
 from chattts_lab.serving.scheduler import ContinuousScheduler, SchedulerPolicy, scheduling_for
 from chattts_lab.sweep.cluster import connect, ray_module
 from chattts_lab.devices import DeviceUnavailable, parse_device
-from chattts_lab.engines import unsupported_reason
+from chattts_lab.engines import continuous_batching_engines, unsupported_reason
 from chattts_lab.sweep.spec import SpecError
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput, warm_up
 from webui import openai_api
@@ -310,8 +310,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-wait-ms", type=float, default=BatchPolicy.max_wait_ms, metavar="MS",
                    help="how long a replica's lone request waits for others to share its batch")
     p.add_argument("--batching", choices=("continuous", "request"), default="continuous",
-                   help="as the app's: continuous on the lab engine (rows join the running generation), request-level "
-                        "batches on stock and onnx")
+                   help=f"as the app's: continuous on the {' and '.join(continuous_batching_engines())} engines (rows "
+                        f"join the running generation), request-level batches on the others")
     p.add_argument("--max-rows", type=int, default=SchedulerPolicy.max_rows, metavar="N",
                    help="continuous batching: texts a replica generates at once")
     p.add_argument("--max-queue", type=int, default=SchedulerPolicy.max_queue, metavar="N",
