@@ -42,6 +42,9 @@ def test_find_capacity_says_how_many_streams_hold_draws_the_search_and_keeps_it(
     assert list(kept["streams"])[-1] == 2 and list(kept["batching"])[-1] == "continuous"
     found = table_rows(page, "sv-capacity-table", at_least=len(kept))  # it may render before its update comes
     assert found[-1]["streams"] == "2" and found[-1]["batching"] == "continuous"
+    floor = list(kept["floor_streams"])[-1]  # beside it, the floor measured in the same run and the share of it
+    assert float(found[-1]["floor_streams"]) == pytest.approx(floor, rel=0.01, abs=0.01)
+    assert float(found[-1]["floor_pct"]) == pytest.approx(100 * 2 / floor, rel=0.01, abs=0.5)
 
 
 def test_capacity_without_streaming_is_refused_in_one_line(page):

@@ -82,6 +82,20 @@ def samples(response: httpx.Response) -> int:
     return len(np.frombuffer(response.content, dtype="<i2"))
 
 
+def hang_up_mid_stream(url: str, cluster, word: str) -> None:
+    """A long streamed request whose listener leaves after the first audio; returns once the replica that ran it
+    has logged that its rows stop (its Serve log line carries the request's id)."""
+    request_id = f"leave-{word}-{uuid.uuid4().hex[:8]}"
+    body = {"model": "tts-1", "input": f"Request {word}.", "voice": "Aria", "stream": True, "response_format": "pcm",
+            "min_new_token": LONG, "max_new_token": LONG}
+    with httpx.stream("POST", url + "v1/audio/speech", json=body, headers={"X-Request-ID": request_id},
+                      timeout=WAIT_S) as r:
+        assert r.status_code == 200
+        assert len(next(r.iter_bytes())) > 0  # audio is flowing; leaving the block hangs up
+    wait_until(lambda: any(request_id in line and "the caller left before its answer" in line
+                           for line in cluster.log_lines(REPLICA_LOG)), f"a replica stopping {request_id}'s rows")
+
+
 def replica_log(cluster, ids: dict[str, str]) -> dict[str, dict]:
     """word -> what the Serve logs say of its request: the replicas' {"waiting": [replica, ...], "started":
     [(replica, n), ...]} and the ingress's "running": [replica, ...], the starts it heard of (a request the ingress
@@ -210,6 +224,18 @@ def test_each_replica_asks_ray_for_its_threads_cpus_or_one_gpu():
         plan_from_args(parse_args(["--engine", "turbo"]))
 
 
+def test_listeners_who_hang_up_stop_their_own_rows_and_later_streams_are_whole(served, ray_cluster):
+    """Request-level batches (stock): each hang-up stops that request's rows in its replica, and no stop state is
+    left for the requests after it (ChatTTS's own interrupt flag once cut every later stream to one chunk)."""
+    for word in WORDS[:3]:
+        hang_up_mid_stream(served, ray_cluster, word)
+    for word in WORDS[3:5]:
+        answer = speak(served, word, stream=True, tokens=LONG)
+        assert answer.status_code == 200
+        expected = samples_of(LONG)  # ChatTTS's stream drops near-silent samples; on noise a handful
+        assert expected - expected // 20 <= samples(answer) <= expected
+
+
 def test_stop_takes_the_application_down(served, ray_cluster):
     """Last in this file: `--stop` (the fixture's teardown runs it when this test did not)."""
     stopped = rayserve(ray_cluster, "--stop")
@@ -219,8 +245,9 @@ def test_stop_takes_the_application_down(served, ray_cluster):
 
 
 def test_a_lab_deployment_runs_the_apps_continuous_loop_in_its_replica(served, ray_cluster, tmp_path):
-    """After --stop: the lab engine's replicas schedule as the app does (--batching continuous, the default), two
-    streamed requests sharing the replica's two rows, each with its whole clip. Same port: Serve's proxy keeps the
+    """After --stop: the lab engine's replicas schedule as the app does (--batching continuous, the default): a
+    listener who hangs up stops their row, then two streamed requests share the replica's two rows, each with its
+    whole clip. Same port: Serve's proxy keeps the
     one it started on."""
     url = served
     deployed = rayserve(ray_cluster, "--replicas", "1", "--model", TINY, "--engine", "lab", "--threads", "1",
@@ -228,6 +255,7 @@ def test_a_lab_deployment_runs_the_apps_continuous_loop_in_its_replica(served, r
                         outputs=tmp_path / "outputs")
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr
     try:
+        hang_up_mid_stream(url, ray_cluster, "india")  # a listener who left frees their row and nobody else's
         with ThreadPoolExecutor(2) as pool:
             answers = list(pool.map(lambda k: speak(url, WORDS[k], stream=True, tokens=LONG), range(2)))
         assert [a.status_code for a in answers] == [200, 200], [a.text[:300] for a in answers]

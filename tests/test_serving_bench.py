@@ -20,6 +20,7 @@ from chattts_lab.sweep.spec import SpecError
 from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle, read_bundle
 from chattts_lab.history.frames import sweeps_frame
 from chattts_lab.history.store import Store
+from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens
 from tests.conftest import ROOT, TINY
 
 
@@ -51,6 +52,9 @@ def test_a_serving_run_is_history_and_travels_in_a_bundle(serving_run, tmp_path)
     with Store(db) as store:
         requests = store.notes(int(runs["id"][0]))["serving"]["requests"]
     assert len(requests) == 8 and all(r["queue_s"] is not None and r["ttfb_s"] is not None for r in requests)
+    # every request as long as --tokens asked (until 2026-12-04 a run that is not --mixed asked for half)
+    asked_s = samples_for_tokens(8) / SAMPLE_RATE
+    assert {r["tokens"] for r in requests} == {8} and all(abs(r["audio_s"] - asked_s) < 0.5 / SAMPLE_RATE for r in requests)
     # every streamed request as a listener heard it (no assertion on speed: a loaded machine may stall)
     assert all(r["stall_worst_s"] >= 0 and r["stall_total_s"] >= r["stall_worst_s"] and isinstance(r["continuous"], bool)
                for r in requests)

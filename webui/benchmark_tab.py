@@ -245,8 +245,10 @@ def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView,
     for control in controls.inputs():
         control.change(bind(estimate_changed, ctx, controls), controls.inputs(), c["estimate"], queue=False,
                        **private)
+    # Unqueued, as the form's own estimate is: from the queue, the form's values taken when a (refused) run ended
+    # could land after the person typed new ones, and show the old values' estimate under the new ones.
     refresh_estimates = dict(fn=bind(estimates_refreshed, ctx, controls, c["quick"], c["estimate"]),
-                             inputs=controls.inputs(), outputs={c["quick"], c["estimate"]}, **private)
+                             inputs=controls.inputs(), outputs={c["quick"], c["estimate"]}, queue=False, **private)
     # The button's figure and the form's come from one reading of the history (sweeps may have ended since the load).
     c["quick"].click(bind(quick_clicked, controls, c["status"]), None, controls.inputs() | {c["status"]}, queue=False,
                      **private).then(**refresh_estimates)

@@ -110,6 +110,7 @@ class Synthesizer:
         done = asyncio.ensure_future(self._continuous(job, loop) if self.scheduler else self.generate(job))
         # The batch's thread schedules its chunks before its result, so this end mark comes after the last chunk.
         done.add_done_callback(lambda _: job.items.put_nowait(None))
+        answered = False
         try:
             while (item := await job.items.get()) is not None:
                 if isinstance(item, BatchStarted):
@@ -119,9 +120,12 @@ class Synthesizer:
             result = done.result()
             if isinstance(result, Exception):
                 raise result
+            answered = True
             yield result
         finally:
             job.part.stop.set()  # a caller that went away (cancelled): its rows stop, the batch carries on
+            if not answered and not done.done():
+                log.info("the caller left before its answer on %s: its rows stop, the batch carries on", self.name)
 
     async def _continuous(self, job: _Job, loop) -> SynthesisOutput | Exception:
         """The request's rows join this replica's running generation (Overloaded when its rows and queue are full)."""

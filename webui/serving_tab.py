@@ -40,7 +40,9 @@ INTRO = ("Many users at once against this app's `/v1/audio/speech`: continuous b
          "holds under a service level.")
 
 
-CAPACITY_TABLE = ["sweep_id", "machine", "batching", "max_batch", "streams", "usd_per_audio_hour", "broke_at",
+# streams held beside the floor (the streams this machine makes with every row started together) and their ratio
+CAPACITY_TABLE = ["sweep_id", "machine", "batching", "max_batch", "streams", "floor_streams", "floor_pct",
+                  "usd_per_audio_hour", "broke_at",
                   "broken_because", "tokens", "slo_ttfa_p99_s", "slo_continuity_pct", "config", "usd_per_hour",
                   "price_source"]
 

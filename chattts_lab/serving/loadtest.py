@@ -287,11 +287,12 @@ MIXED_VOICES = ("Aria", "Bo", "Cleo", "seed:7")
 
 async def _request(url: str, spec: ServeSpec, text: str, user: int, t0: float, variant: int = 0) -> dict:
     """One request as the client sees it; failures are records too (status error or lost). A nonzero `variant`
-    (mixed runs) picks another voice, every other request streamed the other way, every third one half as long."""
+    (mixed runs) picks another voice, every other request streamed the other way, every third one half as long;
+    variant 0 (every request of a run that is not mixed) is the spec's request exactly."""
     import httpx
 
     stream = spec.stream if variant % 2 == 0 else not spec.stream
-    tokens = spec.tokens if variant % 3 else max(1, spec.tokens // 2)
+    tokens = max(1, spec.tokens // 2) if variant and variant % 3 == 0 else spec.tokens  # variant 0: as asked
     body = {"model": "tts-1", "input": text, "voice": MIXED_VOICES[variant % len(MIXED_VOICES)],
             "response_format": "pcm", "stream": stream, "min_new_token": tokens, "max_new_token": tokens}
     start = time.perf_counter()
