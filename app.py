@@ -12,7 +12,7 @@ from dataclasses import replace
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-try:  # ZeroGPU patches torch, so it comes first; a no-op off ZeroGPU, and optional (webui/zerogpu.py)
+try:  # ZeroGPU patches torch, so it comes first; a no-op off ZeroGPU, and optional (chattts_lab/serve/zerogpu.py)
     import spaces  # noqa: F401
 except ImportError:
     pass
@@ -20,16 +20,20 @@ except ImportError:
 import gradio as gr  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 
-from chattts_lab.serving.batcher import BatchPolicy  # noqa: E402
-from chattts_lab.serving.scheduler import SchedulerPolicy  # noqa: E402
+from chattts_lab.checks import SpecError  # noqa: E402
+from chattts_lab.options import add_spec_options  # noqa: E402
+from chattts_lab.serve.policy import GROUP, ServingPolicy  # noqa: E402
 from chattts_lab.devices import DeviceUnavailable, parse_device  # noqa: E402
 from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
-from chattts_lab.engines import continuous_batching_engines, unsupported_reason  # noqa: E402
-from webui import mcp_tools, openai_api, present, security, speech, zerogpu  # noqa: E402
+from chattts_lab.engines import unsupported_reason  # noqa: E402
+from chattts_lab.serve import openai_api, uploads, speech  # noqa: E402
+from chattts_lab.serve import zerogpu  # noqa: E402
+from webui import mcp_tools, present  # noqa: E402
 from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
-from webui.context import AppContext, bind  # noqa: E402
+from chattts_lab.serve.context import AppContext  # noqa: E402
+from webui.events import bind  # noqa: E402
 from webui.i18n import I18N, t  # noqa: E402
-from webui.runtime import CHOSEN, RuntimeSettings, ServingChoice, describe  # noqa: E402
+from chattts_lab.serve.runtime import CHOSEN, RuntimeSettings, ServingChoice, describe  # noqa: E402
 from webui.synthesis_handlers import apply_settings, refresh_serving  # noqa: E402
 from webui.synthesis_tab import build_synthesis_tab  # noqa: E402
 from webui.voice_handlers import saved_voices  # noqa: E402
@@ -51,7 +55,7 @@ def build_app(ctx: AppContext, mcp: bool = False) -> gr.Blocks:
                 bench = build_benchmark_tab(ctx)
         # The benchmark's recommendation (for the sweep on the page, under its memory budget) flows into the
         # synthesis tab's runtime controls; after a sweep, and when a page opens, the synthesis tab shows what
-        # the history now says (webui.runtime.serving_choice).
+        # the history now says (chattts_lab.serve.runtime.serving_choice).
         for button in (synth.apply_best, bench.apply_best):
             button.click(bind(recommended_or_latest, ctx), [bench.results, bench.budget], bench.recommended,
                          api_visibility="private").success(bind(apply_settings, synth), bench.recommended,
@@ -70,41 +74,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1, or $GRADIO_SERVER_NAME); 0.0.0.0 for a LAN")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
-    p.add_argument("--auth", default=os.environ.get("CHATTTS_LAB_AUTH"), metavar="USER:PASS",  # the env keeps it out of `ps`
-                   help="require a login (and this Bearer key on /v1); or set $CHATTTS_LAB_AUTH")
     p.add_argument("--share", action="store_true", help="also open a temporary public gradio.live link")
-    p.add_argument("--model", default=os.environ.get("CHATTTS_LAB_MODEL", "auto"),
-                   help="auto (default), hf, synthetic, synthetic-tiny or a local folder")
-    p.add_argument("--max-batch", type=int, default=BatchPolicy.max_batch, metavar="N",
-                   help=f"serve requests that arrive together in batches of up to N texts (default "
-                        f"{BatchPolicy.max_batch}; 1 serves one at a time)")
-    p.add_argument("--max-wait-ms", type=float, default=BatchPolicy.max_wait_ms, metavar="MS",
-                   help=f"how long a lone request waits for others to share its batch (default {BatchPolicy.max_wait_ms:g})")
-    p.add_argument("--batching", choices=("continuous", "request"), default="continuous",
-                   help=f"continuous: each request joins the running generation at the next step and leaves when "
-                        f"done (on the {' and '.join(continuous_batching_engines())} engines); request: requests that "
-                        f"arrive together run as one batch from start to end (always so on the others)")
-    p.add_argument("--max-rows", type=int, default=SchedulerPolicy.max_rows, metavar="N",
-                   help=f"continuous batching: texts generated at once (default {SchedulerPolicy.max_rows})")
-    p.add_argument("--max-queue", type=int, default=SchedulerPolicy.max_queue, metavar="N",
-                   help=f"requests waiting beyond those; more get HTTP 503 with Retry-After (default "
-                        f"{SchedulerPolicy.max_queue})")
-    p.add_argument("--engine", help="serve on this engine (default: this machine's benchmark recommendation, else lab)")
-    p.add_argument("--precision", help="serve in this precision (default: as --engine's note says)")
-    p.add_argument("--device", help="serve on this device (default: the recommendation's, else cpu)")
-    p.add_argument("--threads", type=int, help="torch threads per request (default: the usable cores)")
     p.add_argument("--mcp", action="store_true", default=os.environ.get("CHATTTS_LAB_MCP") == "1",
                    help="also serve MCP tools for agents (speak, list_voices, quick_benchmark, recommend_configuration) "
                         "at /gradio_api/mcp/; with --auth they need the same Bearer key as /v1; or set $CHATTTS_LAB_MCP=1")
     p.add_argument("--enable-monitoring", action="store_true", help="serve Gradio's /monitoring dashboard (off by default)")
+    add_spec_options(p.add_argument_group(GROUP), ServingPolicy, GROUP)  # shared with Ray Serve's command line
     return p.parse_args(argv)
 
 
-def chosen_on_command_line(serving: ServingChoice, args: argparse.Namespace) -> ServingChoice:
+def chosen_on_command_line(serving: ServingChoice, policy: ServingPolicy) -> ServingChoice:
     """The serving configuration with what the command line named; what cannot run here is an error."""
     start = serving.settings
-    wanted = RuntimeSettings(args.device or start.device, args.precision or start.precision,
-                             args.threads or start.threads, args.engine or start.engine)
+    wanted = RuntimeSettings(policy.device or start.device, policy.precision or start.precision,
+                             policy.threads or start.threads, policy.engine or start.engine)
     try:
         reason = unsupported_reason(wanted.engine, parse_device(wanted.device), wanted.precision)
     except DeviceUnavailable as exc:
@@ -126,28 +109,26 @@ def check_model_folder(model: str) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    check_model_folder(args.model)
-    auth = tuple(args.auth.split(":", 1)) if args.auth else None
-    if args.auth and ":" not in args.auth:
-        raise SystemExit("--auth takes user:pass")
     try:
-        batching = BatchPolicy(args.max_batch, args.max_wait_ms)
-        rows = SchedulerPolicy(args.max_rows, args.max_queue)
-    except ValueError as exc:
+        policy = ServingPolicy.from_args(args)
+    except SpecError as exc:
         raise SystemExit(str(exc)) from None
-    ctx = AppContext.from_env(args.model, api_key=args.auth, batching=batching, scheduling=args.batching, rows=rows)
-    if any(v is not None for v in (args.engine, args.precision, args.device, args.threads)):
-        ctx = replace(ctx, serving=chosen_on_command_line(ctx.serving, args))
+    check_model_folder(policy.model)
+    auth = tuple(policy.auth.split(":", 1)) if policy.auth else None
+    ctx = AppContext.from_env(policy.model, api_key=policy.auth, batching=policy.request_level(),
+                              scheduling=policy.batching, rows=policy.rows())
+    if policy.chooses_configuration():
+        ctx = replace(ctx, serving=chosen_on_command_line(ctx.serving, policy))
     speech.preload(ctx, speech.serving_settings(ctx))  # on the CPU, ZeroGPU too (its GPU calls load their own copy)
     demo = build_app(ctx, mcp=args.mcp)
     demo.queue(default_concurrency_limit=4)
-    guard = [Middleware(mcp_tools.BearerGuard, api_key=args.auth)] if args.mcp and args.auth else []
+    guard = [Middleware(mcp_tools.BearerGuard, api_key=policy.auth)] if args.mcp and policy.auth else []
     app, _, _ = demo.launch(
         server_name=args.host, server_port=args.port, auth=auth, share=args.share,
         enable_monitoring=args.enable_monitoring, prevent_thread_lock=True,
         allowed_paths=[str(ctx.outputs_dir)], css=present.CSS, footer_links=["api", "settings"],  # Settings: language
         i18n=I18N,
-        max_file_size=security.MAX_UPLOAD,  # larger uploads get HTTP 413 before any handler reads them
+        max_file_size=uploads.MAX_UPLOAD,  # larger uploads get HTTP 413 before any handler reads them
         mcp_server=args.mcp, app_kwargs={"middleware": guard},
     )
     if args.mcp:

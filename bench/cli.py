@@ -2,34 +2,26 @@
 
     python -m bench --model synthetic --precision fp32,bf16,int8 --batch 1,4,8 --threads 1,2 --tokens 128 --repeats 3
     python -m bench --resume                 # finish the latest interrupted sweep
-    python -m bench --list                   # history
-    python -m bench --export bundle.json --sweeps 3,4   /   --import other-machine.json
-    python -m bench --compare 3,5            # the same configurations on two sweeps side by side
+    python -m bench list                     # history (bench/history_cli.py: report, export, import, compare)
+    python -m bench serve --capacity         # the serving benchmark (bench/serving/cli.py)
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import signal
 import sys
-from dataclasses import fields
 from pathlib import Path
 
-import pandas as pd
-
+from bench import history_cli
+from bench.options import add_price_options, price_from_args
+from bench.serving import cli as serve_cli
 from chattts_lab.sweep import grid
-from chattts_lab.history.compare import compare_sweeps, comparison_record
 from chattts_lab.trackers.env import load_average, usable_cores
-from chattts_lab.history.price import MachinePrice, price_from_notes, with_cost
-from chattts_lab.history.report import (FIDELITY_COLUMNS, FORMATS, bandwidth_lines, comparison_lines, markdown_table,
-                                        price_lines, results_frame, write_reports)
-from chattts_lab.sweep.options import as_text, defaults
-from chattts_lab.history.recommend import MOS_DROP, WER_RISE_PTS, precision_by_length
+from chattts_lab.history.report import FORMATS, bandwidth_lines
+from chattts_lab.options import add_spec_options, argparse_type, as_text
 from chattts_lab.sweep.spec import SpecError, SweepSpec, cell_rule
-from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle
-from chattts_lab.history.frames import compare_frame, sweeps_frame
 from chattts_lab.history.store import DEFAULT_DB, Store, save_price
 from chattts_lab.sweep.runner import (
     CallTimed,
@@ -51,19 +43,7 @@ from chattts_lab.sweep.runner import (
 log = logging.getLogger("bench")
 
 
-def _argument(parse):
-    """A library list parser as an argparse type: its SpecError becomes argparse's own usage error."""
-    @functools.wraps(parse)
-    def typed(text: str):
-        try:
-            return parse(text)
-        except SpecError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return typed
-
-
-int_list, str_list, bool_list = _argument(grid.int_list), _argument(grid.str_list), _argument(grid.bool_list)
+int_list, str_list, bool_list = argparse_type(grid.int_list), argparse_type(grid.str_list), argparse_type(grid.bool_list)
 
 
 class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
@@ -100,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_price_options(o)
     o.add_argument("--yes", action="store_true", help="run a grid larger than the safety limits")
     o.add_argument("--dry-run", action="store_true", help="print the grid and estimate, run nothing")
-    h = p.add_argument_group("history")
+    h = p.add_argument_group("history (the same as the subcommands list, report, export, import and compare)")
     h.add_argument("--list", action="store_true", help="list the sweeps in --db")
     h.add_argument("--report", type=int, metavar="SWEEP_ID", help="write the reports of a stored sweep")
     h.add_argument("--export", metavar="PATH", help="write a portable JSON bundle")
@@ -109,45 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--compare", type=int_list, metavar="IDS",
                    help="sweeps side by side (p50 latency), and each against the first with a 95%% interval")
     p.add_argument("-v", "--verbose", action="store_true")
-    from bench import serve_cli  # it reuses this module's helpers
-
-    serve_cli.add_parser(p.add_subparsers(dest="command", title="commands", metavar="serve"))
+    commands = p.add_subparsers(dest="command", title="commands", metavar="{serve,list,report,export,import,compare}")
+    serve_cli.add_parser(commands)
+    history_cli.add_parsers(commands)
     return p
-
-
-def add_spec_options(group, spec_cls, name: str) -> None:
-    """One option per field of `spec_cls` in its group `name`: flag, parser, help and default from the field. An
-    option left out is absent from the namespace, so the spec's own default applies (see build_spec)."""
-    shown = defaults(spec_cls)
-    for f in fields(spec_cls):
-        meta = f.metadata
-        if meta.get("flag") and meta["group"] == name:
-            default = as_text(shown[f.name]) if shown[f.name] not in (None, ()) else "none"
-            said = meta["help"] if "(default" in meta["help"] else f"{meta['help']} (default: {default})"
-            shape = {"metavar": meta["flag"].lstrip("-").upper().replace("-", "_")}
-            if meta["parse"]:
-                shape["type"] = _argument(meta["parse"])
-            if meta["argparse"].get("action"):  # a switch: no value, so neither a metavar nor a type
-                shape = {}
-            group.add_argument(meta["flag"], dest=f.name, default=argparse.SUPPRESS, help=said.replace("%", "%%"),
-                               **{**shape, **meta["argparse"]})
-
-
-def add_price_options(group) -> None:
-    """The machine's price, for $ per audio hour in the tables and reports (kept with the run in the history)."""
-    group.add_argument("--price", type=float, default=None, metavar="USD_PER_HOUR",
-                       help="what this machine costs per hour, in dollars: tables and reports add $ per audio hour "
-                            "(with --report ID: record it for that stored sweep)")
-    group.add_argument("--price-source", default=None, metavar="TEXT",
-                       help="where the price comes from, kept and shown with it (e.g. 'AWS c7a.large on-demand, "
-                            "us-east-1, 2026-12')")
-
-
-def price_from_args(args: argparse.Namespace) -> MachinePrice | None:
-    try:
-        return MachinePrice.given(args.price, args.price_source)
-    except ValueError as exc:
-        raise SpecError(f"--price: {exc}") from None
 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
@@ -170,20 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_with_logging(parser, argv)
     try:
         if args.command == "serve":
-            from bench import serve_cli
-
             return serve_cli.run(args)
-        if args.list:
-            return _list(args.db)
-        if args.import_:
-            return _import(args.db, args.import_)
-        if args.export:
-            return _export(args.db, args.export, args.sweeps)
-        if args.compare:
-            return _compare(args.db, list(args.compare))
-        if args.report is not None:
-            return _write(args.db, args.report, args.out, args.format, price=price_from_args(args))
-        return _sweep(parser, args)
+        done = history_cli.run(args)  # list, report, export, import, compare (as subcommands or the older flags)
+        return _sweep(parser, args) if done is None else done
     except SpecError as exc:
         parser.error(str(exc))
     except KeyboardInterrupt:
@@ -250,7 +184,7 @@ def _run(spec: SweepSpec, args: argparse.Namespace, resume_id: int | None) -> in
             progress.show(event)
     progress.close()
     out = args.out or str(Path(args.db).parent / f"sweep-{final.sweep_id}")
-    _write(args.db, final.sweep_id, out, args.format, print_table=True)
+    history_cli.write_reports_of(args.db, final.sweep_id, out, args.format, print_table=True)
     print(f"sweep {final.sweep_id} {final.status}", file=sys.stderr)
     if any(r.status == "lost" for r in final.results):
         print("cells lost with their node are kept as `lost` rows; bring the node back and run --resume",
@@ -314,88 +248,3 @@ class _Progress:
             self.bar.close()
 
 
-def _write(db: str, sweep_id: int, out: str | None, formats, print_table: bool = True,
-           price: MachinePrice | None = None) -> int:
-    """A stored sweep's reports (and its table on stdout); a price given is recorded for the sweep first."""
-    with Store(db) as store:
-        sweep = store.sweep(sweep_id)
-        if sweep is None:
-            print(f"no sweep {sweep_id} in {db}", file=sys.stderr)
-            return 1
-    save_price(db, sweep_id, price)
-    with Store(db) as store:
-        results = store.results(sweep_id)
-        fidelity = store.fidelity(sweep_id)
-        notes = store.notes(sweep_id)
-    df = with_cost(results_frame(results), price_from_notes(notes))
-    comparisons = comparison_record(results, notes, sweep["spec"].get("drift_threshold_pct", SweepSpec.drift_threshold_pct))
-    meta = {k: sweep[k] for k in ("id", "uuid", "created_at", "status", "spec")}
-    paths = write_reports(df, sweep["environment"], fidelity, out or str(Path(db).parent / f"sweep-{sweep_id}"),
-                          formats, meta, comparisons)
-    if print_table:
-        print(markdown_table(df))
-        print("\n" + "\n".join(f"- {line}" for line in price_lines(df) + comparison_lines(comparisons)))
-        if fidelity:
-            print("\nFidelity (drift from fp32 stock):\n" + markdown_table(pd.DataFrame(fidelity), FIDELITY_COLUMNS))
-        for line in by_length_lines(df, (notes.get("quality") or {}).get("by_length") or []):
-            print(line)
-    for fmt, path in paths.items():
-        print(f"wrote {path}", file=sys.stderr)
-    return 0
-
-
-def by_length_lines(df: pd.DataFrame, by_length: list[dict]) -> list[str]:
-    """The measured precision-by-length policy, one line per text length (nothing without real quality rows)."""
-    policy = precision_by_length(df, by_length)
-    if not policy:
-        return []
-    lines = [f"\nPrecision by text length (fastest within {MOS_DROP:g} MOS and {WER_RISE_PTS:g} WER points of stock "
-             "fp32 on that length's clips):"]
-    for p in policy:
-        lines.append(f"- {p['length']}: " + (f"{p['config'].replace('|', ' ')} (RTF {p['rtf']:.2f}, MOS "
-                                           f"{p['quality_mos_delta']:+.2f}, WER {p['quality_wer_delta_pts']:+.1f} points)"
-                                           if p["config"] else "none within the floor"))
-    return lines
-
-
-def _list(db: str) -> int:
-    df = sweeps_frame(db)
-    df["noisy"] = df["noisy"].map({True: "NOISY", False: "no"})  # blank: drift not checked (fewer than 2 passes)
-    print(markdown_table(df, ("id", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok",
-                              "drift_pct", "noisy", "usd_per_hour")))
-    return 0
-
-
-def _export(db: str, path: str, sweeps) -> int:
-    try:
-        out = export_bundle(db, path, list(sweeps) if sweeps else None)
-    except BundleError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"wrote {out}", file=sys.stderr)
-    return 0
-
-
-def _import(db: str, path: str) -> int:
-    try:
-        new, skipped = import_bundle(db, path)
-    except BundleError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"imported sweeps {new or 'none'}; already present: {len(skipped)}", file=sys.stderr)
-    return 0
-
-
-def _compare(db: str, ids: list[int]) -> int:
-    with Store(db) as store:
-        missing = [i for i in ids if store.sweep(i) is None]
-    if missing:
-        print(f"error: no sweep {', '.join(map(str, missing))} in {db} (python -m bench --list shows them)",
-              file=sys.stderr)
-        return 1
-    df = compare_frame(db, ids)
-    print(markdown_table(df, list(df.columns)))
-    ratios = compare_sweeps(db, ids)
-    if not ratios.empty:
-        print("\n" + "\n".join(f"- {phrase}" for phrase in ratios["phrase"]))
-    return 0

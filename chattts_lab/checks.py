@@ -18,6 +18,11 @@ from typing import Any, Mapping
 
 from pydantic import TypeAdapter, ValidationError
 
+
+class SpecError(ValueError):
+    """A specification (a sweep, a serving policy, a cluster to reach) that cannot be run; the message says what to
+    change."""
+
 # pydantic's error types that a field's rule describes (its bounds, its pattern, its length)
 _RULED = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_pattern_mismatch",
           "string_too_short", "string_too_long", "finite_number", "literal_error"}

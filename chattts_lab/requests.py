@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 MAX_TEXT_CHARS = 5_000  # per request: keeps one request from holding the queue for many minutes
 MAX_BATCH = 64
 MAX_NEW_TOKEN = 2048
+# How a server schedules requests (a served result's Measurements.scheduling, a server's --batching): continuous (rows
+# join and leave the running generation per GPT step) or request-level (batches run from start to end).
+SCHEDULINGS = CONTINUOUS, REQUEST_LEVEL = ("continuous", "request")
 CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # A text must hold at least one letter or digit in some script to be spoken at all.
 SPEAKABLE = re.compile(r"[^\W_]", re.UNICODE)

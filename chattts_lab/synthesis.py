@@ -21,7 +21,7 @@ from chattts_lab import metrics
 from chattts_lab.limits import out_of_memory_boundary
 from chattts_lab.trackers.measure import PeakMemory, Stopwatch
 from chattts_lab.models import LoadedModel, set_threads
-from chattts_lab.requests import InvalidRequest, SynthesisRequest, decode_speaker, validate_request
+from chattts_lab.requests import REQUEST_LEVEL, InvalidRequest, SynthesisRequest, decode_speaker, validate_request
 from chattts_lab.torch_thread import on_torch_thread, relay
 from chattts_lab.trackers.stages import StageRecorder, StageTimes
 
@@ -45,7 +45,7 @@ class Measurements:
     interrupted_reason: str | None = None  # who asked (interrupted results only)
     queue_wait_s: float = 0.0  # waiting for the model before this call began (served requests)
     batch_requests: int = 1  # requests served together in this one batched generation
-    scheduling: str = "request"  # served requests: "continuous" (rows join and leave per step) or "request"
+    scheduling: str = REQUEST_LEVEL  # served requests: one of requests.SCHEDULINGS
 
     @property
     def rtf(self) -> float | None:
@@ -96,7 +96,7 @@ class StreamChunk:
     synthetic: bool = False  # made by random weights: the timing is real, the audio is noise
     queue_wait_s: float = 0.0  # served requests: waiting for the model before this batch began
     batch_requests: int = 1  # served requests: requests sharing this batched generation
-    scheduling: str = "request"  # served requests: "continuous" or "request" (see Measurements)
+    scheduling: str = REQUEST_LEVEL  # served requests: one of requests.SCHEDULINGS (see Measurements)
 
 
 STOPPED_BY_CALLER = "its caller asked it to stop"  # a stop event: Interrupt, or a listener who hung up

@@ -111,7 +111,7 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, ready=(200,)) ->
 
 def start_app(tmp: Path, *extra: str, model: str = TINY, env: dict | None = None) -> tuple[str, subprocess.Popen]:
     """`python app.py --model MODEL --port N *extra`, its outputs and history under `tmp`; `env` adds variables."""
-    from chattts_lab.serving.loadtest import free_port  # the library's; imported here, like the fixtures' own imports
+    from bench.serving.loadtest import free_port  # the library's; imported here, like the fixtures' own imports
 
     port = free_port()
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
@@ -208,7 +208,7 @@ def ray_cluster():
     cluster = CliCluster()
     _RAY.update(cluster=cluster, env={name: os.environ.get(name) for name in ("RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")})
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(cluster.token_file)
-    os.environ.pop("RAY_AUTH_MODE", None)  # chattts_lab.sweep.cluster.connect sets it in this process: undone at the stop
+    os.environ.pop("RAY_AUTH_MODE", None)  # chattts_lab.ray_connect.connect sets it in this process: undone at the stop
     try:
         cluster.start("node_a")
         cluster.add_node("node_b")

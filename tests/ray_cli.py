@@ -26,7 +26,7 @@ from pathlib import Path
 
 import psutil
 
-from chattts_lab.serving.loadtest import free_port
+from bench.serving.loadtest import free_port
 
 RAY = str(Path(sys.executable).parent / "ray")
 WAIT_S = 300  # an upper bound for a slow shared machine, never a synchronisation: each wait ends on its condition

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from chattts_lab import InvalidRequest, Sampling, SynthesisRequest
-from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
-from chattts_lab.serving.batcher import Batcher, BatchPolicy
+from chattts_lab.serve.batch import Part, shared_settings, synthesize_parts
+from chattts_lab.serve.batcher import Batcher
+from chattts_lab.serve.policy import BatchPolicy
 from chattts_lab.metrics import samples_for_tokens
 from tests.event_loop import run_in_fresh_loop
 
@@ -108,9 +109,9 @@ def test_batch_policy_refuses_impossible_settings():
 
 
 def test_a_bad_request_is_refused_before_it_joins_a_batch():
-    from webui.speech import serve
-    from webui.context import AppContext
-    from webui.runtime import RuntimeSettings
+    from chattts_lab.serve.speech import serve
+    from chattts_lab.serve.context import AppContext
+    from chattts_lab.serve.runtime import RuntimeSettings
 
     with pytest.raises(InvalidRequest, match="empty"):
         run_in_fresh_loop(serve(AppContext(model="synthetic-tiny"), RuntimeSettings(), SynthesisRequest.of("   ")))
@@ -134,7 +135,7 @@ def test_requests_with_different_voices_share_a_batch_and_each_row_speaks_in_its
 
 
 def test_interrupt_stops_every_synthesis_of_its_session_and_none_of_another():
-    from webui.speech import Running
+    from chattts_lab.serve.speech import Running
 
     running = Running()
     with running.mark("a") as first, running.mark("a") as second, running.mark("b") as other:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from chattts_lab.serving.capacity import capacity_frame
-from chattts_lab.serving.spec import SchedulerPolicy
+from bench.serving.capacity import capacity_frame
+from chattts_lab.serve.policy import SchedulerPolicy
 from tests.test_browser_benchmark import table_rows
 from tests.ui import LONG, open_tab, set_number, set_text
 
@@ -26,14 +26,18 @@ def test_find_capacity_says_how_many_streams_hold_draws_the_search_and_keeps_it(
     set_number(page, "sv-slo-ttfa", 600)
     set_number(page, "sv-slo-continuity", 0)
     set_number(page, "sv-max-users", 2)
+    set_number(page, "sv-min-streams", 1)  # the spec's 20 streams a level and a minute's confirmation: test_capacity.py
+    set_number(page, "sv-confirm", 0)
     page.click("#sv-run")
 
     status = page.locator("#sv-status")
     expect(status).to_contain_text("finished", timeout=LONG * 2)
     expect(status).to_contain_text("This machine holds 2 real-time stream(s) of this configuration")
     expect(status).to_contain_text(f"continuous batching, {SchedulerPolicy.max_rows} rows")  # the app's own default
-    levels = table_rows(page, "sv-table", at_least=3)
-    assert [r["users"] for r in levels] == [str(SchedulerPolicy.max_rows), "1", "2"]  # the floor (every row), the search
+    expect(status).to_contain_text("Measured twice at 2: p99 first audio")
+    levels = table_rows(page, "sv-table", at_least=4)
+    # the floor (every row), the search, the deciding level again
+    assert [r["users"] for r in levels] == [str(SchedulerPolicy.max_rows), "1", "2", "2"]
     curve = page.locator("#sv-fig-capacity .js-plotly-plot")
     curve.wait_for(timeout=LONG)
     users = curve.evaluate("el => el._fullData.flatMap(t => Array.from(t.x))")

@@ -221,9 +221,9 @@ def test_bad_input_gets_a_clear_message_then_the_next_request_works(page, tmp_pa
 
 
 def test_the_page_says_which_configuration_serves_and_why_and_the_fastest_is_one_click_away(page, app_dir):
-    """What the page says is what webui.runtime.serving_choice decides from this app's history, which other tests
+    """What the page says is what chattts_lab.serve.runtime.serving_choice decides from this app's history, which other tests
     of this session may have filled (an empty one offers lab int4, faster than the default lab int8)."""
-    from webui.runtime import describe, serving_choice
+    from chattts_lab.serve.runtime import describe, serving_choice
 
     choice = serving_choice(app_dir / "history.sqlite", TINY)
     in_use = page.locator("#in-use")

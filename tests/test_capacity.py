@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from chattts_lab.serving.capacity import (broken_because, capacity_frame, capacity_gain, capacity_sentence,
-                                         floor_diagnosis, next_users)
-from chattts_lab.serving.loadtest import ServeSpec
-from chattts_lab.serving.summaries import serving_frame
+from bench.serving.capacity import (broken_because, capacity_frame, capacity_gain, capacity_sentence,
+                                    confirm_rate, confirmation, floor_diagnosis, level_spec, next_users, spread)
+from bench.serving.loadtest import ServeSpec
+from bench.serving.summaries import serving_frame
 from chattts_lab.sweep.spec import SpecError
 from chattts_lab.history.bundle import export_bundle, import_bundle
 from tests.conftest import ROOT, TINY
@@ -57,21 +57,30 @@ def test_impossible_service_levels_are_refused():
 def test_capacity_end_to_end_is_kept_in_the_history_and_travels_in_a_bundle(tmp_path):
     db = tmp_path / "history.sqlite"
     cmd = [sys.executable, "-m", "bench", "serve", "--model", TINY, "--capacity", "--batching", "continuous",
-           "--max-rows", "2", "--max-users", "2", "--requests", "1", "--tokens", "12",
-           "--slo-ttfa-p99", "600", "--slo-continuity", "0", "--db", str(db)]
+           "--max-rows", "2", "--max-users", "2", "--requests", "1", "--tokens", "12", "--min-streams", "3",
+           "--confirm", "2", "--slo-ttfa-p99", "600", "--slo-continuity", "0", "--db", str(db)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "this machine holds 2 real-time stream(s) of this configuration" in done.stdout
     assert "this machine makes with 2 started together" in done.stdout and "Diagnosis: " in done.stdout
     levels = serving_frame(db)
-    # the floor first (both rows started together), then the search
-    assert list(levels["users"]) == [2, 1, 2] and list(levels["scheduling"]) == ["continuous"] * 3
-    assert list(levels["floor"].fillna(False)) == [True, False, False] and levels["audio_s_per_s"][0] > 0
+    # the floor first (both rows started together), the search (3 streams at least a level), the deciding level
+    # again, then Poisson arrivals at 80 % of the 2 streams found
+    assert list(levels["users"].fillna(0)) == [2, 1, 2, 2, 0] and list(levels["scheduling"]) == ["continuous"] * 5
+    assert list(levels["requests"])[:4] == [2, 3, 4, 4] and levels["audio_s_per_s"][0] > 0
+    assert list(levels["floor"].fillna(False)) == [True, False, False, False, False]
+    assert list(levels["repeat"].fillna(False)) == [False, False, False, True, False]
+    assert levels["confirm"].fillna(False).tolist()[-1] and levels["rate"].iloc[-1] == confirm_rate(
+        ServeSpec(tokens=12), 2)
+    assert "Measured twice at 2: p99 first audio " in done.stdout
+    assert "Poisson arrivals at 80 % of it for 2 s (" in done.stdout  # confirmed or not: that depends on the machine
     found = capacity_frame(db)
     assert list(found["streams"]) == [2] and list(found["batching"]) == ["continuous"]
     assert list(found["floor_rows"]) == [2] and list(found["floor_streams"]) == [levels["audio_s_per_s"][0]]
     assert found["floor_pct"][0] == pytest.approx(100 * 2 / found["floor_streams"][0])
     assert found["diagnosis"][0] == floor_diagnosis(found.iloc[0].to_dict())
+    assert found["confirm"][0]["requests"] == levels["requests"].iloc[-1] and found["confirm"][0]["held"] in (True, False)
+    assert found["repeat_held"][0]  # a service level every level meets
     other = tmp_path / "other.sqlite"
     import_bundle(other, export_bundle(db, tmp_path / "bundle.json"))
     assert list(capacity_frame(other)["streams"]) == [2]
@@ -92,3 +101,29 @@ def test_capacity_is_a_share_of_the_floor_measured_with_it_and_the_diagnosis_say
         in sentence and "Diagnosis: the capacity is at the machine's floor" in sentence
     assert floor_diagnosis(base | {"streams": 3}) is None  # a result from before floors were measured
     assert "this machine makes" not in capacity_sentence(base | {"streams": 3})
+
+
+def test_each_level_measures_at_least_min_streams_and_the_deciding_one_is_measured_twice():
+    spec = ServeSpec(requests_per_user=2, min_streams=20)
+    assert [level_spec(spec, users).requests_per_user for users in (1, 2, 3, 8, 16)] == [20, 10, 7, 3, 2]
+    result = {"streams": 4, "curve": [{"users": 4, "ttfa_p99_s": 0.9, "continuity_pct": 100.0}]}
+    again = spread(result, {"ttfa_p99_s": 0.6, "continuity_pct": 95.0, "slo_broken": "continuity 95.00 % < 99 %"})
+    assert again == {"repeat_held": False, "repeat_broken_because": "continuity 95.00 % < 99 %",
+                     "ttfa_p99_spread_s": [0.6, 0.9], "continuity_spread_pct": [95.0, 100.0]}
+    sentence = capacity_sentence({"batching": "continuous", "max_batch": 8, "config": "lab int8", "tokens": 256,
+                                  "slo_ttfa_p99_s": 1.0, "slo_continuity_pct": 99.0, "broke_at": 5,
+                                  "broken_because": "x", **result, **again})
+    assert "Measured twice at 4: p99 first audio 0.60-0.90 s, continuity 95.00-100.00 %; the second run broke" in sentence
+
+
+def test_the_poisson_confirmation_holds_only_with_quick_first_audio_continuous_streams_and_none_lost():
+    spec = ServeSpec(tokens=256, confirm_s=300, confirm_load_pct=80)
+    assert confirm_rate(spec, 8) == pytest.approx(0.8 * 8 / 5.4507, abs=1e-3)  # 8 streams of 5.45 s clips
+    result = {"batching": "continuous", "max_batch": 8, "streams": 8}
+    lone = {"batching": "continuous", "max_batch": 8, "users": 1, "ttfa_p50_s": 0.4}
+    poisson = {"rate": 1.17, "requests": 300, "ok": 300, "ttfa_p90_s": 0.7, "continuity_pct": 97.0}
+    verdict = lambda **changes: confirmation(spec, result, poisson | changes, [lone])["confirm"]
+    assert verdict()["held"] and verdict()["lone_ttfa_p50_s"] == 0.4 and verdict()["duration_s"] == 300
+    assert verdict(ttfa_p90_s=0.9)["broken_because"] == "p90 first audio 0.90 s > 2x a lone listener's 0.40 s"
+    assert verdict(continuity_pct=94.0)["broken_because"] == "continuity 94.00 % < 95 %"
+    assert verdict(ok=299)["broken_because"] == "1 of 300 requests failed or were lost"

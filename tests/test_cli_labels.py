@@ -50,7 +50,7 @@ def test_compare_with_a_sweep_that_is_not_there_exits_non_zero_with_one_line(tmp
     _two_sweeps(db)
     assert main(["--compare", "2,99", "--db", str(db)]) == 1
     captured = capsys.readouterr()
-    assert captured.err.strip() == f"error: no sweep 99 in {db} (python -m bench --list shows them)"
+    assert captured.err.strip() == f"error: no sweep 99 in {db} (python -m bench list shows them)"
     assert captured.out == ""
 
 
@@ -101,7 +101,7 @@ def test_a_back_to_back_cell_reports_one_pass():
 
 
 def test_the_batching_sentence_keeps_latencies_apart_and_counts_one_user():
-    from chattts_lab.serving.summaries import batching_gain
+    from bench.serving.summaries import batching_gain
 
     def level(max_batch, latency):
         return {"users": 1, "max_batch": max_batch, "ok": 4, "audio_s_per_s": 1.0 / latency,

@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-from chattts_lab.serving.batch import Part
+from chattts_lab.serve.batch import Part
 from chattts_lab.engines.lab.continuous import RowDecoder, capture_prompt
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab import engines, models
 from chattts_lab.models import LoadConfig, load_model
 from chattts_lab.requests import Sampling, SynthesisRequest, Voice
-from chattts_lab.serving.scheduler import ContinuousScheduler, Overloaded, SchedulerPolicy, row_decoder_of
+from chattts_lab.serve.policy import SchedulerPolicy
+from chattts_lab.serve.scheduler import ContinuousScheduler, Overloaded, row_decoder_of
 from chattts_lab.synthesis import chattts_params
 
 from tests.conftest import TINY
@@ -253,7 +254,7 @@ def test_a_longer_prompt_joining_never_reads_what_an_unwritten_cache_slot_held(r
 
 def test_a_stream_sends_large_chunks_while_its_listener_is_ahead_and_what_it_has_when_it_runs_low():
     from chattts_lab.engines.lab.stream import HOLD
-    from chattts_lab.serving.scheduler import FIRST_AT, MAX_CHUNK, MIN_CHUNK, chunk_due
+    from chattts_lab.serve.streaming import FIRST_AT, MAX_CHUNK, MIN_CHUNK, chunk_due
 
     low = 0.2
     assert not chunk_due(FIRST_AT - 1, 0, None, low, HOLD) and chunk_due(FIRST_AT, 0, None, low, HOLD)  # the first audio
@@ -268,7 +269,8 @@ def test_a_stream_sends_large_chunks_while_its_listener_is_ahead_and_what_it_has
 
 
 def test_the_low_water_follows_the_loops_slowest_recent_iterations_and_is_gone_when_it_is_slower_than_real_time():
-    from chattts_lab.serving.scheduler import LOW_WATER_LOOPS, LOW_WATER_MIN_S, ContinuousScheduler
+    from chattts_lab.serve.scheduler import ContinuousScheduler
+    from chattts_lab.serve.streaming import LOW_WATER_LOOPS, LOW_WATER_MIN_S
 
     scheduler = ContinuousScheduler(load=lambda: None)  # never started: only its bookkeeping runs
     assert scheduler.low_water_s() == LOW_WATER_MIN_S  # nothing measured yet

@@ -18,7 +18,7 @@ from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle
 from chattts_lab.history.frames import cells_frame
 from chattts_lab.history.price import MachinePrice
 from chattts_lab.history.store import Store, save_price
-from chattts_lab.serving.capacity import capacity_cost, capacity_frame
+from bench.serving.capacity import capacity_cost, capacity_frame
 
 ROOT = Path(__file__).resolve().parent.parent
 STORED = ROOT / "tests" / "data" / "stored-cdbcb55"
@@ -123,7 +123,7 @@ def test_the_apps_run_sweep_table_shows_dollars_per_audio_hour_when_given_a_pric
 
 def test_a_price_kept_in_the_history_can_be_picked_again_and_fills_the_form(tmp_path):
     from webui.benchmark_tab import price_choices, saved_price_picked
-    from webui.context import AppContext
+    from chattts_lab.serve.context import AppContext
     from webui.sweep_form import SweepControls
 
     db = tmp_path / "h.sqlite"

@@ -123,8 +123,9 @@ def test_a_registered_engine_with_a_row_decoder_batches_continuously_with_no_nam
     from chattts_lab import models
     from chattts_lab.engines.lab import LabEngine
     from chattts_lab.requests import SynthesisRequest
-    from chattts_lab.serving.batch import Part
-    from chattts_lab.serving.scheduler import ContinuousScheduler, SchedulerPolicy, scheduling_for
+    from chattts_lab.serve.batch import Part
+    from chattts_lab.serve.policy import SchedulerPolicy, scheduling_for
+    from chattts_lab.serve.scheduler import ContinuousScheduler
     from tests.conftest import TINY
 
     class RowsEngine(LabEngine):

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from chattts_lab import ray_connect
 from chattts_lab.sweep import cluster as lab_cluster
 from chattts_lab.history.report import markdown_table, results_frame
 from chattts_lab.sweep.results import CellResult, RunConfig
@@ -148,7 +149,7 @@ def test_a_label_no_node_carries_is_refused_before_a_sweep_exists(scenario, tmp_
 
 def test_a_task_that_raises_on_its_node_is_an_error_row_with_the_nodes_traceback(scenario):
     _, _, _, address, _ = scenario
-    pool = lab_cluster.TaskPool(lab_cluster.connect(f"ray:{address}"))
+    pool = lab_cluster.TaskPool(ray_connect.connect(f"ray:{address}"))
     cfg = RunConfig(TINY, "cpu", "fp32", 1, 1, 8, node="node_a")
     pool.submit(measure_on_node, {"model": TINY}, (0, cfg), **lab_cluster.placement(cfg))  # not a whole config
     ends = []
@@ -200,7 +201,7 @@ def test_a_fleet_sweeps_rows_are_shown_and_compared_by_node(tmp_path):
 def test_a_client_told_to_send_no_token_hears_which_variable_stops_it(monkeypatch):
     """No cluster needed: the refusal's advice when this machine's RAY_AUTH_MODE is not token."""
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    said = lab_cluster.refused("10.0.0.1:6379", ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379"))
+    said = ray_connect.refused("10.0.0.1:6379", ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379"))
     assert said == ("cannot connect to the Ray cluster at 10.0.0.1:6379: Failed to connect to Ray cluster at "
                     "10.0.0.1:6379. Check that its head runs there (`ray start --head --port PORT`); RAY_AUTH_MODE is "
                     "'disabled' here, so no token is sent: unset it, or set it to token")

@@ -21,7 +21,7 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def imports_of(path: Path) -> set[str]:
+def imports_of(path: Path, known: dict = MODULES) -> set[str]:
     """Every module of ours (or other top-level package) that a file imports, anywhere in it."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -29,15 +29,19 @@ def imports_of(path: Path) -> set[str]:
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             # `from chattts_lab import metrics` imports the module chattts_lab.metrics
-            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
                       for a in node.names}
     return found
 
 
-GRAPH = {name: {m for m in imports_of(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+def graph_of(modules: dict) -> dict[str, set[str]]:
+    return {name: {m for m in imports_of(path, modules) if m in modules and m != name} for name, path in modules.items()}
 
 
-def _reaches(start: str, goal: str) -> bool:
+GRAPH = graph_of(MODULES)
+
+
+def _reaches(start: str, goal: str, graph: dict = GRAPH) -> bool:
     seen, todo = set(), [start]
     while todo:
         node = todo.pop()
@@ -45,13 +49,43 @@ def _reaches(start: str, goal: str) -> bool:
             return True
         if node not in seen:
             seen.add(node)
-            todo += GRAPH.get(node, ())
+            todo += graph.get(node, ())
     return False
 
 
+def cycles_in(graph: dict) -> list[tuple[str, str]]:
+    return [(a, b) for a in graph for b in graph[a] if _reaches(b, a, graph)]
+
+
 def test_no_module_of_the_library_imports_one_that_imports_it_back():
-    cycles = [(a, b) for a in GRAPH for b in GRAPH[a] if _reaches(b, a)]
-    assert cycles == []
+    assert cycles_in(GRAPH) == []
+
+
+# The app's side: the web UI, the command lines and the app itself, over the library.
+FRONT = {_module_name(p): p for p in [*(ROOT / "webui").rglob("*.py"), *(ROOT / "bench").rglob("*.py"), ROOT / "app.py"]}
+
+
+def test_no_module_of_the_web_ui_or_the_command_lines_imports_one_that_imports_it_back():
+    """webui's Synthesis pieces, bench/cli.py and bench/serving/cli.py included (imports inside functions and under
+    TYPE_CHECKING count: a circle they hide still ties the modules together)."""
+    assert cycles_in(graph_of(FRONT)) == []
+
+
+def test_the_circle_check_sees_a_circle():
+    assert cycles_in({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [("a", "b"), ("b", "c"), ("c", "a")]
+
+
+def test_every_module_of_the_web_ui_is_gradio_code():
+    """What is not Gradio code lives in the library (the runtime that serves: chattts_lab/serve)."""
+    plain = [name for name, path in FRONT.items() if name.startswith("webui.") and "gradio" not in imports_of(path)]
+    assert plain == []
+
+
+def test_the_library_never_starts_the_app():
+    """No file of the library names app.py (the serving benchmark that starts it is bench/serving)."""
+    naming = [name for name, path in MODULES.items() for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith("app.py")]
+    assert naming == []
 
 
 @pytest.mark.parametrize("module, must_not_reach", [
@@ -80,7 +114,9 @@ def test_the_library_never_imports_the_command_line_or_the_app():
     ("chattts_lab.history.report", ["chattts_lab.sweep.runner", "chattts_lab.history.store"]),
     ("chattts_lab.sweep.grid", ["chattts_lab.sweep.runner", "chattts_lab.history.report"]),
     ("chattts_lab.sweep.runner", []),
+    ("chattts_lab.serve.openai_api", ["gradio", "chattts_lab.sweep.runner"]),  # the /v1 route serves without Gradio
     ("bench.cli", []),
+    ("bench.serving.cli", []),
 ])
 def test_each_module_imports_alone_in_a_fresh_interpreter(module, absent):
     """A circle held together by imports inside functions would show here as a module that cannot load first."""
@@ -93,7 +129,8 @@ def test_each_module_imports_alone_in_a_fresh_interpreter(module, absent):
 # ------------------------------------------------------------------------------------------------
 # The layers between packages (README: the layout): what a package may not reach, imports inside functions included.
 # The core (models, synthesis, requests, voices, audio) and the engines know nothing of sweeps, history or serving;
-# trackers measure and know neither; the history keeps sweeps' types, never runs one; a sweep never serves.
+# trackers measure and know neither; the history keeps sweeps' types, never runs one; a sweep never serves, and the
+# runtime that serves never runs a sweep (both reach a Ray cluster through chattts_lab.ray_connect).
 
 def _package(module: str) -> str:
     parts = module.split(".")
@@ -107,11 +144,13 @@ RUNNERS = ("chattts_lab.sweep.runner", "chattts_lab.sweep.interleave", "chattts_
 
 
 @pytest.mark.parametrize("layer, above", [
-    (CORE, ("chattts_lab.sweep", "chattts_lab.history", "chattts_lab.serving")),
-    (("chattts_lab.engines",), ("chattts_lab.sweep", "chattts_lab.history", "chattts_lab.serving")),
-    (("chattts_lab.trackers",), ("chattts_lab.history", "chattts_lab.serving") + RUNNERS),
-    (("chattts_lab.history",), ("chattts_lab.serving",) + RUNNERS),
-    (("chattts_lab.sweep",), ("chattts_lab.serving",)),
+    (CORE, ("chattts_lab.sweep", "chattts_lab.history", "chattts_lab.serve")),
+    (("chattts_lab.engines",), ("chattts_lab.sweep", "chattts_lab.history", "chattts_lab.serve")),
+    (("chattts_lab.trackers",), ("chattts_lab.history", "chattts_lab.serve") + RUNNERS),
+    (("chattts_lab.history",), ("chattts_lab.serve",) + RUNNERS),
+    (("chattts_lab.sweep",), ("chattts_lab.serve",)),
+    (("chattts_lab.serve",), ("chattts_lab.sweep",)),
+    (("chattts_lab.ray_connect",), ("chattts_lab.sweep", "chattts_lab.serve")),
 ])
 def test_no_package_reaches_a_layer_above_it(layer, above):
     mine = [m for m in GRAPH if m in layer or _package(m) in layer]
@@ -122,8 +161,8 @@ def test_no_package_reaches_a_layer_above_it(layer, above):
 
 def test_serving_reaches_engines_only_through_the_registry_and_the_interface():
     """Continuous batching runs on whatever engine gives a row decoder (EngineRuntime.row_decoder), so nothing under
-    chattts_lab/serving imports an engine's own modules (the lab's rows, its streaming spans)."""
+    chattts_lab/serve imports an engine's own modules (the lab's rows, its streaming spans)."""
     interface = {"chattts_lab.engines", "chattts_lab.engines.base"}
-    reached = {(name, m) for name, path in MODULES.items() if name.startswith("chattts_lab.serving")
+    reached = {(name, m) for name, path in MODULES.items() if name.startswith("chattts_lab.serve")
                for m in imports_of(path) if m.startswith("chattts_lab.engines") and m not in interface}
     assert reached == set()

@@ -11,7 +11,7 @@ import soundfile as sf
 from chattts_lab import InvalidRequest, SynthesisRequest, synthesize
 from chattts_lab.requests import validate_request
 from tests.test_readme_claims import readme_number
-from webui.security import InvalidUpload, check_audio_upload, read_audio_upload
+from chattts_lab.serve.uploads import InvalidUpload, check_audio_upload, read_audio_upload
 
 TEXT = int(readme_number(r"text ([\d,]+) characters per request"))  # 5,000
 BATCH = int(readme_number(r"batches of (\d+) texts"))  # 64

@@ -2,8 +2,8 @@
 
 import pytest
 
-from chattts_lab.serving.listening import Stalls, player_stalls
-from chattts_lab.serving.summaries import continuity_pct
+from bench.serving.listening import Stalls, player_stalls
+from bench.serving.summaries import continuity_pct
 
 SR = 1000  # samples per second, so that samples read as milliseconds
 

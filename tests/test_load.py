@@ -129,7 +129,7 @@ def test_app_memory_stays_flat_over_400_requests(app_url):
 
 
 def test_a_soak_tells_a_leak_from_buffers_reaching_their_size():
-    from chattts_lab.serving.loadtest import rss_figures
+    from bench.serving.loadtest import rss_figures
 
     warmed = rss_figures([1000.0, 1400.0, 1400.0, 1400.0, 1401.0])  # grows once, early, then flat
     assert warmed["rss_growth_pct"] == pytest.approx(40.1) and warmed["rss_late_growth_pct"] < 0.1

@@ -20,7 +20,7 @@ import soundfile as sf
 
 from chattts_lab.engines.lab.stream import SEAM_BOUND
 from chattts_lab.voices import VoiceCard, save_card
-from webui.openai_api import chattts_speed
+from chattts_lab.serve.openai_api import chattts_speed
 
 N = 48  # audio tokens per test clip
 SAMPLES = (2 * N - 1) * 256
@@ -54,7 +54,7 @@ def decode(data: bytes, fmt: str) -> np.ndarray:
 
 def same_clip(a: np.ndarray, b: np.ndarray) -> bool:
     """Two streams of one request: the same audio tokens, but chunks are cut where each listener's buffer asked for
-    them (serving.scheduler.chunk_due), and a chunk's decode matches the whole clip's only to SEAM_BOUND of its peak,
+    them (serve.streaming.chunk_due), and a chunk's decode matches the whole clip's only to SEAM_BOUND of its peak,
     plus a sample's rounding to 16 bits."""
     if len(a) != len(b):
         return False
@@ -194,8 +194,8 @@ def test_the_route_asks_for_the_key_before_reading_the_body(tmp_path):
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from webui.context import AppContext
-    from webui.openai_api import install, speech_router
+    from chattts_lab.serve.context import AppContext
+    from chattts_lab.serve.openai_api import install, speech_router
 
     app = FastAPI()
     install(app, speech_router(AppContext(model="synthetic-tiny", outputs_dir=tmp_path, api_key="ann:s3cret")))

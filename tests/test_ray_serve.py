@@ -1,7 +1,7 @@
 """The app's /v1/audio/speech on Ray Serve: two Synthesizer replicas on conftest's `ray_cluster` (started as the
 README starts one: `ray start` in subprocesses, two nodes, token authentication on).
 
-`python -m webui.rayserve --cluster ray:ADDRESS --replicas 2 --model synthetic-tiny --max-batch 2` deploys and
+`python -m chattts_lab.serve.rayserve --cluster ray:ADDRESS --replicas 2 --model synthetic-tiny --max-batch 2` deploys and
 returns once both replicas are ready (one per node: each asks for its one CPU); `--stop` takes it down. A replica
 is killed while its batch runs, known from the replicas' own Serve logs, where each line carries its request's id
 (sent as X-Request-ID): a request waits for a batch, then starts in one of N requests. Long clips (LONG tokens) keep
@@ -27,12 +27,13 @@ import soundfile as sf
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.serve")
 
-from chattts_lab.sweep.cluster import connect  # noqa: E402
-from chattts_lab.serving.loadtest import ServeFinished, ServeSpec, free_port, run_serving  # noqa: E402
+from chattts_lab.engines import REFERENCE  # noqa: E402
+from chattts_lab.ray_connect import connect  # noqa: E402
+from bench.serving.loadtest import ServeFinished, ServeSpec, free_port, run_serving  # noqa: E402
 from chattts_lab.sweep.spec import SpecError  # noqa: E402
 from tests.conftest import ROOT, TINY  # noqa: E402
 from tests.ray_cli import WAIT_S  # noqa: E402
-from webui.rayserve import parse_args, plan_from_args  # noqa: E402
+from chattts_lab.serve.rayserve import parse_args, plan_from_args  # noqa: E402
 
 N = 4  # audio tokens per clip
 LONG = 96  # per clip of the requests of which a replica is killed: a batch of two such clips runs for seconds
@@ -47,7 +48,7 @@ def samples_of(tokens: int) -> int:
 
 def rayserve(cluster, *args: str, outputs=None) -> subprocess.CompletedProcess:
     env = dict(cluster.client_env, **({"CHATTTS_LAB_OUTPUTS": str(outputs)} if outputs else {}))
-    return subprocess.run([sys.executable, "-m", "webui.rayserve", "--cluster", f"ray:{cluster.address}", *args],
+    return subprocess.run([sys.executable, "-m", "chattts_lab.serve.rayserve", "--cluster", f"ray:{cluster.address}", *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=WAIT_S)
 
 
@@ -56,7 +57,7 @@ def served(ray_cluster, tmp_path_factory):
     """The deployment's URL; taken down (`--stop`) after the file's tests if the last test did not."""
     port = free_port()
     deployed = rayserve(ray_cluster, "--replicas", "2", "--model", TINY, "--threads", "1", "--max-batch", "2",
-                        "--no-warm-up", "--port", str(port), outputs=tmp_path_factory.mktemp("rayserve") / "outputs")
+                        "--engine", REFERENCE[0], "--precision", REFERENCE[1], "--no-warm-up", "--port", str(port), outputs=tmp_path_factory.mktemp("rayserve") / "outputs")
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr
     assert f"at http://127.0.0.1:{port}/v1/audio/speech" in deployed.stdout
     connect(f"ray:{ray_cluster.address}")  # this process's own connection, to kill a replica
@@ -213,7 +214,7 @@ def test_the_serving_benchmark_measures_the_deployment(served, tmp_path):
 
 def test_each_replica_asks_ray_for_its_threads_cpus_or_one_gpu():
     """No cluster needed: the placement and the refusals are decided before anything is deployed."""
-    plan = plan_from_args(parse_args(["--replicas", "3", "--threads", "4", "--max-batch", "8"]))
+    plan = plan_from_args(parse_args(["--replicas", "3", "--threads", "4", "--max-batch", "8", "--batching", "request"]))
     assert plan.replica_options() == {"num_replicas": 3, "max_ongoing_requests": 16,
                                       "ray_actor_options": {"num_cpus": 4, "num_gpus": 0}}
     on_gpus = plan_from_args(parse_args(["--device", "cuda", "--replicas", "2"]))  # judged by the replicas' machines
@@ -221,7 +222,7 @@ def test_each_replica_asks_ray_for_its_threads_cpus_or_one_gpu():
     with pytest.raises(SpecError, match="replicas must be 1..1024, got 0"):
         plan_from_args(parse_args(["--replicas", "0"]))
     with pytest.raises(SpecError, match="cannot serve turbo · fp32 · cpu · 1 thread: unknown engine 'turbo'"):
-        plan_from_args(parse_args(["--engine", "turbo"]))
+        plan_from_args(parse_args(["--engine", "turbo", "--precision", "fp32"]))
 
 
 def test_listeners_who_hang_up_stop_their_own_rows_and_later_streams_are_whole(served, ray_cluster):
@@ -250,8 +251,8 @@ def test_a_lab_deployment_runs_the_apps_continuous_loop_in_its_replica(served, r
     whole clip. Same port: Serve's proxy keeps the
     one it started on."""
     url = served
-    deployed = rayserve(ray_cluster, "--replicas", "1", "--model", TINY, "--engine", "lab", "--threads", "1",
-                        "--max-rows", "2", "--no-warm-up", "--port", url.rsplit(":", 1)[1].strip("/"),
+    deployed = rayserve(ray_cluster, "--replicas", "1", "--model", TINY, "--engine", "lab", "--precision", "fp32",
+                        "--threads", "1", "--max-rows", "2", "--no-warm-up", "--port", url.rsplit(":", 1)[1].strip("/"),
                         outputs=tmp_path / "outputs")
     assert deployed.returncode == 0, deployed.stdout + deployed.stderr
     try:

@@ -77,7 +77,7 @@ PROGRAMS = [
     (r"python -m bench\.independent\b", "bench.independent"),
     (r"python -m bench serve|\./run bench serve", "bench serve"),
     (r"python -m bench\b|\./run bench\b", "bench"),
-    (r"python -m webui\.rayserve", "webui.rayserve"),
+    (r"python -m chattts_lab\.serve\.rayserve", "chattts_lab.serve.rayserve"),
     (r"(?:python |\./run )?app\.py|\./run app\b", "app"),
     (r"ray start|pip install|\./run tests|curl\b", None),
 ]
@@ -131,9 +131,9 @@ def parser_of(program: str, monkeypatch) -> argparse.ArgumentParser:
         if program == "bench":
             return bench
         serve = _subcommand(bench, "serve")  # `serve` as an argparse subcommand, else its own module's parser
-        return serve or importlib.import_module("bench.serve_cli").build_parser()
+        return serve or importlib.import_module("bench.serving.cli").build_parser()
     module = importlib.import_module(program)
-    if program == "app" or program == "webui.rayserve":
+    if program == "app" or program == "chattts_lab.serve.rayserve":
         return _caught_parser(lambda: module.parse_args([]), monkeypatch)
     return _caught_parser(lambda: module.main([]), monkeypatch)
 
@@ -151,7 +151,7 @@ def default(parser: argparse.ArgumentParser, flag: str, spec_cls=None):
     return getattr(spec_cls(), action.dest)
 
 
-ALL = ["bench", "bench serve", "app", "webui.rayserve", "bench.independent", "bench.independent_bandwidth"]
+ALL = ["bench", "bench serve", "app", "chattts_lab.serve.rayserve", "bench.independent", "bench.independent_bandwidth"]
 
 
 @pytest.fixture(scope="module")
@@ -167,9 +167,9 @@ def parsers():
 def test_the_command_lines_found_cover_every_program():
     """The scan below reads the README's commands: it must find each program's (else it would check nothing)."""
     seen = {p for line in fenced_lines() + inline_spans() for p, flags in commands(line) if flags}
-    assert {"bench", "bench serve", "app", "webui.rayserve"} <= seen, seen
+    assert {"bench", "bench serve", "app", "chattts_lab.serve.rayserve"} <= seen, seen
     ray = TEXTS["docs/ray.md"]  # and the Ray walkthrough's, where it moved
-    assert {"bench", "bench serve", "webui.rayserve"} <= {
+    assert {"bench", "bench serve", "chattts_lab.serve.rayserve"} <= {
         p for line in fenced_lines(ray) + inline_spans(ray) for p, flags in commands(line) if flags}
 
 
@@ -193,8 +193,8 @@ def test_every_flag_named_in_prose_exists_in_one_of_the_programs(parsers):
 def test_the_scan_would_catch_a_flag_that_is_not_there(parsers):
     (program, flags), = commands("python -m bench --model synthetic --no-such-flag 3")
     assert program == "bench" and "--no-such-flag" in flags and "--no-such-flag" not in options(parsers["bench"])
-    assert [p for p, _ in commands("python -m bench serve --url U && python -m webui.rayserve --stop")] == [
-        "bench serve", "webui.rayserve"]
+    assert [p for p, _ in commands("python -m bench serve --url U && python -m chattts_lab.serve.rayserve --stop")] == [
+        "bench serve", "chattts_lab.serve.rayserve"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -283,7 +283,7 @@ def test_anchors_between_the_readme_and_docs_exist():
 
 def test_the_request_limits_are_the_codes():
     from chattts_lab import requests, voices
-    from webui import openai_api, security
+    from chattts_lab.serve import openai_api, uploads
 
     assert readme_number(r"text ([\d,]+) characters per request") == requests.MAX_TEXT_CHARS
     assert readme_number(r"\(([\d,]+) on `/v1`\)") == openai_api.MAX_INPUT_CHARS
@@ -291,18 +291,18 @@ def test_the_request_limits_are_the_codes():
     assert readme_number(r"batches of (\d+) texts") == requests.MAX_BATCH
     assert readme_number(r"\(at most (\d+) sentences\)") == requests.MAX_BATCH
     assert readme_number(r"at most ([\d,]+) audio tokens\s+per text") == requests.MAX_NEW_TOKEN
-    assert readme_number(r"uploads (\d+) MB \(HTTP 413") * 2**20 == security.MAX_UPLOAD_BYTES
-    assert security.MAX_UPLOAD == f"{security.MAX_UPLOAD_BYTES // 2**20}mb"  # what Gradio enforces (the 413)
-    assert readme_number(r"voice clips (\d+) s") == security.MAX_SAMPLE_SECONDS
+    assert readme_number(r"uploads (\d+) MB \(HTTP 413") * 2**20 == uploads.MAX_UPLOAD_BYTES
+    assert uploads.MAX_UPLOAD == f"{uploads.MAX_UPLOAD_BYTES // 2**20}mb"  # what Gradio enforces (the 413)
+    assert readme_number(r"voice clips (\d+) s") == uploads.MAX_SAMPLE_SECONDS
     assert readme_number(r"voice cards (\d+) kB") * 1024 == voices.MAX_CARD_BYTES
 
 
 def test_the_app_batching_defaults_are_the_apps(parsers):
-    from chattts_lab.serving.batcher import BatchPolicy
+    from chattts_lab.serve.policy import BatchPolicy, ServingPolicy
 
     app = parsers["app"]
-    assert readme_number(r"`--max-wait-ms` \(default (\d+)\)") == default(app, "--max-wait-ms") == BatchPolicy.max_wait_ms
-    assert readme_number(r"`--max-batch` texts \(default (\d+)") == default(app, "--max-batch") == BatchPolicy.max_batch
+    assert readme_number(r"`--max-wait-ms` \(default (\d+)\)") == default(app, "--max-wait-ms", ServingPolicy) == BatchPolicy.max_wait_ms
+    assert readme_number(r"`--max-batch` texts \(default (\d+)") == default(app, "--max-batch", ServingPolicy) == BatchPolicy.max_batch
 
 
 def test_the_bench_defaults_are_the_benchs(parsers):
@@ -384,7 +384,7 @@ def test_the_gradio_api_defaults_are_the_apis():
 def test_the_openai_route_lists_are_the_codes():
     from chattts_lab import audio
     from chattts_lab.voices import PRESET_VOICES
-    from webui.openai_api import chattts_speed
+    from chattts_lab.serve.openai_api import chattts_speed
 
     voices = re.search(r"\*\*Voices\*\*: ([\w, ]+), `seed:N`", README).group(1)
     assert voices.split(", ") == list(PRESET_VOICES)
@@ -408,7 +408,7 @@ def test_the_engines_and_precisions_are_the_registrys():
 
 
 def test_the_served_default_before_any_sweep_is_the_one_stated(tmp_path):
-    from webui.runtime import engines_for, serving_choice
+    from chattts_lab.serve.runtime import engines_for, serving_choice
 
     assert says("The app serves its **default**, lab int8 on the lab's kernels for this CPU")
     choice = serving_choice(tmp_path / "empty.sqlite", "synthetic-tiny")
@@ -469,20 +469,19 @@ def test_the_bandwidth_reads_are_the_codes():
 
 
 def test_the_batching_defaults_in_docs_serving_are_the_apps(parsers):
-    from chattts_lab.serving.batcher import BatchPolicy
-    from chattts_lab.serving.scheduler import SchedulerPolicy
+    from chattts_lab.serve.policy import BatchPolicy, SchedulerPolicy, ServingPolicy
 
     app, doc = parsers["app"], "docs/serving.md"
-    assert readme_number(r"`--max-wait-ms` \(default (\d+)\)", doc) == default(app, "--max-wait-ms") == BatchPolicy.max_wait_ms
-    assert readme_number(r"`--max-batch` texts \(default (\d+)", doc) == default(app, "--max-batch") == BatchPolicy.max_batch
-    assert readme_number(r"`--max-rows` \(default (\d+)\)", doc) == default(app, "--max-rows") == SchedulerPolicy.max_rows
-    assert readme_number(r"`--max-queue` \(default (\d+)\)", doc) == default(app, "--max-queue") == SchedulerPolicy.max_queue
-    assert default(app, "--batching") == "continuous" and says("(**continuous batching**, the default;", doc)
+    assert readme_number(r"`--max-wait-ms` \(default (\d+)\)", doc) == default(app, "--max-wait-ms", ServingPolicy) == BatchPolicy.max_wait_ms
+    assert readme_number(r"`--max-batch` texts \(default (\d+)", doc) == default(app, "--max-batch", ServingPolicy) == BatchPolicy.max_batch
+    assert readme_number(r"`--max-rows` \(default (\d+)\)", doc) == default(app, "--max-rows", ServingPolicy) == SchedulerPolicy.max_rows
+    assert readme_number(r"`--max-queue` \(default (\d+)\)", doc) == default(app, "--max-queue", ServingPolicy) == SchedulerPolicy.max_queue
+    assert default(app, "--batching", ServingPolicy) == "continuous" and says("(**continuous batching**, the default;", doc)
 
 
 def test_the_serving_benchmark_defaults_in_docs_serving_are_the_codes(parsers):
-    from chattts_lab.serving.listening import CONTINUITY_LIMIT_S
-    from chattts_lab.serving.spec import ServeSpec
+    from bench.serving.listening import CONTINUITY_LIMIT_S
+    from bench.serving.spec import ServeSpec
 
     serve, doc = parsers["bench serve"], "docs/serving.md"
     assert readme_number(r"`--slo-ttfa-p99`, default ([\d.]+) s", doc) == default(serve, "--slo-ttfa-p99", ServeSpec)
@@ -504,10 +503,10 @@ def test_the_quality_set_and_floor_in_docs_quality_are_the_codes():
 
 
 def test_a_ray_serve_replica_takes_the_requests_docs_ray_states():
-    from chattts_lab.serving.batcher import BatchPolicy
-    from chattts_lab.serving.scheduler import SchedulerPolicy
-    from webui.rayserve import ServePlan, parse_args
-    from webui.runtime import RuntimeSettings
+    from chattts_lab.serve.policy import BatchPolicy
+    from chattts_lab.serve.policy import SchedulerPolicy
+    from chattts_lab.serve.rayserve import ServePlan, parse_args, plan_from_args
+    from chattts_lab.serve.runtime import RuntimeSettings
 
     doc = "docs/ray.md"
     factor = readme_number(r"A replica then takes\s+up to (\d+) x `--max-batch` requests", doc)
@@ -517,7 +516,7 @@ def test_a_ray_serve_replica_takes_the_requests_docs_ray_states():
             assert not plan.continuous() and plan.replica_options()["max_ongoing_requests"] == factor * max_batch
     continuous = ServePlan(settings=RuntimeSettings(engine="lab"), rows=SchedulerPolicy(4, 6))
     assert continuous.continuous() and continuous.replica_options()["max_ongoing_requests"] == 10
-    assert parse_args([]).batching == "continuous" == ServePlan.scheduling
+    assert plan_from_args(parse_args([])).scheduling == "continuous" == ServePlan.scheduling
     assert readme_number(r"`--max-rows` texts at once \(default (\d+)\)", doc) == SchedulerPolicy.max_rows
     assert readme_number(r"`--max-queue` requests waiting \(default (\d+)\)", doc) == SchedulerPolicy.max_queue
 
@@ -540,7 +539,7 @@ def test_the_ray_walkthroughs_figures_are_its_measured_run():
 
 def test_every_chattts_header_named_is_one_the_routes_send():
     sent = set()
-    for source in (ROOT / "webui").glob("*.py"):
+    for source in (ROOT / "chattts_lab" / "serve").glob("*.py"):
         sent |= set(re.findall(r"X-ChatTTS-[A-Za-z-]*[A-Za-z]", source.read_text(encoding="utf-8")))
     named = {h for text in TEXTS.values() for h in re.findall(r"X-ChatTTS-[A-Za-z-]*[A-Za-z]", text)}
     assert {"X-ChatTTS-First-Audio-S", "X-ChatTTS-Scheduling"} <= named and named <= sent, named - sent

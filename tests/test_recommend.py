@@ -3,7 +3,7 @@
 import pandas as pd
 
 from chattts_lab.history.recommend import pareto_mask, recommend
-from webui.figures import throughput_vs_latency_pareto
+from chattts_lab.history.figures import throughput_vs_latency_pareto
 
 
 def rows(*cells):

@@ -129,7 +129,7 @@ def test_no_file_outside_the_outputs_can_be_downloaded(auth_app, logged_in):
 
 
 def test_uploads_over_the_size_limit_are_refused_and_small_ones_accepted(auth_app):
-    from webui.security import MAX_UPLOAD_BYTES
+    from chattts_lab.serve.uploads import MAX_UPLOAD_BYTES
 
     url, _, _ = auth_app
     cookie = _cookie(url)
@@ -200,10 +200,14 @@ def test_openai_clients_without_the_key_are_refused_and_with_it_served(auth_app)
 def test_the_auth_flag_and_the_environment_are_one_setting(monkeypatch):
     """The app above got its login from CHATTTS_LAB_AUTH; --auth sets the same thing (and wins over it)."""
     from app import parse_args
+    from chattts_lab.serve.policy import ServingPolicy
+
+    def auth(*argv):
+        return ServingPolicy.from_args(parse_args(list(argv))).auth
 
     monkeypatch.delenv("CHATTTS_LAB_AUTH", raising=False)
-    assert parse_args([]).auth is None
-    assert parse_args(["--auth", f"{USER}:{PASSWORD}"]).auth == f"{USER}:{PASSWORD}"
+    assert auth() is None
+    assert auth("--auth", f"{USER}:{PASSWORD}") == f"{USER}:{PASSWORD}"
     monkeypatch.setenv("CHATTTS_LAB_AUTH", f"{USER}:{PASSWORD}")
-    assert parse_args([]).auth == f"{USER}:{PASSWORD}"
-    assert parse_args(["--auth", "bob:other"]).auth == "bob:other"
+    assert auth() == f"{USER}:{PASSWORD}"
+    assert auth("--auth", "bob:other") == "bob:other"

@@ -1,5 +1,5 @@
 """Uploaded voice clips are checked before anything decodes them: type, corruption, duration, size.
-The checks run on the app's own path (`webui.speech.sample_audio_code`), before the model is touched."""
+The checks run on the app's own path (`chattts_lab.serve.speech.sample_audio_code`), before the model is touched."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from webui.context import AppContext
-from webui.runtime import default_settings
-from webui.security import MAX_UPLOAD_BYTES, InvalidUpload, check_audio_upload
+from chattts_lab.serve.context import AppContext
+from chattts_lab.serve.runtime import default_settings
+from chattts_lab.serve.uploads import MAX_UPLOAD_BYTES, InvalidUpload, check_audio_upload
 
 
 def _hours_of_silence(path, hours: float):
@@ -54,7 +54,7 @@ def _files(tmp_path):
 
 
 def test_bad_clips_get_a_specific_message_before_the_model_is_touched(tmp_path, monkeypatch):
-    from webui import speech
+    from chattts_lab.serve import speech
 
     good, bad = _files(tmp_path)
     assert check_audio_upload(good) == pytest.approx(1.0)

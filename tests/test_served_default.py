@@ -90,8 +90,8 @@ def test_a_refresh_that_waited_in_the_queue_keeps_a_pick_made_since(tmp_path, mo
     undoes it (seen in chromium on a busy machine: stock int8 picked, lab int8 served)."""
     import gradio as gr
 
-    from webui.context import AppContext
-    from webui.runtime import RuntimeSettings
+    from chattts_lab.serve.context import AppContext
+    from chattts_lab.serve.runtime import RuntimeSettings
     from webui.synthesis_handlers import in_use_note, refresh_serving
     from webui.synthesis_tab import build_synthesis_tab
 

@@ -7,9 +7,9 @@ import threading
 import time
 
 from chattts_lab import SynthesisRequest
-from webui import speech
-from webui.context import AppContext
-from webui.runtime import RuntimeSettings
+from chattts_lab.serve import speech
+from chattts_lab.serve.context import AppContext
+from chattts_lab.serve.runtime import RuntimeSettings
 
 from tests.event_loop import in_own_thread, run_in_fresh_loop
 
@@ -73,7 +73,7 @@ def test_v1_refusals_name_the_field_they_are_about_and_a_long_whole_file_suggest
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from webui.openai_api import speech_router
+    from chattts_lab.serve.openai_api import speech_router
 
     app = FastAPI()
     app.include_router(speech_router(AppContext(model="synthetic-tiny", outputs_dir=tmp_path)))
@@ -95,10 +95,10 @@ def test_v1_refusals_name_the_field_they_are_about_and_a_long_whole_file_suggest
 
 def test_the_server_listing_names_the_scheduling_in_use_and_its_own_bounds(tmp_path):
     """GET /v1/audio/voices' "server": continuous batching's rows and queue, or a request-level batch and its wait."""
-    from chattts_lab.serving.batcher import BatchPolicy
-    from chattts_lab.serving.spec import SchedulerPolicy
-    from webui.openai_api import AppSpeech
-    from webui.runtime import ServingChoice
+    from chattts_lab.serve.policy import BatchPolicy
+    from chattts_lab.serve.policy import SchedulerPolicy
+    from chattts_lab.serve.openai_api import AppSpeech
+    from chattts_lab.serve.runtime import ServingChoice
 
     lab = ServingChoice(RuntimeSettings(threads=1, engine="lab"), "the default")
 

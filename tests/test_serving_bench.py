@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from chattts_lab.serving.loadtest import ServeSpec
-from chattts_lab.serving.summaries import batching_gain, serving_frame
+from bench.serving.loadtest import ServeSpec
+from bench.serving.summaries import batching_gain, serving_frame
 from chattts_lab.sweep.spec import SpecError
 from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle, read_bundle
 from chattts_lab.history.frames import sweeps_frame
@@ -97,8 +97,8 @@ def test_the_command_line_refuses_a_bad_level_before_starting_anything(tmp_path)
 
 def test_the_ui_builds_the_same_spec_as_the_command_line():
     from bench.cli import build_parser
-    from bench.serve_cli import spec_from_args
-    from webui.context import AppContext
+    from bench.serving.cli import spec_from_args
+    from chattts_lab.serve.context import AppContext
     from webui.serving_tab import cli_command, serving_spec
 
     cli = spec_from_args(build_parser().parse_args(["serve", "--model", TINY, "--users", "1-4*2", "--max-batch",
@@ -113,7 +113,7 @@ def test_the_ui_builds_the_same_spec_as_the_command_line():
 
 def test_an_untouched_command_line_and_panel_run_the_specs_own_defaults():
     from bench.cli import build_parser
-    from bench.serve_cli import spec_from_args
+    from bench.serving.cli import spec_from_args
 
     assert spec_from_args(build_parser().parse_args(["serve"])) == ServeSpec()
     assert spec_from_args(build_parser().parse_args(["serve", "--rate", "0.5"])).users == ()  # only open loop

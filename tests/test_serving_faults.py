@@ -327,12 +327,12 @@ def test_a_stream_interrupted_by_anyone_but_its_listener_ends_abnormally(tmp_pat
     from fastapi import FastAPI
 
     from chattts_lab import interrupt
-    from chattts_lab.serving.loadtest import free_port
+    from bench.serving.loadtest import free_port
     from chattts_lab.synthesis import INTERRUPT_CALLED, CallStop
-    from webui import speech
-    from webui.context import AppContext
-    from webui.openai_api import install, speech_router
-    from webui.runtime import RuntimeSettings, ServingChoice
+    from chattts_lab.serve import speech
+    from chattts_lab.serve.context import AppContext
+    from chattts_lab.serve.openai_api import install, speech_router
+    from chattts_lab.serve.runtime import RuntimeSettings, ServingChoice
 
     settings = RuntimeSettings("cpu", "fp32", 1, "lab")
     ctx = AppContext(model=TINY, outputs_dir=tmp_path, scheduling="request", serving=ServingChoice(settings, "test"))

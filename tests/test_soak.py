@@ -1,6 +1,6 @@
 """The soak (opt-in: `-m slow`; 30 minutes and more on 2 cores): mixed arrivals at 70 % of the capacity this machine
 measures first, against the real app through the serving benchmark's own load generator
-(chattts_lab.serving.loadtest). Every request must be answered whole (its audio exactly as long as asked) or refused
+(bench.serving.loadtest). Every request must be answered whole (its audio exactly as long as asked) or refused
 with a reason (a 503 `overloaded`), none lost, and the app's memory must grow less than 5 % over the soak's second
 half (a leak grows steadily; buffers that reach their size do not).
 
@@ -17,9 +17,9 @@ import os
 import pytest
 
 from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens
-from chattts_lab.serving.loadtest import LevelFinished, ServeFinished, run_serving
-from chattts_lab.serving.spec import ServeSpec
-from chattts_lab.serving.summaries import NOTE
+from bench.serving.loadtest import LevelFinished, ServeFinished, run_serving
+from bench.serving.spec import ServeSpec
+from bench.serving.summaries import NOTE
 
 SOAK_S = float(os.environ.get("CHATTTS_LAB_SOAK_S", 1800))
 LOAD = 0.7  # of the measured capacity

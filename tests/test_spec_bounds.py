@@ -10,8 +10,8 @@ import pytest
 from pydantic import Field
 
 from chattts_lab import checks
-from chattts_lab.serving.spec import ServeSpec
-from chattts_lab.sweep.options import field_problems, option, rules_of
+from bench.serving.spec import ServeSpec
+from chattts_lab.options import field_problems, option, rules_of
 from chattts_lab.sweep.spec import SweepSpec
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from bench.cli import main
 from chattts_lab.history.compare import sweep_comparison
-from chattts_lab.serving.loadtest import ServeSpec
-from chattts_lab.serving.summaries import serving_frame
+from bench.serving.loadtest import ServeSpec
+from bench.serving.summaries import serving_frame
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.history.bundle import import_bundle, read_bundle
 from chattts_lab.history.frames import sweeps_frame
@@ -91,3 +91,27 @@ def test_the_old_voice_card_reads_with_every_value():
     assert (card.sampling.temperature, card.sampling.top_k, card.sampling.audio_seed) == (0.5, 10, 7)
     assert (card.refine.enabled, card.refine.break_) == (True, 3)
     assert json.loads(card.to_json()) == json.loads(raw)  # written back, the same card
+
+
+def test_the_history_subcommands_say_what_the_older_flags_say(history, tmp_path, capsys):
+    """`python -m bench list | compare | report | export | import` (bench/history_cli.py) against --list, --compare,
+    --report, --export and --import on the same stored history: the same output, the same files."""
+    def said(argv: list[str]) -> str:
+        capsys.readouterr()
+        assert main(argv) == 0
+        return capsys.readouterr().out
+
+    db = str(history)
+    assert said(["list", "--db", db]) == said(["--list", "--db", db])
+    assert said(["--db", db, "list"]) == said(["--list", "--db", db])  # a --db before the command is kept
+    assert said(["compare", "1,2", "--db", db]) == said(["--compare", "1,2", "--db", db])
+    new, old = tmp_path / "new", tmp_path / "old"
+    assert said(["report", "1", "--db", db, "--out", str(new), "--format", "md"]) == said(
+        ["--report", "1", "--db", db, "--out", str(old), "--format", "md"])
+    assert (new / "results.md").read_text() == (old / "results.md").read_text()
+    assert main(["export", str(tmp_path / "one.json"), "--sweeps", "1", "--db", db]) == 0
+    assert main(["import", str(tmp_path / "one.json"), "--db", str(tmp_path / "other.sqlite")]) == 0
+    assert list(sweeps_frame(tmp_path / "other.sqlite")["id"]) == [1]
+    assert main(["compare", "1,99", "--db", db]) == 1  # an unknown sweep: said, not a traceback
+    with pytest.raises(SystemExit):
+        main(["report", "--db", db])  # a report names its sweep

@@ -15,12 +15,12 @@ import pytest
 
 from bench.cli import build_parser, spec_from_args
 from chattts_lab.trackers.env import usable_cores
-from chattts_lab.sweep.options import as_text, spec_argv
+from chattts_lab.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.history.store import Store
 from tests.conftest import ROOT, TINY
 from webui.benchmark_tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
-from webui.context import AppContext
+from chattts_lab.serve.context import AppContext
 
 # (the tab's controls set by name, the same choices as `python -m bench` arguments); both written by hand.
 CASES = {

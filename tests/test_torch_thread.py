@@ -13,8 +13,9 @@ import pytest
 
 from chattts_lab import SynthesisRequest, torch_thread
 from chattts_lab.models import LoadConfig, load_model
-from chattts_lab.serving.batch import Part
-from chattts_lab.serving.scheduler import ContinuousScheduler, SchedulerPolicy
+from chattts_lab.serve.batch import Part
+from chattts_lab.serve.policy import SchedulerPolicy
+from chattts_lab.serve.scheduler import ContinuousScheduler
 from chattts_lab.synthesis import synthesize, synthesize_stream
 
 from tests.conftest import TINY

@@ -22,10 +22,13 @@ from chattts_lab.history.frames import saved_prices
 from chattts_lab.history.price import MachinePrice
 from chattts_lab.history.report import environment_lines, results_frame
 from chattts_lab.sweep.results import STATUSES
-from webui import figures, present, zerogpu
+from chattts_lab.history import figures
+from chattts_lab.serve import zerogpu
+from webui import present
 from webui.i18n import localized, t
-from webui.context import MODEL_QUEUE, AppContext, bind
-from webui.runtime import devices
+from chattts_lab.serve.context import AppContext
+from webui.events import MODEL_QUEUE, bind, session_of
+from chattts_lab.serve.runtime import devices
 from webui.quality_panel import build_quality_panel
 from webui.serving_tab import build_serving_tab
 from webui.sweep_form import (SweepControls, SweepForm, build_sweep_controls, cli_command, estimate, offered_precisions,
@@ -33,7 +36,7 @@ from webui.sweep_form import (SweepControls, SweepForm, build_sweep_controls, cl
 from webui.sweep_history import (COMPARE_METRICS, HISTORY_COLUMNS, HistoryView, RecommendView, compare_sweeps,
                                  download_reports, export_bundle_handler, import_bundle_handler, load_sweeps,
                                  recommended_or_latest)
-from webui.sweep_run import SweepView, api_run_sweep, display_frame, stop_handler, sweep_updates
+from webui.sweep_run import SweepView, api_run_sweep, display_frame, stop_handler, sweep_updates, sweep_updates_for
 
 # What app.py and the tests import from here.
 __all__ = ["BenchmarkTab", "build_benchmark_tab", "cli_command", "quick_form", "recommended_or_latest",
@@ -183,7 +186,7 @@ def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, value
     try:
         form = controls.form(values)
         spec, price = spec_from_form(ctx.model, form, ctx.history_db), price_from_form(form)
-        updates = zerogpu.sweep_updates_for(ctx, spec, request.session_hash if request else uuid.uuid4().hex, price)
+        updates = sweep_updates_for(ctx, spec, session_of(request) or uuid.uuid4().hex, price)
     except zerogpu.OverGpuLimit as exc:
         present.warn(localized(str(exc), request))
         return

@@ -24,9 +24,10 @@ from chattts_lab.history.frames import cells_frame, sweeps_frame
 from chattts_lab.history.recommend import recommend
 from chattts_lab.history.report import markdown_table
 from chattts_lab.voices import PRESET_VOICES, saved_card_names
-from webui import figures
-from webui.context import AppContext, bind
-from webui.runtime import describe, serving_choice
+from chattts_lab.history import figures
+from chattts_lab.serve.context import AppContext
+from webui.events import bind
+from chattts_lab.serve.runtime import describe, serving_choice
 from webui.synthesis_handlers import api_synthesize
 from webui.sweep_form import quick_form, spec_from_form
 from webui.sweep_run import sweep_updates

@@ -15,11 +15,11 @@ from chattts_lab.engines import ENGINES, PRECISIONS, unsupported_reason
 from chattts_lab.sweep.grid import describe, estimate_grid, int_list, refuse_huge_grid
 from chattts_lab.history.price import MachinePrice
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
-from chattts_lab.sweep.options import as_text, spec_argv
+from chattts_lab.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError, SweepSpec
 from webui.i18n import ZH, localized, t, tr, wants_chinese
-from webui.context import AppContext
-from webui.runtime import devices, precisions_for
+from chattts_lab.serve.context import AppContext
+from chattts_lab.serve.runtime import devices, precisions_for
 
 ON_OFF = ("off", "on")
 ENGINE_NOTES = {e.name: e.summary for e in engine_registry.all_engines()}

@@ -17,7 +17,7 @@ from chattts_lab.history.report import write_reports
 from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle
 from chattts_lab.history.frames import cells_frame, compare_frame, sweeps_frame
 from chattts_lab.history.store import Store
-from webui.context import AppContext
+from chattts_lab.serve.context import AppContext
 from webui import present
 from webui.present import WARNING_S
 from webui.sweep_run import SweepUpdate

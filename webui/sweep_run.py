@@ -14,14 +14,16 @@ import pandas as pd
 from chattts_lab.engines import DEFAULT_ENGINE, DEFAULT_PRECISION
 from chattts_lab.history.price import MachinePrice, with_cost
 from chattts_lab.history.store import Store, save_price
-from chattts_lab.sweep.grid import describe
+from chattts_lab.sweep.grid import describe, estimate_grid
 from chattts_lab.history.report import results_frame, shown_columns
 from chattts_lab.sweep.results import CellResult
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.sweep.runner import (CallTimed, CellFinished, CellStarted, FidelityStarted, PassStarted, QualityStarted,
                                SweepFinished, SweepPlanned, SweepStarted, run_sweep, unused_settings)
-from webui import figures, zerogpu
-from webui.context import AppContext, StopFlags
+from chattts_lab.history import figures
+from chattts_lab.serve import zerogpu
+from chattts_lab.serve.context import AppContext
+from webui.events import StopFlags, session_of
 from webui.i18n import localized
 from webui.sweep_form import ON_OFF, SweepForm, price_from_form, spec_from_form
 
@@ -133,8 +135,42 @@ def sweep_updates(ctx: AppContext, spec: SweepSpec, session: str,
         STOPS.done(session)
 
 
+# ----------------------------------------------------------------------------------------------
+# On ZeroGPU (chattts_lab.serve.zerogpu): a sweep with CUDA cells runs while the GPU is lent
+
+
+def sweep_seconds(spec, history_db, session: str, price=None) -> float:
+    return zerogpu.START_S + estimate_grid(spec, history_db).seconds
+
+
+@zerogpu.gpu(duration=sweep_seconds)
+def gpu_sweep(spec, history_db, session: str, price=None) -> Iterator:
+    """A sweep with CUDA cells, run while the GPU is lent: its updates as it makes them. Its arguments are plain data
+    (ZeroGPU pickles them into its own process, where this app's context is made afresh)."""
+    yield from sweep_updates(AppContext(history_db=history_db), spec, session, price)
+
+
+def check_sweep(spec, history_db) -> None:
+    if uses_gpu(spec):
+        zerogpu.check_duration(sweep_seconds(spec, history_db, ""), "This sweep",
+                               "sweep fewer cells or tokens, or run it with `python -m bench` on a GPU machine")
+
+
+def uses_gpu(spec) -> bool:
+    return any(str(d).startswith("cuda") for d in spec.devices)
+
+
+def sweep_updates_for(ctx, spec, session: str, price=None) -> Iterator:
+    """A sweep's updates: on ZeroGPU a sweep with CUDA cells runs while the GPU is lent (refused first when it would
+    need it too long); any other sweep as always."""
+    if zerogpu.active() and uses_gpu(spec):
+        check_sweep(spec, ctx.history_db)
+        return gpu_sweep(spec, ctx.history_db, session, price)
+    return sweep_updates(ctx, spec, session, price)
+
+
 def stop_handler(request: gr.Request = None):
-    if not STOPS.stop(request.session_hash if request else ""):
+    if not STOPS.stop(session_of(request)):
         gr.Info(localized("No sweep of yours is running.", request))
     else:
         gr.Info(localized("Stopping: the running cell is ended and every finished row is kept.", request))
@@ -161,7 +197,7 @@ def api_run_sweep(ctx: AppContext, devices: str = "cpu", precisions: str = DEFAU
                    passes=passes, price_usd_per_hour=price_usd_per_hour, price_source=price_source)
     final, sweep_id, spec = pd.DataFrame(), None, spec_from_form(ctx.model, form, ctx.history_db)
     try:
-        updates = zerogpu.sweep_updates_for(ctx, spec, uuid.uuid4().hex, price_from_form(form))
+        updates = sweep_updates_for(ctx, spec, uuid.uuid4().hex, price_from_form(form))
     except zerogpu.OverGpuLimit as exc:
         raise gr.Error(str(exc)) from None
     for update in updates:

@@ -14,13 +14,16 @@ from chattts_lab import audio as audio_io
 from chattts_lab.trackers.stages import StageTimes
 from chattts_lab.synthesis import SAMPLE_RATE, Measurements, StreamChunk
 from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
-from webui import present, speech, zerogpu
-from webui.context import AppContext
+from chattts_lab.serve import speech
+from chattts_lab.serve import zerogpu
+from webui import present
+from webui.events import session_of
+from chattts_lab.serve.context import AppContext
 from webui.i18n import localized, wants_chinese
-from webui.runtime import (ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for, plural, precisions_for,
+from chattts_lab.serve.runtime import (ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for, plural, precisions_for,
                            serving_choice, settings_from)
-from webui.synthesis_components import SynthesisTab
-from webui.synthesis_form import DEFAULT_REQUEST, DEFAULT_SAMPLING, USER_ERRORS, Form, _seed, build_requests
+from webui.synthesis_form import (DEFAULT_REQUEST, DEFAULT_SAMPLING, USER_ERRORS, build_requests, Form, _seed,
+                                  SynthesisTab)
 
 
 def _result(ctx: AppContext, out: SynthesisOutput, model, extra: dict | None = None):
@@ -36,7 +39,7 @@ async def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.
     """Generate button: yields updates of the player, the stream, the measurements and the banner. A mistake is a
     warning that closes by itself, and the results on screen stay (an error would cover each with a red badge)."""
     form, settings = Form.read(ui, values), values[ui.runtime]
-    session = request.session_hash if request else None
+    session = session_of(request)
     try:
         # In a thread: a sample-audio voice is encoded by the model, which may be busy with a sweep.
         reqs = await asyncio.to_thread(build_requests, ctx, settings, form, values[ui.imported_code])
@@ -137,7 +140,7 @@ async def _generate_stream(ctx: AppContext, ui: SynthesisTab, settings: RuntimeS
 
 
 def interrupt(request: gr.Request = None):
-    if not speech.RUNNING.interrupt(request.session_hash if request else None):
+    if not speech.RUNNING.interrupt(session_of(request)):
         gr.Info("Nothing of yours is running.")
     else:
         gr.Info("Interrupting after the current step; you keep the audio made so far.")

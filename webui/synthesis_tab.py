@@ -11,10 +11,10 @@ from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.requests import MAX_NEW_TOKEN
 from chattts_lab.voices import PRESET_VOICES, saved_card_names
 from webui.i18n import t
-from webui.context import MODEL_QUEUE, SYNTHESIS_QUEUE, AppContext, bind
-from webui.runtime import CHOSEN, ServingChoice, default_settings, devices, engines_for, max_threads, precisions_for
-from webui.synthesis_components import SynthesisTab
-from webui.synthesis_form import DEFAULT_REFINE, DEFAULT_REQUEST, DEFAULT_SAMPLING, VOICE_MODES
+from chattts_lab.serve.context import AppContext
+from webui.events import MODEL_QUEUE, SYNTHESIS_QUEUE, bind
+from chattts_lab.serve.runtime import CHOSEN, ServingChoice, default_settings, devices, engines_for, max_threads, precisions_for
+from webui.synthesis_form import DEFAULT_REFINE, DEFAULT_REQUEST, DEFAULT_SAMPLING, VOICE_MODES, SynthesisTab
 from webui.synthesis_handlers import (api_synthesize, apply_settings, change_device, change_engine, generate,
                                       fastest_label, fastest_offer, in_use_note, interrupt, live_playback,
                                       stream_players, update_settings)

@@ -9,11 +9,11 @@ from pathlib import Path
 import gradio as gr
 
 from chattts_lab.voices import PRESET_VOICES, VoiceCard, load_card, parse_card, save_card, saved_card_names
-from webui import present, speech
-from webui.security import InvalidUpload, check_audio_upload
-from webui.context import AppContext
-from webui.synthesis_components import SynthesisTab
-from webui.synthesis_form import USER_ERRORS, VOICE_MODES, Form, _seed_text, _voice, build_request
+from chattts_lab.serve import speech
+from webui import present
+from chattts_lab.serve.uploads import InvalidUpload, check_audio_upload
+from chattts_lab.serve.context import AppContext
+from webui.synthesis_form import USER_ERRORS, VOICE_MODES, build_request, Form, _seed_text, SynthesisTab, _voice
 
 
 def roll_dice(ui: SynthesisTab):

@@ -33,7 +33,7 @@ QUICK_SWEEP = (("stock", "lab"), ("fp32", "int8"))  # the newcomer's question: h
 __all__ = ["ENGINES", "PRECISIONS", "PRECISION", "QUANTIZED", "Precision", "DEFAULT_ENGINE", "DEFAULT_PRECISION",
            "precision_of", "KERNEL_LEVELS", "KERNEL_LEVEL_ENV", "has_own_kernels", "kernel_level_reason", "Engine",
            "EngineRuntime", "UnsupportedPrecision", "REFERENCE", "SAME_AUDIO_AS_REFERENCE", "SERVED_DEFAULTS",
-           "FASTEST_UNMEASURED", "QUICK_SWEEP", "all_engines", "check", "continuous_batching_engines", "get", "served_default", "served_default_reason",
+           "FASTEST_UNMEASURED", "QUICK_SWEEP", "all_engines", "check", "get", "served_default", "served_default_reason",
            "module_dtype", "precisions", "unsupported_reason", "runnable_engines", "runnable_precisions"]
 
 
@@ -118,11 +118,6 @@ def kernel_level_reason(level: str) -> str | None:
 
     runs = runnable_levels()
     return None if level in runs else f"this CPU cannot run the {level} kernels (it runs {', '.join(runs)})"
-
-
-def continuous_batching_engines() -> list[str]:
-    """The engines whose decode loop admits rows into a running generation (their runtime gives a row decoder)."""
-    return [e.name for e in all_engines() if e.continuous_batching_reason is None]
 
 
 def runnable_engines(device) -> list[str]:

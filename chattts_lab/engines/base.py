@@ -111,7 +111,7 @@ class EngineRuntime(ABC):
 
 
 class RowDecoder(Protocol):
-    """What a continuous-batching scheduler drives (chattts_lab/serving/scheduler.py): rows of a running
+    """What a continuous-batching scheduler drives (chattts_lab/serve/scheduler.py): rows of a running
     generation, each one text with its own prompt, sampling settings and voice, and each row's audio. One thread
     drives it. A row (`admit`'s answer) has `generated` (audio tokens kept), `ended` (None, or why it ended:
     "eos", "max_new_token", or what its caller sets, such as "stopped"), `steps`, `prefill_s`, `owner` and `meta`

@@ -163,7 +163,7 @@ REPORT_FIGURES = (latency_vs_batch, rtf_by_precision, throughput_vs_latency, pea
 
 
 # ------------------------------------------------------------------------------------------------
-# The serving benchmark: one row per load level (chattts_lab.serving.summaries.serving_frame)
+# The serving benchmark: one row per load level (bench.serving.summaries.serving_frame)
 
 SERVING_LABELS = {"users": "concurrent users", "latency_p90_s": "latency p90 (s, queue included)",
                   "audio_s_per_s": "audio seconds per wall second (all users)", "value": "seconds",

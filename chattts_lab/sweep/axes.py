@@ -2,16 +2,14 @@
 
     int_list("1,4,8") == (1, 4, 8);  int_list("1-8+2") == (1, 3, 5, 7);  int_list("1-16*2") == (1, 2, 4, 8, 16)
 
-SpecError lives here so that the spec (which reads its fields with these parsers) and the grid share it.
+A value these parsers cannot read is a SpecError (chattts_lab.checks: every spec's error, sweeps' and serving's).
 """
 
 from __future__ import annotations
 
 import re
 
-
-class SpecError(ValueError):
-    """A sweep specification that cannot be run; the message says what to change."""
+from chattts_lab.checks import SpecError
 
 
 _RANGE = re.compile(r"^(\d+)-(\d+)(?:([+*])(\d+))?$")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Iterator
 
+from chattts_lab.ray_connect import connect
 from chattts_lab.sweep import cluster
 from chattts_lab.sweep.results import CellResult, RunConfig
 from chattts_lab.sweep.spec import SweepSpec
@@ -19,7 +20,7 @@ def run_on_cluster(sweep_id: int, pending: list, total: int, store: Store, spec:
                     stop: Callable[[], bool], poll_s: float = 0.2) -> Iterator[SweepEvent]:
     """Submit every pending cell, commit each row as its task ends. Returns `cancelled` when stopped, `interrupted`
     when a cell was lost with its node (resume measures it again), else `finished`."""
-    ray = cluster.connect(spec.cluster)
+    ray = connect(spec.cluster)
     nodes, pool = cluster.live_nodes(ray), cluster.TaskPool(ray)
     n_done, lost = total - len(pending), 0
 

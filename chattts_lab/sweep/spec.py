@@ -22,7 +22,7 @@ from chattts_lab.sweep.axes import SpecError
 from chattts_lab.devices import DeviceUnavailable, parse_device
 from chattts_lab.trackers.env import usable_cores
 from chattts_lab.limits import memory_budget_error
-from chattts_lab.sweep.options import build_spec, field_problems, option
+from chattts_lab.options import build_spec, field_problems, option
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.engines import ENGINES, KERNEL_LEVELS, PRECISIONS, has_own_kernels, unsupported_reason
 from chattts_lab.requests import MAX_BATCH, MAX_NEW_TOKEN

@@ -6,8 +6,9 @@ sys.path.insert(0, os.getcwd())
 from chattts_lab import SynthesisRequest
 from chattts_lab.models import LoadConfig, load_model
 from chattts_lab.synthesis import warm_up
-from chattts_lab.serving.scheduler import ContinuousScheduler, SchedulerPolicy
-from chattts_lab.serving.batch import Part
+from chattts_lab.serve.policy import SchedulerPolicy
+from chattts_lab.serve.scheduler import ContinuousScheduler
+from chattts_lab.serve.batch import Part
 N = 256
 m = load_model(LoadConfig(model="synthetic", precision=os.environ.get("P", "int8"), engine="lab", threads=2)); warm_up(m)
 req = SynthesisRequest.of("A listener who arrives alone and wants to hear it at once.", max_new_token=N, min_new_token=N)

@@ -6,8 +6,9 @@ sys.path.insert(0, os.getcwd())
 import torch
 from chattts_lab import SynthesisRequest
 from chattts_lab.models import LoadConfig, load_model
-from chattts_lab.serving.batch import Part
-from chattts_lab.serving.scheduler import ContinuousScheduler, SchedulerPolicy
+from chattts_lab.serve.batch import Part
+from chattts_lab.serve.policy import SchedulerPolicy
+from chattts_lab.serve.scheduler import ContinuousScheduler
 from chattts_lab.synthesis import warm_up, synthesize
 
 model = load_model(LoadConfig(model="synthetic", precision="int8", engine="lab", threads=2))

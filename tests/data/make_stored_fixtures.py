@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from chattts_lab.requests import Refine, Sampling  # noqa: E402
-from chattts_lab.serving.loadtest import ServeSpec, run_serving  # noqa: E402
+from bench.serving.loadtest import ServeSpec, run_serving  # noqa: E402
 from chattts_lab.sweep.spec import SweepSpec  # noqa: E402
 from chattts_lab.history.bundle import export_bundle  # noqa: E402
 from chattts_lab.sweep.runner import CellFinished, run_sweep  # noqa: E402

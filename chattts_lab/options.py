@@ -1,11 +1,11 @@
 """Spec fields that describe themselves, and the one builder that reads them.
 
-A spec (chattts_lab.sweep.spec.SweepSpec, chattts_lab.serving.spec.ServeSpec) is a frozen dataclass whose fields carry their
+A spec (chattts_lab.sweep.spec.SweepSpec, bench.serving.spec.ServeSpec, chattts_lab.serve.policy.ServingPolicy) is a frozen dataclass whose fields carry their
 default, their limits (pydantic constraints in the annotation), the sentence a broken limit gives (numeric bounds:
 worded from the annotation itself, naming the field as `what`; other limits: `rule`, see chattts_lab.checks) and
-the command-line option they are (flag, help, parser). `python -m bench`'s argparse
-(bench/cli.py add_spec_options), the app's forms and `build_spec` all read them, so each default and each limit is
-written once.
+the command-line option they are (flag, help, parser). The command lines' argparse (`add_spec_options`: `python -m
+bench`, `python app.py`, `python -m chattts_lab.serve.rayserve`), the app's forms and `build_spec` all read them, so
+each default and each limit is written once.
 
     build_spec(SweepSpec, {"batches": "1-8*2", "repeats": 2.0})   # from argparse's namespace or a form's values
     spec_argv(spec) == ["--batch", "1,2,4,8", "--repeats", "2"]      # the command line that gives it back
@@ -13,6 +13,8 @@ written once.
 
 from __future__ import annotations
 
+import argparse
+import functools
 from dataclasses import MISSING, Field, field, fields
 from functools import cache
 from typing import Any, Callable, Mapping, get_type_hints
@@ -20,7 +22,7 @@ from typing import Any, Callable, Mapping, get_type_hints
 from pydantic import TypeAdapter
 
 from chattts_lab import checks
-from chattts_lab.sweep.axes import SpecError
+from chattts_lab.checks import SpecError
 
 
 def option(default: Any = MISSING, help: str = "", flag: str | None = None, parse: Callable | None = None,
@@ -115,3 +117,33 @@ def spec_argv(spec) -> list[str]:
         if f.metadata.get("flag") and value != base[f.name] and value not in (None, ()):
             argv += [f.metadata["flag"], as_text(value)]
     return argv
+
+
+def argparse_type(parse):
+    """A library list parser as an argparse type: its SpecError becomes argparse's own usage error."""
+    @functools.wraps(parse)
+    def typed(text: str):
+        try:
+            return parse(text)
+        except SpecError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return typed
+
+
+def add_spec_options(group, spec_cls, name: str) -> None:
+    """One option per field of `spec_cls` in its group `name`: flag, parser, help and default from the field. An
+    option left out is absent from the namespace, so the spec's own default applies (see build_spec)."""
+    shown = defaults(spec_cls)
+    for f in fields(spec_cls):
+        meta = f.metadata
+        if meta.get("flag") and meta["group"] == name:
+            default = as_text(shown[f.name]) if shown[f.name] not in (None, ()) else "none"
+            said = meta["help"] if "(default" in meta["help"] else f"{meta['help']} (default: {default})"
+            shape = {"metavar": meta["flag"].lstrip("-").upper().replace("-", "_")}
+            if meta["parse"]:
+                shape["type"] = argparse_type(meta["parse"])
+            if meta["argparse"].get("action"):  # a switch: no value, so neither a metavar nor a type
+                shape = {}
+            group.add_argument(meta["flag"], dest=f.name, default=argparse.SUPPRESS, help=said.replace("%", "%%"),
+                               **{**shape, **meta["argparse"]})

@@ -2,7 +2,7 @@
 
 Every caller (the Generate button, the `/synthesize` API, the OpenAI-compatible route) goes through
 `serve`/`serve_stream`, so requests from all of them that arrive together share one batched generation
-(chattts_lab.serving.batcher), and all model work holds the one model lock a running sweep holds too.
+(chattts_lab.serve.batcher), and all model work holds the one model lock a running sweep holds too.
 """
 
 from __future__ import annotations
@@ -17,16 +17,18 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from chattts_lab import LoadedModel, SynthesisRequest, load_model
-from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
-from chattts_lab.serving.batcher import Batcher
-from chattts_lab.serving.scheduler import ContinuousScheduler, Overloaded, scheduling_for
+from chattts_lab.serve.batch import Part, shared_settings, synthesize_parts
+from chattts_lab.serve.batcher import Batcher
+from chattts_lab.serve.policy import scheduling_for
+from chattts_lab.serve.scheduler import ContinuousScheduler, Overloaded
 from chattts_lab.models import loaded
 from chattts_lab.requests import validate_request
+from chattts_lab.requests import CONTINUOUS
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput, encode_sample_audio, speaker_from_seed, warm_up
 from chattts_lab.voices import VoiceCard
-from webui.context import AppContext
-from webui.runtime import RuntimeSettings, default_settings, describe
-from webui.security import read_audio_upload
+from chattts_lab.serve.context import AppContext
+from chattts_lab.serve.runtime import RuntimeSettings, default_settings, describe
+from chattts_lab.serve.uploads import read_audio_upload
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +110,7 @@ def waiting_note(ctx: AppContext, settings: RuntimeSettings) -> str:
         return f"Loading and warming up {describe(settings)} (once)…"
     if ctx.model_work.locked() and not batcher(ctx).running:
         return "Waiting for the model: a benchmark run (or a voice-card job) has it; your request runs after it…"
-    if scheduling(ctx, settings) == "continuous":
+    if scheduling(ctx, settings) == CONTINUOUS:
         waiting, busy, rows = scheduler(ctx, settings).status()
         if busy + 1 > rows or waiting:
             return f"Queued: all {rows} rows are generating, {waiting} request(s) ahead; yours joins when a row frees…"
@@ -177,7 +179,7 @@ async def serve(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRe
     request = validate_request(request)
     with RUNNING.mark(session) as stop:
         part = Part(request, stop, on_chunk, continues=continues)
-        if scheduling(ctx, settings) == "continuous":
+        if scheduling(ctx, settings) == CONTINUOUS:
             future = scheduler(ctx, settings).submit(part)
             try:
                 out = await asyncio.wrap_future(future)

@@ -15,19 +15,24 @@ many real-time streams this machine makes of this configuration with perfect sch
 a share of it, with a diagnosis in plain words (`floor_diagnosis`): a capacity far below the floor is lost to
 scheduling (first audio, stalls), one near it needs a faster step, and a floor below one stream means the
 configuration cannot serve one listener in real time here.
+
+A figure to trust: every level measures at least `min_streams` streams (one stall then moves continuity by a few
+points, not 25-50), the deciding level is measured twice (the run-to-run spread), and the answer is confirmed by
+Poisson arrivals at `confirm_load_pct` % of it for `confirm_s` seconds (`confirmation`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 from chattts_lab.history.price import MachinePrice, price_from_notes
 from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens, usd_per_audio_hour
-from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
+from chattts_lab.requests import CONTINUOUS, REQUEST_LEVEL, SCHEDULINGS
+from bench.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
                                           _measured_level, _save)
-from chattts_lab.serving.summaries import NOTE, summarize_level
+from bench.serving.summaries import NOTE, summarize_level
 
 FLOOR_REACHED_PCT = 85  # a capacity at this share of its floor is limited by the machine, not by scheduling
 
@@ -72,41 +77,110 @@ def run_capacity(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lam
     ramp = spec.ramp_s or samples_for_tokens(spec.tokens) / SAMPLE_RATE  # one clip: users arrive spread out
     spec = replace(spec, ramp_s=ramp)
     with Store(db_path) as store:
-        sweep_id = store.create_sweep(spec.as_dict(), capture_environment())
-    apps = spec.apps()
-    yield ServeStarted(sweep_id, 0)  # how many levels is what the search finds out
-    summaries, requests, found, status = [], [], [], "interrupted"
-
-    def measure(app, level: dict, level_spec: ServeSpec) -> Iterator:
-        """One level run, summarized and stored (requests too)."""
-        yield LevelStarted(len(summaries), level)
-        records, rss = asyncio.run(_measured_level(app, level_spec, level))
-        summary = summarize_level(level, records) | rss
-        summary["slo_broken"] = broken_because(summary, spec)
-        requests.extend({"level": len(summaries), **r} for r in records)
-        summaries.append(summary)
-        _save(db_path, sweep_id, summaries, requests, capacity=found)
-        yield LevelFinished(len(summaries) - 1, summary)
-
+        run = _CapacityRun(spec, db_path, store.create_sweep(spec.as_dict(), capture_environment()), should_stop)
+    yield ServeStarted(run.sweep_id, 0)  # how many levels is what the search finds out
+    status = "interrupted"
     try:
-        for batching, max_batch in apps:
+        for batching, max_batch in spec.apps():
             if should_stop():
                 break
             with _app(spec, batching, max_batch, db_path) as app:
-                floor_level = {"batching": batching, "max_batch": max_batch, "users": max_batch or spec.max_rows,
-                               "floor": True}
-                yield from measure(app, floor_level, floor_spec(spec))
-                tried: dict[int, bool] = {}
-                while (users := next_users(tried, spec.max_users)) is not None and not should_stop():
-                    yield from measure(app, {"batching": batching, "max_batch": max_batch, "users": users}, spec)
-                    tried[users] = summaries[-1]["slo_broken"] is None
-                found.append(_result(spec, batching, max_batch, tried, summaries))
-                _save(db_path, sweep_id, summaries, requests, capacity=found)
-                yield CapacityFound(found[-1])
+                yield from run.search(app, batching, max_batch)
         status = "cancelled" if should_stop() else "finished"
     finally:
-        _save(db_path, sweep_id, summaries, requests, status, capacity=found)
-    yield ServeFinished(sweep_id, status, summaries)
+        run.save(status)
+    yield ServeFinished(run.sweep_id, status, run.summaries)
+
+
+@dataclass
+class _CapacityRun:
+    """One capacity run's levels, requests and answers, stored after every level."""
+
+    spec: ServeSpec
+    db_path: object
+    sweep_id: int
+    should_stop: Callable[[], bool]
+    summaries: list = field(default_factory=list)
+    requests: list = field(default_factory=list)
+    found: list = field(default_factory=list)
+
+    def save(self, status: str | None = None) -> None:
+        _save(self.db_path, self.sweep_id, self.summaries, self.requests, status, capacity=self.found)
+
+    def measure(self, app, level: dict, level_spec: ServeSpec) -> Iterator:
+        """One level run, summarized and stored (requests too)."""
+        yield LevelStarted(len(self.summaries), level)
+        records, rss = asyncio.run(_measured_level(app, level_spec, level))
+        summary = summarize_level(level, records) | rss
+        summary["slo_broken"] = broken_because(summary, self.spec)
+        self.requests.extend({"level": len(self.summaries), **r} for r in records)
+        self.summaries.append(summary)
+        self.save()
+        yield LevelFinished(len(self.summaries) - 1, summary)
+
+    def search(self, app, batching, max_batch: int) -> Iterator:
+        """The floor, the search, then the deciding level again and the Poisson run that confirm what it found."""
+        spec, at = self.spec, {"batching": batching, "max_batch": max_batch}
+        yield from self.measure(app, at | {"users": max_batch or spec.max_rows, "floor": True}, floor_spec(spec))
+        tried: dict[int, bool] = {}
+        while (users := next_users(tried, spec.max_users)) is not None and not self.should_stop():
+            yield from self.measure(app, at | {"users": users}, level_spec(spec, users))
+            tried[users] = self.summaries[-1]["slo_broken"] is None
+        result = _result(spec, batching, max_batch, tried, self.summaries)
+        if result["streams"] and not self.should_stop():  # the deciding level once more: the run-to-run spread
+            yield from self.measure(app, at | {"users": result["streams"], "repeat": True},
+                                    level_spec(spec, result["streams"]))
+            result |= spread(result, self.summaries[-1])
+        if result["streams"] and spec.confirm_s and not self.should_stop():
+            yield from self.measure(app, at | {"rate": confirm_rate(spec, result["streams"]), "confirm": True},
+                                    replace(spec, duration_s=spec.confirm_s))
+            result |= confirmation(spec, result, self.summaries[-1], self.summaries)
+        self.found.append(result)
+        self.save()
+        yield CapacityFound(result)
+
+
+def level_spec(spec: ServeSpec, users: int) -> ServeSpec:
+    """A search level's load: each user's requests one after another, enough that the level measures at least
+    `min_streams` streams (one stall then moves continuity by 5 points at most, not 25-50)."""
+    return replace(spec, requests_per_user=max(spec.requests_per_user, -(-spec.min_streams // users)))
+
+
+def spread(result: dict, repeat: dict) -> dict:
+    """The deciding level measured twice: the spread of its p99 first audio and continuity between the runs, and
+    whether the second run held too."""
+    first = next(c for c in result["curve"] if c["users"] == result["streams"])
+    pair = lambda key: sorted(v for v in (first[key], repeat[key]) if v is not None)
+    return {"repeat_held": repeat["slo_broken"] is None, "repeat_broken_because": repeat["slo_broken"],
+            "ttfa_p99_spread_s": pair("ttfa_p99_s"), "continuity_spread_pct": pair("continuity_pct")}
+
+
+CONFIRM_TTFA_X = 2.0  # the confirmation's p90 first audio may be at most this many times a lone listener's...
+CONFIRM_CONTINUITY_PCT = 95.0  # ...with at least this % of streams continuous and none failed or lost
+
+
+def confirm_rate(spec: ServeSpec, streams: int) -> float:
+    """Requests a second that keep `confirm_load_pct` % of `streams` listening on average (Little's law: each
+    stream lasts about its clip when it plays in real time)."""
+    clip_s = samples_for_tokens(spec.tokens) / SAMPLE_RATE
+    return round(spec.confirm_load_pct / 100 * streams / clip_s, 4)
+
+
+def confirmation(spec: ServeSpec, result: dict, poisson: dict, summaries: list[dict]) -> dict:
+    """The Poisson run's verdict on the capacity found, against a lone listener's first audio in the same app."""
+    lone = next((s for s in summaries if s.get("users") == 1 and not s.get("floor") and not s.get("repeat")
+                 and (s["batching"], s["max_batch"]) == (result["batching"], result["max_batch"])), None)
+    lone_ttfa = lone and lone.get("ttfa_p50_s")
+    ttfa, continuity = poisson.get("ttfa_p90_s"), poisson.get("continuity_pct")
+    failed = poisson["requests"] - poisson["ok"]
+    because = (f"{failed} of {poisson['requests']} requests failed or were lost" if failed or not poisson["requests"]
+               else f"p90 first audio {_num(ttfa)} s > {CONFIRM_TTFA_X:g}x a lone listener's {_num(lone_ttfa)} s"
+               if ttfa is None or not lone_ttfa or ttfa > CONFIRM_TTFA_X * lone_ttfa
+               else f"continuity {_num(continuity)} % < {CONFIRM_CONTINUITY_PCT:g} %"
+               if continuity is None or continuity < CONFIRM_CONTINUITY_PCT else None)
+    return {"confirm": {"rate": poisson["rate"], "load_pct": spec.confirm_load_pct, "duration_s": spec.confirm_s,
+                        "requests": poisson["requests"], "ttfa_p90_s": ttfa, "lone_ttfa_p50_s": lone_ttfa,
+                        "continuity_pct": continuity, "held": because is None, "broken_because": because}}
 
 
 def floor_spec(spec: ServeSpec) -> ServeSpec:
@@ -118,7 +192,7 @@ def _result(spec: ServeSpec, batching, max_batch: int, tried: dict[int, bool], s
     held = max((n for n, ok in tried.items() if ok), default=0)
     broke = min((n for n, ok in tried.items() if not ok), default=None)
     ours = [s for s in summaries if (s["batching"], s["max_batch"]) == (batching, max_batch)]
-    mine = [s for s in ours if not s.get("floor")]
+    mine = [s for s in ours if not (s.get("floor") or s.get("repeat") or s.get("confirm"))]
     floor = next((s for s in ours if s.get("floor")), None)
     at = {s["users"]: s for s in mine}
     config = (at.get(held) or (mine[0] if mine else {})).get("config")
@@ -159,7 +233,7 @@ def floor_diagnosis(result: dict) -> str | None:
 
 def capacity_sentence(result: dict) -> str:
     """'This machine holds N real-time streams of this configuration', with what it means and what broke it."""
-    how = (f"continuous batching, {result['max_batch']} rows" if result["batching"] == "continuous"
+    how = (f"continuous batching, {result['max_batch']} rows" if result["batching"] == CONTINUOUS
            else f"request-level batching, batches of up to {result['max_batch']}" if result["batching"]
            else "the running app's own scheduling")
     sentence = (f"this machine holds {result['streams']} real-time stream(s) of this configuration "
@@ -173,8 +247,31 @@ def capacity_sentence(result: dict) -> str:
         sentence += f"; at {result['broke_at']}: {result['broken_because']}"
     else:
         sentence += " (the most users tried: raise --max-users to look further)"
-    sentence += "."
+    sentence += "." + trust_sentence(result)
     return sentence + (f" Diagnosis: {result['diagnosis']}." if result.get("diagnosis") else "")
+
+
+def trust_sentence(result: dict) -> str:
+    """How far the figure can be trusted: the deciding level measured again, and the Poisson run that confirms it
+    ('' where neither ran: no stream held, or an older run)."""
+    said = ""
+    if "repeat_held" in result:
+        ttfa, continuity = result["ttfa_p99_spread_s"], result["continuity_spread_pct"]
+        said += (f" Measured twice at {result['streams']}: p99 first audio {_span(ttfa, 's')}, continuity "
+                 f"{_span(continuity, '%')}" + ("" if result["repeat_held"] else
+                                                f"; the second run broke ({result['repeat_broken_because']})") + ".")
+    if confirm := result.get("confirm"):
+        verdict = "confirmed" if confirm["held"] else f"not confirmed ({confirm['broken_because']})"
+        said += (f" Poisson arrivals at {confirm['load_pct']:g} % of it for {confirm['duration_s']:g} s "
+                 f"({confirm['requests']} requests): {verdict}; p90 first audio {_num(confirm['ttfa_p90_s'])} s "
+                 f"against a lone listener's {_num(confirm['lone_ttfa_p50_s'])} s, continuity "
+                 f"{_num(confirm['continuity_pct'])} %.")
+    return said
+
+
+def _span(values: list[float], unit: str) -> str:
+    return "-" if not values else f"{values[0]:.2f} {unit}" if len(values) == 1 or values[0] == values[-1] else \
+        f"{values[0]:.2f}-{values[-1]:.2f} {unit}"
 
 
 def capacity_cost(result: dict, price: MachinePrice | None) -> str | None:
@@ -191,16 +288,16 @@ def capacity_cost(result: dict, price: MachinePrice | None) -> str | None:
 
 def capacity_gain(results: list[dict]) -> str | None:
     """Continuous against request-level batching in the same run."""
-    best = {b: max((r["streams"] for r in results if r["batching"] == b), default=None) for b in ("continuous", "request")}
-    if best["continuous"] is None or best["request"] is None:
+    best = {b: max((r["streams"] for r in results if r["batching"] == b), default=None) for b in SCHEDULINGS}
+    if best[CONTINUOUS] is None or best[REQUEST_LEVEL] is None:
         return None
-    if best["continuous"] == best["request"] == 0:
+    if best[CONTINUOUS] == best[REQUEST_LEVEL] == 0:
         return "neither scheduling holds one real-time stream of this configuration within the service level."
-    if best["request"] == 0:
-        return (f"continuous batching holds {best['continuous']} stream{'s' if best['continuous'] != 1 else ''} "
+    if best[REQUEST_LEVEL] == 0:
+        return (f"continuous batching holds {best[CONTINUOUS]} stream{'s' if best[CONTINUOUS] != 1 else ''} "
                 "where request-level batching holds none.")
-    return (f"continuous batching holds {best['continuous'] / best['request']:.1f}x the real-time streams of "
-            f"request-level batching ({best['continuous']} vs {best['request']}).")
+    return (f"continuous batching holds {best[CONTINUOUS] / best[REQUEST_LEVEL]:.1f}x the real-time streams of "
+            f"request-level batching ({best[CONTINUOUS]} vs {best[REQUEST_LEVEL]}).")
 
 
 def capacity_frame(db_path):

@@ -1,7 +1,8 @@
 """Hugging Face ZeroGPU: the GPU is lent per call, only inside functions decorated with `@spaces.GPU(duration=...)`.
 
 On a ZeroGPU Space (`spaces` importable and `SPACES_ZERO_GPU` set by the Space) exactly two functions hold the GPU:
-`gpu_synthesize` (one person's request, every batch of it) and `gpu_sweep` (a sweep with CUDA cells). Each asks for
+`gpu_synthesize` here (one person's request, every batch of it) and `gpu_sweep` (a sweep with CUDA cells, beside the
+sweep it runs: webui/sweep_run.py), both decorated with `gpu`. Each asks for
 a duration from the request's size (`synthesis_seconds`, `sweep_seconds`); a request that would need more than the
 limit (`max_duration_s`) is refused before it is queued, with what to change. Everywhere else (`spaces` absent, a
 CPU Space, a laptop) `gpu` returns the function as it is and the app serves as always.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import os
 from types import SimpleNamespace
-from typing import Callable, Iterator
+from typing import Callable
 
 from chattts_lab.requests import InvalidRequest, SynthesisRequest, validate_request
 from chattts_lab.trackers.env import cpu_info, gpu_info, usable_cores
@@ -90,32 +91,6 @@ def gpu_synthesize(cfg, requests: list[SynthesisRequest]):
     return [(synthesize(model, validate_request(r)), facts) for r in requests]
 
 
-def sweep_seconds(spec, history_db, session: str, price=None) -> float:
-    from chattts_lab.sweep.grid import estimate_grid
-
-    return START_S + estimate_grid(spec, history_db).seconds
-
-
-@gpu(duration=sweep_seconds)
-def gpu_sweep(spec, history_db, session: str, price=None) -> Iterator:
-    """A sweep with CUDA cells, run while the GPU is lent: its updates as it makes them. Its arguments are plain data
-    (ZeroGPU pickles them into its own process, where this app's context is made afresh)."""
-    from webui.context import AppContext
-    from webui.sweep_run import sweep_updates
-
-    yield from sweep_updates(AppContext(history_db=history_db), spec, session, price)
-
-
-def check_sweep(spec, history_db) -> None:
-    if uses_gpu(spec):
-        check_duration(sweep_seconds(spec, history_db, ""), "This sweep",
-                       "sweep fewer cells or tokens, or run it with `python -m bench` on a GPU machine")
-
-
-def uses_gpu(spec) -> bool:
-    return any(str(d).startswith("cuda") for d in spec.devices)
-
-
 def hardware_line() -> str:
     """What the page says it runs on."""
     cpu = cpu_info()
@@ -136,14 +111,3 @@ async def serve(ctx, settings, requests: list[SynthesisRequest]) -> list:
     cfg = replace(settings, device="cuda").load_config(ctx.model)
     check_duration(synthesis_seconds(cfg, requests), "This request", synthesis_change(requests))
     return await asyncio.to_thread(gpu_synthesize, cfg, requests)
-
-
-def sweep_updates_for(ctx, spec, session: str, price=None) -> Iterator:
-    """A sweep's updates: on ZeroGPU a sweep with CUDA cells runs while the GPU is lent (refused first when it would
-    need it too long); any other sweep as always."""
-    from webui.sweep_run import sweep_updates
-
-    if active() and uses_gpu(spec):
-        check_sweep(spec, ctx.history_db)
-        return gpu_sweep(spec, ctx.history_db, session, price)
-    return sweep_updates(ctx, spec, session, price)

@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from chattts_lab.serving.listening import player_stalls
+from bench.serving.listening import player_stalls
 from chattts_lab.metrics import SAMPLE_RATE
-from chattts_lab.serving.spec import ServeSpec
-from chattts_lab.serving.summaries import NOTE, summarize_level
+from chattts_lab.requests import CONTINUOUS
+from bench.serving.spec import ServeSpec
+from bench.serving.summaries import NOTE, summarize_level
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUEST_DEADLINE_S = 900.0  # a request with no answer by then is lost
@@ -79,7 +80,7 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
 
     spec = spec.validate()
     if spec.capacity:
-        raise ValueError("a capacity search runs through chattts_lab.serving.capacity.run_capacity")
+        raise ValueError("a capacity search runs through bench.serving.capacity.run_capacity")
     served = served_by(spec.url) if spec.url else {}
     with Store(db_path) as store:
         sweep_id = store.create_sweep(_recorded(spec, served), capture_environment())
@@ -158,7 +159,7 @@ class _app:
         cmd = [sys.executable, str(ROOT / "app.py"), "--model", self.spec.model, "--port", str(port),
                "--batching", self.batching, "--max-wait-ms", str(self.spec.max_wait_ms)]
         # continuous: its rows, and a queue as long as any level's users (refusals are for real overload)
-        cmd += ["--max-rows" if self.batching == "continuous" else "--max-batch", str(self.max_batch),
+        cmd += ["--max-rows" if self.batching == CONTINUOUS else "--max-batch", str(self.max_batch),
                 "--max-queue", "256"]
         for flag in ("engine", "precision", "device", "threads"):
             if getattr(self.spec, flag) is not None:
@@ -180,7 +181,7 @@ class _app:
             t0 = time.perf_counter()
             texts = self.spec.texts
             # request-level: one full batch; continuous: two rows (a full batch has no meaning there)
-            count = 2 if self.batching == "continuous" else max(1, self.max_batch)
+            count = 2 if self.batching == CONTINUOUS else max(1, self.max_batch)
             return await asyncio.gather(*(_request(self.url, self.spec, texts[i % len(texts)], -1, t0)
                                           for i in range(count)))
 

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from chattts_lab import InvalidRequest, ModelUnavailable, OutOfMemory
-from chattts_lab.serving.scheduler import Overloaded
+from chattts_lab.serve.scheduler import Overloaded
 
 log = logging.getLogger(__name__)
 

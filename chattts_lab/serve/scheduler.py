@@ -11,7 +11,7 @@ longer split requests into separate batches.
 Bounded: at most `max_rows` rows generate at once (the KV-cache budget) and at most `max_queue` requests wait
 for a row, counted as they arrive (a request waits unless a free row is there for it); beyond that `submit` refuses
 at once with `Overloaded` (and a Retry-After estimate) rather than let waiting grow without limit. Only an engine
-whose runtime gives a row decoder can admit rows (the lab engine's decode loop); the others keep request-level
+whose runtime gives a row decoder can admit rows (the lab's decode loop: lab, onnx); the others keep request-level
 batching (`Engine.continuous_batching_reason` says why), and every result says which scheduling ran
 (`Measurements.scheduling`). Nothing here knows an engine's internals: it asks the runtime and its decoder.
 """
@@ -34,44 +34,18 @@ import numpy as np
 import psutil
 
 from chattts_lab import engines, metrics, torch_thread
-from chattts_lab.serving.batch import Part
-from chattts_lab.serving.spec import SchedulerPolicy  # the bounds: defined with the serving spec that uses them
+from chattts_lab.serve.batch import Part
+from chattts_lab.serve.policy import SchedulerPolicy
+from chattts_lab.serve.streaming import LOW_WATER_LOOPS, LOW_WATER_MIN_S, chunk_due
 from chattts_lab.engines.base import RowDecoder
 from chattts_lab.metrics import SAMPLES_PER_TOKEN
 from chattts_lab.models import LoadedModel, set_threads
 from chattts_lab.trackers.stages import StageTimes
+from chattts_lab.requests import CONTINUOUS
 from chattts_lab.synthesis import (SAMPLE_RATE, STOPPED_BY_CALLER, Measurements, StreamChunk, SynthesisOutput,
                                    chattts_params, memory_errors_explained, memory_errors_of, own_stop)
 
 log = logging.getLogger(__name__)
-FIRST_AT = 24  # tokens before a row's first audio (0.5 s of audio: twice the lab's own stream.FIRST_CHUNK)
-MIN_CHUNK = 12  # tokens: each chunk decodes 14 more and costs a call; at 8, three listeners stalled more
-MAX_CHUNK = 48  # tokens a stream well ahead of its listener sends at a time
-LOW_WATER_LOOPS, LOW_WATER_MIN_S = 2.5, 0.12  # a stream whose listener is this close to running dry sends now
-
-
-def chunk_due(generated: int, sent: int, ahead_s: float | None, low_water_s: float | None, hold: int) -> bool:
-    """Whether a streamed row sends a chunk now: its first after FIRST_AT tokens, then when MAX_CHUNK tokens wait
-    or when its listener is about to run dry (less than `low_water_s` of audio ahead) and MIN_CHUNK tokens wait.
-
-    `generated`: the row's tokens; `sent`: tokens whose audio has been sent; `hold`: the decoder's trailing tokens
-    that wait for their right context (RowDecoder.hold); `ahead_s`: audio sent beyond what a
-    real-time player that started at the first chunk has played by now (None before the first chunk).
-    `low_water_s`: the loop's own (ContinuousScheduler.low_water_s), LOW_WATER_LOOPS of its slowest recent
-    iterations: the time until this row's next chance to send, with room for its own decode; None while the loop
-    falls behind real time, when only full chunks are sent.
-
-    Why by the listener's buffer, not a fixed schedule: a chunk's decode runs in the loop every row waits for
-    and costs about 1 ms a token plus a fixed part (stream.LEFT_CONTEXT tokens of context, HOLD of right context,
-    the call), so few large chunks cost least, while a listener whose buffer is short needs the next chunk now.
-    A fixed schedule (every 24 tokens, then 48) left the 18 tokens (383 ms) of a first chunk to cover the next
-    24 tokens' steps and every other row's decodes: with two listeners on 2 cores, stalls up to 185 ms at the
-    second chunk (docs/measurements/2026-12-02-engine-thread.md). Once a chunk leaves a listener at the low water,
-    the next can be larger by the ratio of real time to the step time, so chunks grow as fast as the load allows."""
-    if ahead_s is None:
-        return generated >= FIRST_AT
-    waiting = generated - hold - sent
-    return waiting >= MAX_CHUNK or (low_water_s is not None and ahead_s < low_water_s and waiting >= MIN_CHUNK)
 
 
 class Overloaded(Exception):
@@ -82,18 +56,6 @@ class Overloaded(Exception):
         self.retry_after_s = retry_after_s
 
 
-def scheduling_for(requested: str, engine: str) -> str:
-    """The scheduling a server asked for `requested` ("continuous" or "request") runs on `engine`: continuous only
-    where the engine's decode loop admits rows mid-run (Engine.continuous_batching_reason)."""
-    admits_rows = engines.get(engine).continuous_batching_reason is None
-    return "continuous" if requested == "continuous" and admits_rows else "request"
-
-
-def continuous_unsupported_reason(model: LoadedModel) -> str | None:
-    """None when this model's engine can admit rows into a running generation, else why not."""
-    return engines.get(model.engine.name).continuous_batching_reason
-
-
 def row_decoder_of(model: LoadedModel, max_rows: int) -> RowDecoder:
     """The loaded model's row decoder for `max_rows` rows, kept with the model (its KV cache lives as long as the
     model and is reused by each busy spell), emptied; RuntimeError where its engine cannot admit rows."""
@@ -102,7 +64,7 @@ def row_decoder_of(model: LoadedModel, max_rows: int) -> RowDecoder:
         decoder = model.engine.row_decoder(model.chat, max_rows)
         if decoder is None:
             raise RuntimeError(f"continuous batching cannot run on the {model.engine.name} engine: "
-                               f"{continuous_unsupported_reason(model)}")
+                               f"{engines.get(model.engine.name).continuous_batching_reason}")
         model._row_decoder = decoder
     decoder.reset()
     return decoder
@@ -350,7 +312,7 @@ class ContinuousScheduler:
         chunk = StreamChunk(texts, elapsed, job.chunks, model.synthetic, job.part.queue_wait_s, job.shared_with)
         job.chunks += 1
         try:
-            job.part.on_chunk(replace(chunk, scheduling="continuous"))
+            job.part.on_chunk(replace(chunk, scheduling=CONTINUOUS))
         except Exception:  # the caller's own failure (a closed queue): its row carries on until it is stopped
             log.exception("continuous batching: a chunk could not be handed over")
 
@@ -420,11 +382,11 @@ class ContinuousScheduler:
             wall_s=wall, stages=stages, tokens=[r.generated if r else 0 for r in rows],
             gpt_steps=sum(r.steps for r in rows if r), audio_s=[len(a) / SAMPLE_RATE for a in audio],
             peak_rss_mb=psutil.Process().memory_info().rss / 2**20, peak_device_mb=None,
-            effective=dict(model.effective, scheduling="continuous", rows=self.policy.max_rows),
+            effective=dict(model.effective, scheduling=CONTINUOUS, rows=self.policy.max_rows),
             ttfa_s=job.first_audio_s, interrupted=job.part.stop.is_set() or any(r is None for r in rows),
             interrupted_reason=STOPPED_BY_CALLER if job.part.stop.is_set() else (
                 "some of its texts were never generated" if any(r is None for r in rows) else None),
-            queue_wait_s=job.part.queue_wait_s, batch_requests=job.shared_with, scheduling="continuous")
+            queue_wait_s=job.part.queue_wait_s, batch_requests=job.shared_with, scheduling=CONTINUOUS)
         return SynthesisOutput(audio, m, model.synthetic, texts=job.part.request.texts)
 
     def _release_job(self, decoder: RowDecoder, job: _Job) -> None:

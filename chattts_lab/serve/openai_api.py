@@ -8,10 +8,10 @@ maps to ChatTTS's [speed_0..9]. With --auth user:pass, send `Authorization: Bear
 Like OpenAI's own route, audio is sent as it is generated (chunked transfer) for pcm, wav and mp3;
 flac, and any request with the extension `"stream": false`, gets one whole file. Every refusal,
 FastAPI's request validation included, is an OpenAI-shaped error whose message OpenAI's clients show
-(webui/openai_errors.py).
+(chattts_lab/serve/openai_errors.py).
 
 The route is the same wherever the audio is made: a SpeechBackend synthesizes. The app's is AppSpeech (its own
-batcher, beside the UI); a Ray Serve deployment's replicas are another (webui/rayserve.py).
+batcher, beside the UI); a Ray Serve deployment's replicas are another (chattts_lab/serve/rayserve.py).
 """
 
 from __future__ import annotations
@@ -34,12 +34,13 @@ from pydantic import BaseModel, Field
 from chattts_lab import InvalidRequest, SynthesisRequest
 from chattts_lab import audio as audio_io
 from chattts_lab.requests import MAX_BATCH, MAX_NEW_TOKEN, validate_request
+from chattts_lab.requests import CONTINUOUS
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput
 from chattts_lab.voices import PRESET_VOICES, resolve_voice, saved_card_names, split_sentences
-from webui import speech
-from webui.context import AppContext
-from webui.openai_errors import OpenAIError, OpenAIErrorsRoute, as_openai_errors
-from webui.runtime import describe
+from chattts_lab.serve import speech
+from chattts_lab.serve.context import AppContext
+from chattts_lab.serve.openai_errors import OpenAIError, OpenAIErrorsRoute, as_openai_errors
+from chattts_lab.serve.runtime import describe
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class SpeechBackend(Protocol):
 
     def served(self) -> dict:
         """What this server runs, for a client that measures it (`GET /v1/audio/voices` says it as "server"):
-        "model" (the --model it loaded), "scheduling" ("continuous" or "request"), "max_batch" (texts generated at
+        "model" (the --model it loaded), "scheduling" (one of synthesis.SCHEDULINGS), "max_batch" (texts generated at
         once: continuous batching's rows, or a request-level batch's texts), "config", "why" (the app's reason for its
         default configuration: the CPU and its kernels, or the sweep that measured it); None where unknown."""
 
@@ -117,7 +118,7 @@ class AppSpeech:
         """Continuous batching's rows and queue, or request-level batching's batch and wait: whichever is in use."""
         settings = speech.serving_settings(self.ctx)
         scheduling = speech.scheduling(self.ctx, settings)
-        if scheduling == "continuous":
+        if scheduling == CONTINUOUS:
             bounds = {"max_batch": self.ctx.rows.max_rows, "max_queue": self.ctx.rows.max_queue}
         else:
             bounds = {"max_batch": self.ctx.batching.max_batch, "max_wait_ms": self.ctx.batching.max_wait_ms}

@@ -1,16 +1,16 @@
 """The app's `/v1/audio/speech` served by Ray Serve replicas across a cluster's machines.
 
-    python -m webui.rayserve --cluster ray:HEAD_IP:6379 --replicas 2 --model hf --engine lab --precision int8 --threads 4
-    python -m webui.rayserve --cluster ray:HEAD_IP:6379 --stop
+    python -m chattts_lab.serve.rayserve --cluster ray:HEAD_IP:6379 --replicas 2 --model hf --engine lab --precision int8 --threads 4
+    python -m chattts_lab.serve.rayserve --cluster ray:HEAD_IP:6379 --stop
 
 deploys, on a running cluster, one Serve application of two deployments and returns once it answers:
 
-    client --HTTP--> Serve's proxy (the head) --> SpeechIngress: webui.openai_api's own route (validation, voices,
+    client --HTTP--> Serve's proxy (the head) --> SpeechIngress: chattts_lab.serve.openai_api's own route (validation, voices,
       OpenAI-shaped errors, audio encoding), whose SpeechBackend is ReplicaSpeech
         --DeploymentHandle, streamed--> Synthesizer replicas (one per --threads CPUs, or per GPU for cuda), each with
           its model loaded once, scheduling as the app does (--batching): continuous, where the engine admits rows
           mid-run (lab), the app's own ContinuousScheduler; else Serve's @serve.batch gathers the requests that
-          arrive together and chattts_lab.serving.batch.synthesize_parts runs each group that can share a
+          arrive together and chattts_lab.serve.batch.synthesize_parts runs each group that can share a
           generation (shared_settings)
 
 A replica announces (BatchStarted) when a request's batch starts (continuous: when its first row is admitted). A replica that dies before that has run
@@ -31,18 +31,20 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from chattts_lab import SynthesisRequest, load_model
-from chattts_lab.engines import REFERENCE
-from chattts_lab.serving.batch import Part, shared_settings, synthesize_parts
-from chattts_lab.serving.batcher import BatchPolicy
-from chattts_lab.serving.scheduler import ContinuousScheduler, SchedulerPolicy, scheduling_for
-from chattts_lab.sweep.cluster import connect, ray_module
+from chattts_lab.serve.batch import Part, shared_settings, synthesize_parts
+from chattts_lab.options import add_spec_options
+from chattts_lab.serve.policy import GROUP, BatchPolicy, ServingPolicy, served_default_on, scheduling_for
+from chattts_lab.serve.policy import SchedulerPolicy
+from chattts_lab.serve.scheduler import ContinuousScheduler
+from chattts_lab.ray_connect import connect, ray_module
 from chattts_lab.devices import DeviceUnavailable, parse_device
-from chattts_lab.engines import continuous_batching_engines, unsupported_reason
-from chattts_lab.sweep.spec import SpecError
+from chattts_lab.engines import unsupported_reason
+from chattts_lab.checks import SpecError
+from chattts_lab.requests import CONTINUOUS, REQUEST_LEVEL
 from chattts_lab.synthesis import StreamChunk, SynthesisOutput, warm_up
-from webui import openai_api
-from webui.openai_errors import OpenAIError
-from webui.runtime import RuntimeSettings, describe
+from chattts_lab.serve import openai_api
+from chattts_lab.serve.openai_errors import OpenAIError
+from chattts_lab.serve.runtime import RuntimeSettings, describe
 
 try:
     from ray import serve
@@ -53,8 +55,8 @@ except ImportError as exc:  # Ray is optional: requirements-cluster.txt
 log = logging.getLogger(f"ray.serve.{__name__}")  # Serve writes "ray.serve" records into each replica's log
 
 APP = "chattts"
-WEBUI_DIR = Path(__file__).resolve().parent
 ATTEMPTS = 3  # a request no replica has started is sent again, to another replica, up to this many times in all
+REPLICA_THREADS = 1  # a replica's torch threads unless --threads says, and the CPUs Ray gives it
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class Synthesizer:
     """The model, loaded once per replica, serving batches of requests."""
 
     def __init__(self, model: str, settings: RuntimeSettings, policy: BatchPolicy, warm: bool = True,
-                 scheduling: str = "request", rows: SchedulerPolicy = SchedulerPolicy()):
+                 scheduling: str = REQUEST_LEVEL, rows: SchedulerPolicy = SchedulerPolicy()):
         self.model = load_model(settings.load_config(model))
         if warm:  # one-time costs before the replica is ready, not in the first requests' latency
             warm_up(self.model)
@@ -97,7 +99,7 @@ class Synthesizer:
         self.generate.set_max_batch_size(policy.max_batch)
         self.generate.set_batch_wait_timeout_s(policy.max_wait_ms / 1000)
         self.name = ray_module().get_runtime_context().get_actor_name()
-        self.scheduler = ContinuousScheduler(lambda: self.model, rows) if scheduling == "continuous" else None
+        self.scheduler = ContinuousScheduler(lambda: self.model, rows) if scheduling == CONTINUOUS else None
 
     async def speak(self, request: SynthesisRequest, stream: bool) -> AsyncIterator:
         """BatchStarted, then (when `stream`) each StreamChunk, then the SynthesisOutput."""
@@ -161,7 +163,7 @@ class Synthesizer:
 
 
 class ReplicaSpeech:
-    """webui.openai_api's SpeechBackend on the Synthesizer replicas."""
+    """chattts_lab.serve.openai_api's SpeechBackend on the Synthesizer replicas."""
 
     def __init__(self, synthesizer, api_key: str | None, voices_dir: Path, described: str):
         self.synthesizer, self.api_key, self.voices_dir, self.described = synthesizer, api_key, voices_dir, described
@@ -260,7 +262,7 @@ class ServePlan:
     settings: RuntimeSettings = RuntimeSettings(threads=1)
     replicas: int = 1
     batching: BatchPolicy = BatchPolicy()
-    scheduling: str = "continuous"  # as the app's --batching; request-level where the engine cannot admit rows
+    scheduling: str = ServingPolicy.batching  # as the app's --batching; request-level where the engine cannot admit rows
     rows: SchedulerPolicy = SchedulerPolicy()
     host: str = "127.0.0.1"
     port: int = 8000
@@ -276,7 +278,7 @@ class ServePlan:
                 "ray_actor_options": {"num_cpus": self.settings.threads, "num_gpus": gpus}}
 
     def continuous(self) -> bool:
-        return scheduling_for(self.scheduling, self.settings.engine) == "continuous"
+        return scheduling_for(self.scheduling, self.settings.engine) == CONTINUOUS
 
     def described(self) -> str:
         return f"{describe(self.settings)} · {self.replicas} Ray Serve replica{'s' if self.replicas > 1 else ''}"
@@ -284,7 +286,7 @@ class ServePlan:
 
 def deploy(cluster: str, plan: ServePlan) -> str:
     """Deploy (or redeploy) the application on the cluster; returns its URL once every replica is ready."""
-    connect(cluster, WEBUI_DIR)  # the deployments run this code (chattts_lab and webui) on every node
+    connect(cluster)  # the deployments run this code (chattts_lab) on every node
     serve.start(proxy_location="HeadOnly", http_options={"host": plan.host, "port": plan.port})
     scheduling = scheduling_for(plan.scheduling, plan.settings.engine)
     synthesizer = Synthesizer.options(**plan.replica_options()).bind(plan.model, plan.settings, plan.batching,
@@ -299,53 +301,31 @@ def undeploy(cluster: str) -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m webui.rayserve", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m chattts_lab.serve.rayserve", description=__doc__.splitlines()[0])
     p.add_argument("--cluster", default="ray", help="ray (this machine's cluster, or RAY_ADDRESS) or ray:HEAD_IP:PORT")
     p.add_argument("--replicas", type=int, default=1, help="Synthesizer replicas, each with its own model")
-    p.add_argument("--model", default=os.environ.get("CHATTTS_LAB_MODEL", "auto"),
-                   help="auto, hf, synthetic, synthetic-tiny or a folder present on every machine")
-    # ChatTTS as shipped, unlike the app's CPU default (engines.SERVED_DEFAULTS): one serving policy for both is to do
-    p.add_argument("--engine", default=REFERENCE[0])
-    p.add_argument("--precision", default=REFERENCE[1])
-    p.add_argument("--device", default="cpu", help="cpu, or cuda: one GPU per replica")
-    p.add_argument("--threads", type=int, default=1, help="torch threads of each replica, and the CPUs Ray gives it")
-    p.add_argument("--max-batch", type=int, default=BatchPolicy.max_batch, metavar="N",
-                   help="texts in one batched generation on a replica")
-    p.add_argument("--max-wait-ms", type=float, default=BatchPolicy.max_wait_ms, metavar="MS",
-                   help="how long a replica's lone request waits for others to share its batch")
-    p.add_argument("--batching", choices=("continuous", "request"), default="continuous",
-                   help=f"as the app's: continuous on the {' and '.join(continuous_batching_engines())} engines (rows "
-                        f"join the running generation), request-level batches on the others")
-    p.add_argument("--max-rows", type=int, default=SchedulerPolicy.max_rows, metavar="N",
-                   help="continuous batching: texts a replica generates at once")
-    p.add_argument("--max-queue", type=int, default=SchedulerPolicy.max_queue, metavar="N",
-                   help="requests waiting on a replica beyond those; more are refused with 503 and Retry-After")
     p.add_argument("--host", default="127.0.0.1", help="address of Serve's HTTP proxy on the head (0.0.0.0 for a LAN)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--auth", default=os.environ.get("CHATTTS_LAB_AUTH"), metavar="USER:PASS",
-                   help="require this Bearer key on /v1 (or set $CHATTTS_LAB_AUTH)")
     p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                    help="replicas are ready sooner, and their first requests pay the one-time costs (JIT) instead")
     p.add_argument("--stop", action="store_true", help="take the application down instead")
+    add_spec_options(p.add_argument_group(GROUP), ServingPolicy, GROUP)  # the app's own flags and defaults
     return p.parse_args(argv)
 
 
 def plan_from_args(args: argparse.Namespace) -> ServePlan:
     if not 1 <= args.replicas <= 1024:
         raise SpecError(f"replicas must be 1..1024, got {args.replicas}")
-    if args.threads < 1:
-        raise SpecError(f"threads must be at least 1, got {args.threads}")
-    try:
-        batching = BatchPolicy(args.max_batch, args.max_wait_ms)
-        rows = SchedulerPolicy(args.max_rows, args.max_queue)
-    except ValueError as exc:
-        raise SpecError(str(exc)) from None
+    policy = ServingPolicy.from_args(args)
     voices = Path(os.environ.get("CHATTTS_LAB_OUTPUTS", "outputs")).resolve() / "voices"
-    settings = RuntimeSettings(args.device, args.precision, args.threads, args.engine)
+    device = policy.device or "cpu"
+    engine, precision = served_default_on(device)  # the app's default before a sweep: no replica has a history
+    settings = RuntimeSettings(device, policy.precision or precision, policy.threads or REPLICA_THREADS,
+                               policy.engine or engine)
     if reason := refusal_here(settings):
         raise SpecError(f"cannot serve {describe(settings)}: {reason}")
-    return ServePlan(args.model, settings, args.replicas, batching, args.batching, rows, args.host, args.port,
-                     args.auth, voices, args.warm_up)
+    return ServePlan(policy.model, settings, args.replicas, policy.request_level(), policy.batching, policy.rows(),
+                     args.host, args.port, policy.auth, voices, args.warm_up)
 
 
 def refusal_here(settings: RuntimeSettings) -> str | None:
@@ -372,13 +352,13 @@ def main(argv=None) -> int:
         print(f"error: {exc}")
         return 1
     print(f"serving {plan.model} ({plan.described()}) at {url}v1/audio/speech")
-    print(f"measure it: python -m bench serve --url {url}; take it down: python -m webui.rayserve --cluster "
+    print(f"measure it: python -m bench serve --url {url}; take it down: python -m chattts_lab.serve.rayserve --cluster "
           f"{args.cluster} --stop")
     return 0
 
 
 if __name__ == "__main__":
-    # Run as the module webui.rayserve, not __main__: Ray pickles the deployments by their module's name.
-    from webui.rayserve import main as module_main
+    # Run as the module chattts_lab.serve.rayserve, not __main__: Ray pickles the deployments by their module's name.
+    from chattts_lab.serve.rayserve import main as module_main
 
     raise SystemExit(module_main())

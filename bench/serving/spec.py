@@ -1,6 +1,6 @@
-"""What one serving benchmark measures (chattts_lab.serving.loadtest runs it): load levels, the app's settings, the requests.
+"""What one serving benchmark measures (bench.serving.loadtest runs it): load levels, the app's settings, the requests.
 
-Its fields are `python -m bench serve`'s options and the Serving panel's defaults (chattts_lab.sweep.options).
+Its fields are `python -m bench serve`'s options and the Serving panel's defaults (chattts_lab.options).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pydantic import Field as Limit
 
 from chattts_lab.sweep import axes
 from chattts_lab.sweep.axes import SpecError, bool_list
-from chattts_lab.sweep.options import build_spec, field_problems, option
-from chattts_lab.requests import MAX_NEW_TOKEN
+from chattts_lab.options import build_spec, field_problems, option
+from chattts_lab.requests import CONTINUOUS, MAX_BATCH, MAX_NEW_TOKEN, REQUEST_LEVEL, SCHEDULINGS
+from chattts_lab.serve.policy import ServingPolicy
 
 TEXTS = (
     "Good morning, and welcome to the lab.",
@@ -51,20 +52,6 @@ _APP_CHOICE = "the app's {} (default: the app's own choice)"
 
 
 @dataclass(frozen=True)
-class SchedulerPolicy:
-    """The continuous-batching loop's bounds (serving.scheduler), the app's and the serving benchmark's default."""
-
-    max_rows: int = 8  # texts generated at once (KV-cache rows)
-    max_queue: int = 16  # requests waiting for a row; beyond, refused at once
-
-    def __post_init__(self):
-        if not 1 <= self.max_rows <= 64:
-            raise ValueError(f"max rows must be in 1..64, got {self.max_rows}")
-        if not 0 <= self.max_queue <= 10_000:
-            raise ValueError(f"max queue must be in 0..10000, got {self.max_queue}")
-
-
-@dataclass(frozen=True)
 class ServeSpec:
     """One serving benchmark. Lists are levels: every `users` (and every `rates`) for every `max_batches`.
     Its fields are `python -m bench serve`'s options and the Serving panel's defaults (see spec.option)."""
@@ -83,17 +70,18 @@ class ServeSpec:
         unit="requests/s")
     duration_s: Annotated[float, Limit(ge=1, le=24 * 3600)] = option(  # ... for this long
         30.0, "seconds of each --rate level", "--duration", float, what="duration", unit="s")
-    max_batches: tuple[Annotated[int, Limit(ge=0, le=64)], ...] = option(  # with `url`: (0,), the app's own
-        (8, 1), "the app's batch limit, one app per value (1: one request at a time, as without batching)",
+    max_batches: tuple[Annotated[int, Limit(ge=0, le=MAX_BATCH)], ...] = option(  # with `url`: (0,), the app's own
+        (ServingPolicy.max_batch, 1), "the app's batch limit, one app per value (1: one request at a time, as without batching)",
         "--max-batch", axes.int_list, what="max batch")
-    max_wait_ms: Annotated[float, Limit(ge=0)] = option(25.0, "the app's wait for company", "--max-wait-ms", float)
+    max_wait_ms: Annotated[float, Limit(ge=0, le=600_000)] = option(
+        ServingPolicy.max_wait_ms, "the app's wait for company", "--max-wait-ms", float, what="max wait", unit="ms")
     batching: tuple[str, ...] = option(  # one app for continuous, one per max batch for request
-        ("continuous", "request"), "continuous (requests join the running generation at the next step; one app, "
+        SCHEDULINGS, "continuous (requests join the running generation at the next step; one app, "
         "--max-rows rows) and/or request (request-level batches; one app per --max-batch)", "--batching",
         axes.str_list)
-    max_rows: Annotated[int, Limit(ge=1, le=64)] = option(
-        SchedulerPolicy.max_rows, "continuous batching: rows at once", "--max-rows", int, what="max rows")
-    # None: the app's own choice (its recommendation, else lab fp32)
+    max_rows: Annotated[int, Limit(ge=1, le=MAX_BATCH)] = option(
+        ServingPolicy.max_rows, "continuous batching: rows at once", "--max-rows", int, what="max rows")
+    # None: the app's own choice (its recommendation, else the served default: chattts_lab.serve.policy)
     engine: str | None = option(None, _APP_CHOICE.format("engine"), "--engine")
     precision: str | None = option(None, _APP_CHOICE.format("precision"), "--precision")
     device: str | None = option(None, _APP_CHOICE.format("device"), "--device")
@@ -110,7 +98,7 @@ class ServeSpec:
     texts: Annotated[tuple[str, ...], AfterValidator(_nonblank_texts)] = TEXTS
     ramp_s: Annotated[float, Limit(ge=0, le=3600)] = option(  # closed loop: users start spread over this long
         0.0, what="the ramp", unit="s")
-    # capacity (chattts_lab.serving.capacity): raise the users until the service level below breaks; users ignored
+    # capacity (bench.serving.capacity): raise the users until the service level below breaks; users ignored
     capacity: bool = option(False, "raise the users until the service level breaks and report how many real-time "
                                    "streams hold", "--capacity", action="store_true")
     slo_ttfa_p99_s: Annotated[float, Limit(gt=0, le=600)] = option(
@@ -121,6 +109,17 @@ class ServeSpec:
         what="the continuity limit", unit="%")
     max_users: Annotated[int, Limit(ge=1, le=256)] = option(
         32, "capacity: the most users tried", "--max-users", int, what="max users")
+    # capacity: enough streams per level that one stall does not swing the verdict (each user makes several)
+    min_streams: Annotated[int, Limit(ge=1, le=1000)] = option(
+        20, "capacity: streams measured at each level at least (users x their requests)", "--min-streams", int,
+        what="min streams")
+    # capacity: the found capacity confirmed by Poisson arrivals (open loop) at a share of it, for this long
+    confirm_s: Annotated[float, Limit(ge=0, le=24 * 3600)] = option(
+        60.0, "capacity: seconds of Poisson arrivals at --confirm-load % of the streams found, which confirm them "
+              "(0: no confirmation)", "--confirm", float, what="the confirmation", unit="s")
+    confirm_load_pct: Annotated[float, Limit(gt=0, le=200)] = option(
+        80.0, "capacity: the confirmation's load, in % of the streams found", "--confirm-load", float,
+        what="the confirmation's load", unit="%")
     kind: str = "serve"
 
     def validate(self) -> "ServeSpec":
@@ -130,14 +129,14 @@ class ServeSpec:
         if self.capacity and not self.stream:
             errors.append("capacity counts real-time streams: it needs streamed requests (--stream on)")
         if not self.url:
-            errors += [f"batching must be continuous or request, got {b!r}" for b in self.batching
-                       if b not in ("continuous", "request")]
+            errors += [f"batching must be {' or '.join(SCHEDULINGS)}, got {b!r}" for b in self.batching
+                       if b not in SCHEDULINGS]
             if not self.batching:
                 errors.append("give at least one --batching")
         if self.url and self.max_batches != (0,):
             errors.append("with --url the running app's own batching is measured: give no --max-batch")
         if not self.url:
-            errors += [f"max batch must be in 1..64, got {b}" for b in self.max_batches if b == 0]
+            errors += [f"max batch must be in 1..{MAX_BATCH}, got {b}" for b in self.max_batches if b == 0]
             if not self.max_batches:
                 errors.append("give at least one --max-batch")
         if errors:
@@ -159,8 +158,8 @@ class ServeSpec:
         """(batching, max batch) of each app to start: continuous's max batch is its row count."""
         if self.url:
             return [(None, 0)]
-        return ([("continuous", self.max_rows)] if "continuous" in self.batching else []) + (
-            [("request", b) for b in self.max_batches] if "request" in self.batching else [])
+        return ([(CONTINUOUS, self.max_rows)] if CONTINUOUS in self.batching else []) + (
+            [(REQUEST_LEVEL, b) for b in self.max_batches] if REQUEST_LEVEL in self.batching else [])
 
     def levels(self) -> list[dict]:
         return ([{"batching": a, "max_batch": b, "users": u} for a, b in self.apps() for u in self.users]
@@ -172,7 +171,7 @@ class ServeSpec:
     @staticmethod
     def from_dict(data: dict) -> "ServeSpec":
         known = {k: v for k, v in data.items() if k in ServeSpec.__dataclass_fields__}
-        known.setdefault("batching", ("request",))  # runs from before continuous batching were request-level
+        known.setdefault("batching", (REQUEST_LEVEL,))  # runs from before continuous batching were request-level
         for name in ("users", "rates", "max_batches", "batching", "texts"):
             known[name] = tuple(known.get(name) or ())
         return ServeSpec(**known)

@@ -13,19 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
-from chattts_lab.serving.batch import Part
-
-
-@dataclass(frozen=True)
-class BatchPolicy:
-    max_batch: int = 8  # texts (GPT batch rows) in one generation; 1 serves requests one at a time
-    max_wait_ms: float = 25.0  # how long a lone request waits for others before it runs
-
-    def __post_init__(self):
-        if not 1 <= self.max_batch <= 64:
-            raise ValueError(f"max batch must be in 1..64, got {self.max_batch}")
-        if not 0 <= self.max_wait_ms <= 600_000:
-            raise ValueError(f"max wait must be in 0..600000 ms (10 minutes), got {self.max_wait_ms}")
+from chattts_lab.serve.batch import Part
+from chattts_lab.serve.policy import BatchPolicy
 
 
 @dataclass(eq=False)

@@ -1,4 +1,4 @@
-"""What a serving benchmark's levels came to (chattts_lab.serving.loadtest measures them): each level's row of
+"""What a serving benchmark's levels came to (bench.serving.loadtest measures them): each level's row of
 counts and percentiles, the history's serving runs as a table, and the sentence that compares batching with none.
 """
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+
+from chattts_lab.requests import REQUEST_LEVEL
 
 NOTE = "serving"  # the sweep note a serving run is kept under: its levels and every request
 LEVEL_METRICS = ("queue_s", "ttfb_s", "ttfa_s", "latency_s", "stall_total_s", "stall_worst_s")
@@ -62,7 +64,7 @@ def serving_frame(db_path, sweep_ids: list[int] | None = None):
 
 def batching_gain(summaries: list[dict], users: int) -> str | None:
     """The sentence the serving benchmark answers: batched against one at a time, at this many users."""
-    summaries = [s for s in summaries if s.get("batching", "request") == "request"]
+    summaries = [s for s in summaries if s.get("batching", REQUEST_LEVEL) == REQUEST_LEVEL]
     at = {s["max_batch"]: s for s in summaries if s.get("users") == users and s["ok"]}
     if len(at) < 2 or 1 not in at:
         return None

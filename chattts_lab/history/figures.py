@@ -1,5 +1,5 @@
-"""Figures for the benchmark tab: the library's pure df -> figure functions, the Pareto overlay, and the one
-sentence over the plots that says what the sweep found."""
+"""The Benchmark tab's figures (and the MCP tools'): plots.py's df -> figure functions by name, the Pareto overlay,
+and the one sentence over the plots that says what the sweep found."""
 
 from __future__ import annotations
 

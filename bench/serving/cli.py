@@ -15,16 +15,18 @@ import sys
 
 import pandas as pd
 
-from bench.cli import add_price_options, add_spec_options, price_from_args
-from chattts_lab.serving.capacity import CapacityFound, capacity_cost, capacity_gain, capacity_sentence, run_capacity
+from bench.options import add_price_options, price_from_args
+from bench.serving.capacity import CapacityFound, capacity_cost, capacity_gain, capacity_sentence, run_capacity
 from chattts_lab.history.price import with_cost
 from chattts_lab.history.store import save_price
 from chattts_lab.history.report import markdown_table
 from chattts_lab.history.store import DEFAULT_DB
-from chattts_lab.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
+from bench.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted,
                                           run_serving)
-from chattts_lab.serving.summaries import batching_gain
-from chattts_lab.sweep.spec import SpecError
+from bench.serving.summaries import batching_gain
+from chattts_lab.checks import SpecError
+from chattts_lab.options import add_spec_options
+from chattts_lab.requests import CONTINUOUS
 
 COLUMNS = ("batching", "scheduling", "max_batch", "floor", "users", "rate", "requests", "ok", "errors", "lost",
            "audio_s_per_s", "usd_per_audio_hour", "queue_p50_s",
@@ -86,7 +88,7 @@ def _show(event, spec: ServeSpec, price=None) -> None:
         users = event.level.get("users")
         load = f"{users} user{'s' * (users != 1)}" if users else f"{event.level['rate']:g} req/s"
         limit = event.level["max_batch"] or "unknown (the app did not say)"
-        how = (f"continuous, {limit} rows" if event.level.get("batching") == "continuous" else f"max batch {limit}")
+        how = (f"continuous, {limit} rows" if event.level.get("batching") == CONTINUOUS else f"max batch {limit}")
         floor = " (the floor: every row started at once)" if event.level.get("floor") else ""
         print(f"level {event.index + 1}: {load}, {how}{floor}…", file=sys.stderr)
     elif isinstance(event, LevelFinished):
