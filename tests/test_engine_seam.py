@@ -147,6 +147,7 @@ def test_a_registered_engine_with_a_row_decoder_batches_continuously_with_no_nam
                  for text in ("Hello.", "Hello again.")]
         outputs = [f.result(timeout=600) for f in [scheduler.submit(p) for p in parts]]
         assert [o.measurements.scheduling for o in outputs] == ["continuous"] * 2
-        assert [o.measurements.tokens for o in outputs] == [[8]] * 2 and outputs[0].measurements.effective["engine"] == "rows"
+        assert [o.measurements.tokens for o in outputs] == [[8]] * 2
+        assert outputs[0].measurements.effective["engine"] == "rows"
     finally:
         models.unload_all()

@@ -51,7 +51,8 @@ def batch(model, k: int) -> float:
 def main() -> None:
     models = {}
     for engine, precision in PAIRS:
-        models[engine, precision] = load_model(LoadConfig(model="synthetic", engine=engine, precision=precision, threads=2))
+        config = LoadConfig(model="synthetic", engine=engine, precision=precision, threads=2)
+        models[engine, precision] = load_model(config)
         warm_up(models[engine, precision])
     for r in range(ROUNDS):
         for (engine, precision), model in models.items():
