@@ -90,3 +90,64 @@ def test_the_precision_table_covers_every_precision_every_engine_runs():
 
 def test_a_precision_no_engine_offers_is_estimated_as_the_reference():
     assert engines.precision_of("int3") == engines.PRECISION[engines.DEFAULT_PRECISION]
+
+
+# ---- continuous batching is asked of the engine: one method, no name
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    """(engine, its tiny fp32 model) for every registered engine, loaded side by side."""
+    from chattts_lab import models
+    from tests.conftest import TINY
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(models, "MAX_CACHED", len(engines.ENGINES) + 1)
+        yield {e: models.load_model(models.LoadConfig(model=TINY, engine=e, precision="fp32", threads=1))
+               for e in engines.ENGINES}
+    models.unload_all()
+
+
+def test_an_engine_says_it_cannot_batch_continuously_exactly_when_its_runtime_gives_no_row_decoder(tiny_models):
+    for name, model in tiny_models.items():
+        reason = engines.get(name).continuous_batching_reason
+        decoder = model.engine.row_decoder(model.chat, 2)
+        assert (reason is None) == (decoder is not None), (name, reason, decoder)
+
+
+def test_a_registered_engine_with_a_row_decoder_batches_continuously_with_no_name_outside_the_engines(monkeypatch):
+    """A new engine (here the lab's loop under a name nothing outside engines/ has ever seen) gives a row decoder and
+    no reason against it: the serving choice and the continuous scheduler take it as they take lab or onnx."""
+    import threading
+
+    from chattts_lab import models
+    from chattts_lab.engines.lab import LabEngine
+    from chattts_lab.requests import SynthesisRequest
+    from chattts_lab.serve.batch import Part
+    from chattts_lab.serve.policy import SchedulerPolicy, scheduling_for
+    from chattts_lab.serve.scheduler import ContinuousScheduler
+    from tests.conftest import TINY
+
+    class RowsEngine(LabEngine):
+        name = "rows"
+
+        def install(self, chat, device, precision, *, compile, threads):
+            runtime = super().install(chat, device, precision, compile=compile, threads=threads)
+            runtime.name = self.name
+            return runtime
+
+    registry = {**engines._registry(), "rows": RowsEngine()}
+    monkeypatch.setattr(engines, "ENGINES", tuple(registry))
+    monkeypatch.setattr(engines, "_registry", lambda: registry)
+    assert scheduling_for("continuous", "rows") == "continuous"
+    model = models.load_model(models.LoadConfig(model=TINY, engine="rows", precision="fp32", threads=1))
+    try:
+        scheduler = ContinuousScheduler(lambda: model, SchedulerPolicy(max_rows=2, max_queue=2))
+        parts = [Part(SynthesisRequest.of(text, max_new_token=8, min_new_token=8), threading.Event())
+                 for text in ("Hello.", "Hello again.")]
+        outputs = [f.result(timeout=600) for f in [scheduler.submit(p) for p in parts]]
+        assert [o.measurements.scheduling for o in outputs] == ["continuous"] * 2
+        assert [o.measurements.tokens for o in outputs] == [[8]] * 2
+        assert outputs[0].measurements.effective["engine"] == "rows"
+    finally:
+        models.unload_all()

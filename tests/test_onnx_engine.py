@@ -142,6 +142,40 @@ def test_int8_keeps_int8_text_tables_and_torch_runs_one_thread_only_while_the_gp
     assert torch_thread.run(torch.get_num_threads) == 2  # the decoder and vocoder ran with the call's threads again
 
 
+def test_rows_step_with_torch_on_one_thread_and_their_audio_decodes_with_the_calls_threads():
+    """The continuous-batching rows (the lab's, on the session) hold torch to one thread while the GPT generates, as
+    a whole call does; their chunks' decoder and vocoder run with the threads the loop set."""
+    from chattts_lab.models import set_threads
+    from chattts_lab.requests import Sampling, Voice
+    from chattts_lab.synthesis import chattts_params
+
+    model = load("onnx", "int4", threads=2)
+    heads, chat, seen = model.engine.heads, model.chat, {"gpt": [], "audio": []}
+    code_logits, decode = heads.code_logits, chat._decode_to_wavs
+    heads.code_logits = lambda hidden: (seen["gpt"].append(torch.get_num_threads()), code_logits(hidden))[1]
+    chat._decode_to_wavs = lambda *a: (seen["audio"].append(torch.get_num_threads()), decode(*a))[1]
+
+    def rows() -> int:
+        set_threads(2)
+        decoder = model.engine.row_decoder(chat, 2)
+        for i, text in enumerate(TEXTS):
+            request = SynthesisRequest.of(text, sampling=Sampling(audio_seed=i), voice=Voice(seed=i), max_new_token=8,
+                                          min_new_token=8)
+            params_code, params_refine = chattts_params(model, request)
+            decoder.admit(decoder.prompt(text, params_refine, params_code, False, True))
+        while any(not r.ended for r in decoder.active):
+            decoder.step()
+        decoder.decode_spans([(row, 0, samples_for_tokens(row.generated)) for row in decoder.active])
+        return torch.get_num_threads()
+
+    try:
+        assert torch_thread.run(rows) == 2
+    finally:
+        del heads.code_logits, chat._decode_to_wavs
+    assert len(seen["gpt"]) == 2 + 7 and set(seen["gpt"]) == {1}  # two prefills, then 7 steps of both rows
+    assert seen["audio"] and set(seen["audio"]) == {2}
+
+
 def test_onnx_engine_streams_with_the_lab_loop_first_chunk_early():
     n = 30
     model = load("onnx", "int4")

@@ -510,7 +510,7 @@ def test_a_ray_serve_replica_takes_the_requests_docs_ray_states():
 
     doc = "docs/ray.md"
     factor = readme_number(r"A replica then takes\s+up to (\d+) x `--max-batch` requests", doc)
-    for max_batch in (1, 8):  # request-level: stock (and onnx) always, lab with --batching request
+    for max_batch in (1, 8):  # request-level: stock always, lab (and onnx) with --batching request
         for plan in (ServePlan(batching=BatchPolicy(max_batch=max_batch)),
                      ServePlan(RuntimeSettings(engine="lab"), batching=BatchPolicy(max_batch), scheduling="request")):
             assert not plan.continuous() and plan.replica_options()["max_ongoing_requests"] == factor * max_batch

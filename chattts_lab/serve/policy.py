@@ -55,9 +55,9 @@ class ServingPolicy:
         None, "torch threads per request (default: the usable cores; on Ray Serve 1 per replica, the CPUs Ray gives "
               "it)", "--threads", int, group=GROUP)
     batching: Literal[SCHEDULINGS] = option(
-        CONTINUOUS, "continuous: on an engine whose loop admits rows mid-run (lab) each request joins the running "
-                    "generation at the next step and leaves when done; request: requests that arrive together run "
-                    "as one batch from start to end (always so on the other engines)", "--batching", group=GROUP,
+        CONTINUOUS, "continuous: on an engine whose loop admits rows mid-run (lab, onnx) each request joins the "
+                    "running generation at the next step and leaves when done; request: requests that arrive together "
+                    "run as one batch from start to end (always so on the other engines)", "--batching", group=GROUP,
         rule=f"batching must be {' or '.join(SCHEDULINGS)}, got {{input}}", choices=SCHEDULINGS)
     max_batch: Annotated[int, Limit(ge=1, le=MAX_BATCH)] = option(
         8, "request-level batching: requests that arrive together run in batches of up to N texts (1 serves one at "

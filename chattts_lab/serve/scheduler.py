@@ -11,7 +11,7 @@ longer split requests into separate batches.
 Bounded: at most `max_rows` rows generate at once (the KV-cache budget) and at most `max_queue` requests wait
 for a row, counted as they arrive (a request waits unless a free row is there for it); beyond that `submit` refuses
 at once with `Overloaded` (and a Retry-After estimate) rather than let waiting grow without limit. Only an engine
-whose runtime gives a row decoder can admit rows (the lab engine's decode loop); the others keep request-level
+whose runtime gives a row decoder can admit rows (the lab's decode loop: lab, onnx); the others keep request-level
 batching (`Engine.continuous_batching_reason` says why), and every result says which scheduling ran
 (`Measurements.scheduling`). Nothing here knows an engine's internals: it asks the runtime and its decoder.
 """

@@ -169,8 +169,8 @@ def scheduler(ctx: AppContext, settings: RuntimeSettings) -> ContinuousScheduler
 
 async def serve(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None,
                 on_chunk=None, continues: bool = False) -> tuple[SynthesisOutput, LoadedModel]:
-    """One request's result: joining the running generation (continuous batching, lab engine) or made in a batch
-    with the requests that arrive with it and can share one (request-level batching).
+    """One request's result: joining the running generation (continuous batching, on an engine that admits rows) or
+    made in a batch with the requests that arrive with it and can share one (request-level batching).
 
     A bad request fails here, alone, before it joins a batch; a full queue refuses it at once (Overloaded), unless it
     `continues` a request already taken (its next sentence: counted when that request arrived).

@@ -1,4 +1,7 @@
 """Continuous batching in the lab decode loop: rows join a running generation at the next step and leave at once.
+Both engines that run the lab's loop use it (lab, and onnx with its ONNX Runtime session as the forward pass): it
+asks of the model only engines/lab/engine.py's `DecodeModel` contract, whose KV cache is torch tensors that the rows
+below move and copy, and of the runtime only its `generating()` context around the steps.
 
 `lab_generate` runs one batch from prefill to its last row's end. Here a fixed set of KV-cache rows is owned by a
 `RowDecoder`, and each row is one text with its own prompt, position, sampler (temperature, top-P/top-K, seed,
@@ -11,7 +14,8 @@ token limits: ChatTTS's own processors for that request) and voice (the speaker 
   the first n of the cache and a step reads only theirs.
 
 Every row keeps its own slots as `lab_generate` keeps them (prompt at 0..L-1, token i at L+i, position = slot).
-The fused attention kernel writes a step's keys and values at one slot for the whole batch, so a step writes at
+The fused attention kernel (and ONNX Runtime's GroupQueryAttention, whose cache length is one for the batch, read
+from the mask's width) writes a step's keys and values at one slot for the whole batch, so a step writes at
 the longest row's next slot `s` and attends to each row's own slots plus `s`; afterwards the rows behind copy
 slot `s` to their own next slot. Rows behind see slots between their end and `s` masked: those hold finite
 values (zeroed when the row is admitted, then written by every step), which the kernel's masked sums need.
@@ -20,8 +24,9 @@ What is and is not the same as a request run alone: the prefill is identical; th
 the same [num_vq, vocab] logits with the same seeded generator use. The decode step's floating-point sums are
 not bit-identical: the attention kernel's vectorised reductions depend on where masked slots fall, and a
 projection's kernel may tile a batch of rows differently from one row (int8 activations are quantized per row
-in the lab's own kernels, but torch's fp32/bf16 GEMMs choose tiles by batch size). Sampled tokens agree unless a
-random draw falls within that rounding of a boundary between two tokens.
+in the lab's own kernels, but torch's fp32/bf16 GEMMs choose tiles by batch size; ONNX Runtime's int8 graph
+quantizes a step's activations with one scale for the whole batch, so there a row's rounding depends on the others).
+Sampled tokens agree unless a random draw falls within that rounding of a boundary between two tokens.
 """
 
 from __future__ import annotations
@@ -119,6 +124,7 @@ class RowDecoder:
         self.slots = 0
         self._caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._rot = None
+        self._view: tuple[int, int, list] | None = None  # (first, last, the view the model was last pointed at)
         self._grow(slots)
 
     @property
@@ -136,15 +142,18 @@ class RowDecoder:
         for (k, v), (k0, v0) in zip(new, old):
             k[: len(self.active), :, :used] = k0[: len(self.active), :, :used]
             v[: len(self.active), :, :used] = v0[: len(self.active), :, :used]
-        self._caches, self._rot, self.slots = new, self.model.rot_table, slots
+        self._caches, self._rot, self.slots, self._view = new, self.model.rot_table, slots, None
 
     def _window(self) -> int:
         return max((r.length for r in self.active), default=0) + 1
 
     def _bind(self, first: int, last: int) -> None:
         """Point the model at cache rows first..last-1 (a contiguous view) and at this decoder's rotary table:
-        other callers of the model (a refine pass, `lab_generate`) reset both."""
-        self.model.caches = [(k[first:last], v[first:last]) for k, v in self._caches]
+        other callers of the model (a refine pass, `lab_generate`) reset both. The same view is kept while the rows
+        stay the same (the onnx engine binds a view's memory once, when it first sees it)."""
+        if self._view is None or self._view[:2] != (first, last) or self.model.caches is not self._view[2]:
+            self._view = (first, last, [(k[first:last], v[first:last]) for k, v in self._caches])
+        self.model.caches = self._view[2]
         self.model.rot_table = self._rot
 
     @torch.inference_mode()
@@ -156,11 +165,12 @@ class RowDecoder:
         self._grow(prompt.length + prompt.max_new_token + 1)
         index, L, device = len(self.active), prompt.length, self.engine.device
         self._keep_masked_slots_finite(index, L)
-        self._bind(index, index + 1)
-        hidden = self.model(prompt.emb.to(device), torch.arange(L, device=device)[None], 0, None)
         row = self._new_row(prompt, owner)
-        self.active.append(row)
-        self._take(row, hidden[0], self.heads.code_logits(hidden), first=True)
+        with self.engine.generating():
+            self._bind(index, index + 1)
+            hidden = self.model(prompt.emb.to(device), torch.arange(L, device=device)[None], 0, None)
+            self.active.append(row)
+            self._take(row, hidden[0], self.heads.code_logits(hidden), first=True)
         row.prefill_s = time.perf_counter() - t0
         return row
 
@@ -217,6 +227,10 @@ class RowDecoder:
             return []
         if rows != self.active[: len(rows)]:
             raise RuntimeError("release ended rows before the next step")
+        with self.engine.generating():
+            return self._step(rows)
+
+    def _step(self, rows: list[Row]) -> list[Row]:
         n, device = len(rows), self.engine.device
         lengths = torch.tensor([r.length for r in rows], device=device)
         s = int(lengths.max())

@@ -9,8 +9,8 @@ KV cache, tensor-only sampling, tokens written into preallocated buffers, per-it
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, NamedTuple, Union
+from contextlib import contextmanager, nullcontext
+from typing import ContextManager, NamedTuple, Protocol
 
 import torch
 import torch.nn as nn
@@ -19,16 +19,32 @@ from torch.nn.utils import parametrize
 from chattts_lab.engines.base import EngineRuntime
 from chattts_lab.engines.precisions import PRECISION
 from chattts_lab.engines.lab.linear import Int8Embedding, make_linear
-from chattts_lab.engines.lab.model import LeanLlama
+from chattts_lab.engines.lab.model import Shape
 from chattts_lab.engines.lab.sampler import Sampler
 
 log = logging.getLogger(__name__)
 
-# What the decode loop steps: the lab's own lean Llama, or the onnx engine's session behind the same contract
-# (reset_cache, free_cache, forward(emb, positions, start, mask) -> last hidden [B, dim], shape).
-if TYPE_CHECKING:
-    from chattts_lab.engines.onnx.session import OnnxLlama
-DecodeModel = Union[LeanLlama, "OnnxLlama"]
+class DecodeModel(Protocol):
+    """What the decode loop (`lab_generate`) and its continuous-batching rows (continuous.py) step: the lab's own
+    `LeanLlama`, or the onnx engine's `OnnxLlama` (an ONNX Runtime session) behind the same contract."""
+
+    shape: Shape
+    cache_dtype: torch.dtype
+    # each layer's (k, v) KV cache, torch tensors [B, H, slots, D]: `reset_cache` makes them, a forward reads and
+    # writes them, and a row decoder moves rows within them and points the model at a contiguous view of some rows
+    # by setting this attribute (with `rot_table`, the positions' table that `reset_cache` made, or None)
+    caches: list[tuple[torch.Tensor, torch.Tensor]]
+    rot_table: torch.Tensor | None
+
+    def reset_cache(self, batch: int, length: int) -> None: ...
+
+    def free_cache(self) -> None: ...
+
+    def __call__(self, emb: torch.Tensor, positions: torch.Tensor, start: int,
+                 mask: torch.Tensor | None) -> torch.Tensor:
+        """emb [B, S, dim] at cache slots start..start+S-1, positions [B, S], mask None (causal) or a boolean
+        [B, 1, S, start+S] (True = attend) -> the last position's hidden state [B, dim] fp32."""
+
 
 class Heads(nn.Module):
     """ChatTTS's weight-normed heads, materialised once: 4 code heads as one [4*626, 768] projection.
@@ -143,6 +159,12 @@ class LabRuntime(EngineRuntime):
         from chattts_lab.engines.lab.stream import stream_infer
 
         return stream_infer(chat, self, texts, params_refine, params_code, **kwargs)
+
+    def generating(self) -> ContextManager[None]:
+        """Held around the GPT's steps and the sampling between them (never around the decoder and vocoder): what
+        this runtime needs while its GPT generates. Nothing for the lab's own loop; the onnx engine's runs torch on
+        one thread meanwhile."""
+        return nullcontext()
 
     def row_decoder(self, chat, max_rows: int):
         from chattts_lab.engines.lab.continuous import RowDecoder

@@ -11,6 +11,7 @@ works unchanged.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 
 import torch
 
@@ -29,7 +30,7 @@ __all__ = ["OnnxEngine", "OnnxRuntime", "install_onnx"]
 class OnnxEngine(Engine):
     name = "onnx"
     summary = "the lab's decode loop with the GPT exported to ONNX Runtime (README: the onnx engine)"
-    continuous_batching_reason = "the ONNX session binds its KV cache per batch: rows cannot join a running batch"
+    continuous_batching_reason = None  # the lab's rows, the session reading their KV cache by pointer (session.py)
     precisions = ("fp32", "fp16", "int8", "int4")
     # the lab engine's figures scaled by onnx/lab in one interleaved sweep (shared/FACTS.md, 2026-12-01: fp32 1.05x,
     # int8 1.43x, int4 1.17x; fp16 ran at about fp32's step on CPU)
@@ -65,8 +66,19 @@ class OnnxRuntime(LabRuntime):
     name = "onnx"
     gpt_module: OnnxLlama
 
-    def row_decoder(self, chat, max_rows: int):
-        return None  # OnnxEngine.continuous_batching_reason says why
+    @contextmanager
+    def generating(self):
+        """torch on one thread while the GPT generates: ONNX Runtime runs the GPT on its own threads, and between
+        two of its steps torch runs the heads and the sampling, small ops that gain nothing from a second thread.
+        With two torch threads, torch's OpenMP worker spin-waits for work while ONNX Runtime computes and takes a
+        core from it (full-size int4, 2 threads, one process, calls interleaved, under load: 39 ms per step with two
+        torch threads, 22 with one)."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
 
     @property
     def kernels(self) -> str:
@@ -109,21 +121,15 @@ def install_onnx(chat, device, precision: str, threads: int) -> OnnxRuntime:
 
 
 def onnx_generate(chat, engine: OnnxRuntime, *args, **kwargs):
-    """The lab's decode loop with torch on one thread while it runs (restored between the chunks it yields).
-
-    ONNX Runtime runs the GPT on its own threads; between two of its steps torch runs the heads and the
-    sampling, small ops that gain nothing from a second thread. With two torch threads, torch's OpenMP worker
-    spin-waits for work while ONNX Runtime computes and takes a core from it (full-size int4, 2 threads, one
-    process, calls interleaved, under load: 39 ms per step with two torch threads, 22 with one).
-    """
+    """The lab's decode loop, each stretch between the chunks it yields inside `engine.generating()` (torch on one
+    thread), so that the caller's decoder and vocoder run with its threads in between."""
     generate = lab_generate(chat, engine, *args, **kwargs)
     while True:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            item = next(generate)
-        except StopIteration:
+        with engine.generating():
+            item = next(generate, _DONE)
+        if item is _DONE:
             return
-        finally:
-            torch.set_num_threads(threads)
         yield item
+
+
+_DONE = object()
