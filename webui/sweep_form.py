@@ -169,24 +169,6 @@ def has_cuda() -> bool:
     return any(d.startswith("cuda") for d in devices())
 
 
-def axes_note() -> str:
-    """What runs on this machine, per device and engine, and why the rest is not offered."""
-    lines = []
-    for device in devices():
-        runs = " · ".join(f"{e} {', '.join(precisions_for(device, e)) or 'nothing'}" for e in ENGINES)
-        lines.append(f"- **{device}**: {runs}")
-        lines += [f"  - {e} {p}: {unsupported_reason(e, parse_device(device), p)}" for e in ENGINES
-                  for p in offered_precisions() if p not in precisions_for(device, e)]
-    absent = [d for d in ("cuda", "mps") if not any(h.startswith(d) for h in devices())]
-    if absent:
-        lines.append(f"- Not offered: {', '.join(absent)} (not present on this machine).")
-    if not has_cuda():
-        lines.append("- torch.compile stays off: it is ignored off CUDA (stock ChatTTS silently ignores it; the lab "
-                     "engine measured no gain on CPU and runs eager).")
-    return ("**What runs here** (a combination outside this list becomes an `unsupported` row with its reason, "
-            "as in `python -m bench`):\n" + "\n".join(lines))
-
-
 # Why a combination does not run, in Chinese (chattts_lab.engines.unsupported_reason's sentences, by their start).
 REASONS_ZH = {
     "int4 runs on the lab and onnx engines only": "int4 只能在 lab 和 onnx 引擎上运行；stock 引擎没有 int4 路径"
@@ -194,29 +176,40 @@ REASONS_ZH = {
     "bf16 runs on the stock and lab engines only": "bf16 只能在 stock 和 lab 引擎上运行；onnx 引擎生成 fp32 和 fp16 "
                                                    "计算图并量化为 int8/int4，没有 bf16 计算图",
 }
+# The note's words in each page language (the page is built with both; gr.I18n shows the browser's).
+AXES_NOTE_WORDS = {
+    "en": {"nothing": "nothing", "colon": ": ",
+           "reason": str,
+           "absent": "- Not offered: {} (not present on this machine).",
+           "compile": "- torch.compile stays off: it is ignored off CUDA (stock ChatTTS silently ignores it; the lab "
+                      "engine measured no gain on CPU and runs eager).",
+           "head": "**What runs here** (a combination outside this list becomes an `unsupported` row with its reason, "
+                   "as in `python -m bench`):\n"},
+    "zh": {"nothing": "无", "colon": "：",
+           "reason": lambda reason: next((v for k, v in REASONS_ZH.items() if str(reason).startswith(k)), reason),
+           "absent": "- 不提供：{}（本机没有）。",
+           "compile": "- torch.compile 保持关闭：非 CUDA 设备上它会被忽略（stock ChatTTS 会静默忽略它；lab 引擎在 CPU "
+                      "上测不到收益，以 eager 模式运行）。",
+           "head": "**本机可运行的组合**（不在此列表中的组合会成为带原因的 `unsupported` 行，与 `python -m bench` "
+                   "相同）：\n"},
+}
 
 
-def axes_note_zh() -> str:
-    """axes_note in Chinese (a reason not translated yet stays English)."""
-    lines = []
+def axes_note(language: str = "en") -> str:
+    """What runs on this machine, per device and engine, and why the rest is not offered (in Chinese, a reason not
+    translated yet stays English)."""
+    words, lines = AXES_NOTE_WORDS[language], []
     for device in devices():
-        runs = " · ".join(f"{e} {', '.join(precisions_for(device, e)) or '无'}" for e in ENGINES)
-        lines.append(f"- **{device}**：{runs}")
-        for e in ENGINES:
-            for p in offered_precisions():
-                if p not in precisions_for(device, e):
-                    reason = unsupported_reason(e, parse_device(device), p)
-                    zh = next((v for k, v in REASONS_ZH.items() if str(reason).startswith(k)), reason)
-                    lines.append(f"  - {e} {p}：{zh}")
+        runs = " · ".join(f"{e} {', '.join(precisions_for(device, e)) or words['nothing']}" for e in ENGINES)
+        lines.append(f"- **{device}**{words['colon']}{runs}")
+        lines += [f"  - {e} {p}{words['colon']}{words['reason'](unsupported_reason(e, parse_device(device), p))}"
+                  for e in ENGINES for p in offered_precisions() if p not in precisions_for(device, e)]
     absent = [d for d in ("cuda", "mps") if not any(h.startswith(d) for h in devices())]
     if absent:
-        lines.append(f"- 不提供：{', '.join(absent)}（本机没有）。")
+        lines.append(words["absent"].format(", ".join(absent)))
     if not has_cuda():
-        lines.append("- torch.compile 保持关闭：非 CUDA 设备上它会被忽略（stock ChatTTS 会静默忽略它；lab 引擎在 CPU "
-                     "上测不到收益，以 eager 模式运行）。")
-    return ("**本机可运行的组合**（不在此列表中的组合会成为带原因的 `unsupported` 行，与 `python -m bench` "
-            "相同）：\n" + "\n".join(lines))
-
+        lines.append(words["compile"])
+    return words["head"] + "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -246,7 +239,7 @@ def build_sweep_controls(form: SweepForm) -> SweepControls:
     c = {}
     _axes_rows(c, form)
     _more_settings(c, form)
-    gr.Markdown(tr(axes_note(), axes_note_zh()), elem_id="sw-axes-note")
+    gr.Markdown(tr(axes_note(), axes_note("zh")), elem_id="sw-axes-note")
     missing = {f.name for f in fields(SweepForm)} ^ set(c)
     assert not missing, f"SweepForm fields without a control (or the reverse): {missing}"
     return SweepControls(c)
