@@ -571,16 +571,6 @@ def test_bf16_projections_decode_close_to_fp32(lab_fp32):
     assert (got - want).norm() / want.norm() < 2e-2
 
 
-def test_lab_int8_decodes_with_bf16_projections_only_where_the_cpu_computes_bf16():
-    from chattts_lab.engines.lab import cpu
-
-    unload_all()
-    eff = load("lab", "int8").effective
-    expected = "bfloat16 projections, float32 convolutions" if cpu.detect().native_bf16 else "float32"
-    assert eff["dtype_decoder"] == eff["dtype_vocos"] == expected
-    unload_all()
-
-
 def test_lab_builds_the_dvae_only_when_a_voice_clip_is_encoded():
     """Under the lab engine ChatTTS's DVAE (voice-clip encoding only) is not resident after load; encoding a
     clip builds it from the checkpoint and gives stock's sample-audio code."""

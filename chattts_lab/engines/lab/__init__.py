@@ -27,7 +27,7 @@ from chattts_lab.engines.lab.engine import (Heads, LabRuntime, drop_stock_code_h
 from chattts_lab.engines.lab.linear import int4_available, int8_kernels
 from chattts_lab.engines.lab.model import LeanLlama, release_freed_memory
 from chattts_lab.engines.lab.on_demand import load_dvae_on_demand
-from chattts_lab.engines.lab.vocoder import install_bf16_decoding
+from chattts_lab.engines.lab.vocoder import install_quantized_decoding
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +85,11 @@ def _compute_dtype(device: torch.device, precision: str) -> torch.dtype:
 
 def trim_around_the_gpt(chat, precision: str, gpt_folder: str) -> None:
     """What every engine that replaces ChatTTS's GPT generator (lab, onnx) does to the rest of ChatTTS, once its
-    `Heads` hold the code heads: drop stock's, decode in bf16 projections under int8/int4 where that pays, and
+    `Heads` hold the code heads: drop stock's, decode in int8 or bf16 projections under int8/int4 where that pays, and
     keep the DVAE (voice clips only) on disk until first use."""
     drop_stock_code_heads(chat)
     if PRECISION[precision].quantized:  # recorded as the rows' dtype_decoder / dtype_vocos
-        install_bf16_decoding(chat, torch.device(chat.device))
+        install_quantized_decoding(chat, torch.device(chat.device))
     load_dvae_on_demand(chat, gpt_folder)  # synthesis never calls it: 58 MB less resident
 
 

@@ -26,6 +26,8 @@ _INT8_ISAS = (
     ("avx512", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
     ("avx2", {"avx2", "fma"}),
 )
+# the levels FBGEMM_ENABLE_INSTRUCTIONS=<value> keeps fbgemm from (fbgemm reads it once, at its first GEMM)
+_FBGEMM_CAPS = {"AVX2": ("avx512_vnni", "avx512"), "AVX512": ("avx512_vnni",)}
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,10 @@ class CpuFeatures:
 
     @property
     def int8_isa(self) -> str | None:
-        """The SIMD level fbgemm's int8 GEMM runs at here; None where it has only reference loops."""
-        return next((name for name, needs in _INT8_ISAS if needs <= self.flags), None)
+        """The SIMD level fbgemm's int8 GEMM runs at here; None where it has only reference loops. fbgemm stays at
+        or below FBGEMM_ENABLE_INSTRUCTIONS (AVX2, AVX512; how an AVX2 machine is imitated) when that is set."""
+        capped = _FBGEMM_CAPS.get(os.environ.get("FBGEMM_ENABLE_INSTRUCTIONS", "").upper(), ())
+        return next((name for name, needs in _INT8_ISAS if needs <= self.flags and name not in capped), None)
 
     @property
     def native_bf16(self) -> bool:

@@ -1,0 +1,119 @@
+"""The decoder's and vocoder's ConvNeXt projections in int8 under lab int8/int4 (engines/lab/vocoder.py): the audio
+against ChatTTS's fp32 decode on the same hidden states, per int8 GEMM this CPU runs, and what the rows record.
+Real ChatTTS decoder and Vocos on tiny synthetic weights."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from chattts_lab.engines.lab import cpu, vocoder
+from chattts_lab.engines.lab.linear import FbgemmInt8Linear, PackedInt8Linear, fbgemm_available, int8_kernels
+from chattts_lab.models import LoadConfig, load_model, unload_all
+from tests.conftest import TINY, x86_64_only
+
+# The least signal-to-error ratio of the int8 decode against fp32 (full-size random weights with every block
+# weighed in: 32 dB on the lab's per-frame int8, 28 on fbgemm's per-call 7-bit activations; bf16: 44).
+INT8_SNR_DB = 25.0
+
+
+def int8_gemms() -> dict:
+    """Every int8 GEMM the projections can run on here, by name."""
+    gemms = {}
+    if (fused := int8_kernels()) is not None:
+        gemms["lab"] = lambda weight: PackedInt8Linear(weight, fused)
+    if cpu.detect().int8_isa and fbgemm_available():
+        gemms["fbgemm"] = FbgemmInt8Linear
+    return gemms
+
+
+@pytest.fixture(scope="module")
+def fp32_decoding():
+    """ChatTTS's fp32 decoder and Vocos (lab fp32 keeps them), their blocks weighed in: the checkpoint's layer scale
+    (1e-6, ConvNeXt's initial value) would hide what the projections do to the audio."""
+    unload_all()
+    chat = load_model(LoadConfig(model=TINY, precision="fp32", engine="lab", threads=1)).chat
+    decoder, vocos = copy.deepcopy(chat.decoder), copy.deepcopy(chat.vocos)
+    for block in [m for part in (decoder, vocos) for m in part.modules() if type(m).__name__ == "ConvNeXtBlock"]:
+        scale = block.gamma if hasattr(block, "gamma") else block.weight
+        scale.data.fill_(1.0)
+    return decoder, vocos
+
+
+def decode(decoder, vocos, hiddens: torch.Tensor) -> np.ndarray:
+    with torch.inference_mode():
+        return vocos.decode(decoder(hiddens.clone())).numpy()
+
+
+def snr_db(want: np.ndarray, got: np.ndarray) -> float:
+    return float(10 * np.log10((want ** 2).sum() / ((want - got) ** 2).sum()))
+
+
+@x86_64_only
+@pytest.mark.parametrize("gemm", ["lab", "fbgemm"])
+def test_int8_projections_decode_close_to_fp32(fp32_decoding, gemm):
+    make_int8 = int8_gemms().get(gemm)
+    if make_int8 is None:
+        pytest.skip(f"no {gemm} int8 GEMM here")
+    decoder, vocos = (copy.deepcopy(m) for m in fp32_decoding)
+    convert = lambda linear: vocoder.Int8Projection(linear, make_int8)  # noqa: E731
+    assert vocoder.convert_projections(decoder, convert) == 2 and vocoder.convert_projections(vocos, convert) == 2
+    assert isinstance(vocos.head.out, torch.nn.Linear)  # the log-magnitude projection stays fp32
+    torch.manual_seed(0)
+    hiddens = torch.randn(2, 768, 48)
+    want, got = decode(*fp32_decoding, hiddens), decode(decoder, vocos, hiddens)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    assert INT8_SNR_DB < snr_db(want, got) < 90  # close, and int8 did run (fp32 rounding alone is ~140 dB)
+    assert decoder.effective_dtype.startswith(f"int8 projections ({gemm}-int8 ")
+
+
+def test_served_projections_say_what_ran():
+    """Lab int8 records the decoder's and vocoder's projection format and kernel; lab fp32 keeps ChatTTS's fp32."""
+    unload_all()
+    eff = load_model(LoadConfig(model=TINY, precision="int8", engine="lab", threads=1)).effective
+    convert = vocoder.projection_format(torch.device("cpu"))
+    if vocoder.many_rows_int8() is not None:
+        assert eff["dtype_decoder"].startswith("int8 projections (") and eff["dtype_decoder"] == eff["dtype_vocos"]
+    elif convert is not None:
+        assert eff["dtype_decoder"] == "bfloat16 projections (bfloat16-matmul), float32 convolutions"
+    else:
+        assert eff["dtype_decoder"] == "float32"
+    unload_all()
+    assert load_model(LoadConfig(model=TINY, precision="fp32", engine="lab", threads=1)).effective["dtype_vocos"] == "float32"
+    unload_all()
+
+
+def test_the_int8_gemm_for_many_frames_is_the_lab_s_at_vnni_else_fbgemm(monkeypatch):
+    """FAKE kernels: which int8 GEMM the projections take at each level the lab's kernels may be built for."""
+    class Fused:
+        def __init__(self, isa):
+            self.isa = isa
+
+        def int8_isa(self):
+            return self.isa
+
+    monkeypatch.setattr(vocoder, "fbgemm_available", lambda: True)
+    monkeypatch.setattr(vocoder, "PackedInt8Linear", lambda weight, fused: ("lab", fused.isa))
+    for isa, want in (("avx512_vnni", ("lab", "avx512_vnni")), ("avx_vnni", ("lab", "avx_vnni")),
+                      ("avx2", FbgemmInt8Linear)):
+        monkeypatch.setattr(vocoder, "int8_kernels", lambda isa=isa: Fused(isa))
+        make = vocoder.many_rows_int8()
+        assert (make if make is FbgemmInt8Linear else make(None)) == want
+    monkeypatch.setattr(vocoder, "fbgemm_available", lambda: False)
+    assert vocoder.many_rows_int8()(None) == ("lab", "avx2")  # no fbgemm: the lab's AVX2 kernel still beats fp32
+    monkeypatch.setattr(vocoder, "int8_kernels", lambda: Fused("portable"))
+    assert vocoder.many_rows_int8() is None
+
+
+def test_fbgemm_level_follows_its_instruction_cap(monkeypatch):
+    """FAKE CPU flags: FBGEMM_ENABLE_INSTRUCTIONS (how an AVX2 machine is imitated) holds fbgemm, and its name."""
+    vnni = cpu.CpuFeatures(frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}))
+    monkeypatch.delenv("FBGEMM_ENABLE_INSTRUCTIONS", raising=False)
+    assert vnni.int8_isa == "avx512_vnni"
+    monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "AVX2")
+    assert vnni.int8_isa == "avx2"
+    monkeypatch.setenv("FBGEMM_ENABLE_INSTRUCTIONS", "avx512")
+    assert vnni.int8_isa == "avx512"
