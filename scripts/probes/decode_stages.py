@@ -2,9 +2,11 @@
 the decoder's and vocoder's ConvNeXt projections, on full-size synthetic weights, lab int8, 2 threads:
 
 1. a 128-token batch-1 call: its stages (median and best of 3 calls after a warm-up);
-2. a streamed chunk decode (`decode_spans`, as the continuous loop calls it: LEFT_CONTEXT tokens before, HOLD
-   after) per call size, 1/2/4/8 rows x 16/32/64 new tokens (best of 5), and the fixed cost per call that a
-   least-squares line through them gives (ms = fixed + per_token x tokens decoded in the call);
+2. the decoder and vocoder of 128 tokens alone, and a streamed chunk decode (`decode_spans`, as the continuous loop
+   calls it: LEFT_CONTEXT tokens before, HOLD after) per call size, 1/2/4/8 rows x 16/32/64 new tokens, and the
+   fixed cost per call that a least-squares line through them gives (ms = fixed + per_token x tokens decoded in
+   the call). These in CPU time on one thread (best of 5): on a machine others share, wall time on two threads
+   measured the neighbours (the line's fixed cost came out negative), CPU time of one thread the work;
 3. with --profile, torch.profiler's top operators of a 128-token decode and of a 1-row 16-token chunk.
 
     python scripts/probes/decode_stages.py fp32,bf16,int8 [--profile]
@@ -34,13 +36,14 @@ FORMATS = {"fp32": lambda device: None, "bf16": lambda device: vocoder.Bf16Proje
            "int8": lambda device: (lambda linear: vocoder.Int8Projection(linear, vocoder.many_rows_int8()))}
 
 
-def best_ms(run, repeats: int = 5) -> float:
+def best_cpu_ms(run, repeats: int = 5) -> float:
+    """The least CPU time of this thread over `repeats` runs (after one to warm up); torch on one thread."""
     run()
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         run()
-        times.append(time.perf_counter() - t0)
+        times.append(time.thread_time() - t0)
     return min(times) * 1e3
 
 
@@ -57,17 +60,19 @@ def whole_call(model) -> None:
 
 def chunk_table(chat) -> None:
     hiddens = torch.randn(400, 768)  # a row's GPT hidden states (the full-size GPT is 768 wide)
+    whole = best_cpu_ms(lambda: chat._decode_to_wavs([hiddens[:128].clone()], True))
+    print(f"  decoder + vocoder of 128 tokens, one call: {whole:.1f} ms CPU (one thread)")
     sizes, costs = [], []
     for rows in (1, 2, 4, 8):
         line = []
         for new in (16, 32, 64):
             a = SAMPLES_PER_TOKEN * 100
             spans = [(hiddens, 300, a, a + SAMPLES_PER_TOKEN * new)] * rows
-            ms = best_ms(lambda: decode_spans(chat, spans, LEFT_CONTEXT))
+            ms = best_cpu_ms(lambda: decode_spans(chat, spans, LEFT_CONTEXT))
             sizes.append(rows * (new + LEFT_CONTEXT + HOLD))
             costs.append(ms)
             line.append(f"{new} tokens {ms:6.1f} ms")
-        print(f"  chunk decode, {rows} row(s): " + ", ".join(line))
+        print(f"  chunk decode, {rows} row(s), ms CPU (one thread): " + ", ".join(line))
     per_token, fixed = np.polyfit(sizes, costs, 1)
     print(f"  fit: {fixed:.1f} ms a call + {per_token:.3f} ms a token decoded (left and right context included)")
 
@@ -91,6 +96,7 @@ def main() -> None:
         print(f"{name}: decoder {model.effective['dtype_decoder']}; GPT {model.effective['kernels']}")
         with torch.inference_mode():
             whole_call(model)
+            torch.set_num_threads(1)  # this thread's pool; the model's own thread keeps its 2
             chunk_table(model.chat)
             if "--profile" in sys.argv:
                 profile(model.chat)

@@ -5,8 +5,8 @@ AVX2-only CPU on an AVX-512 one, run it as
     CHATTTS_LAB_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \\
         python scripts/probes/stages_outside_gpt.py lab:int8 --fp32-projections
 
-(--fp32-projections: what an AVX2 CPU without native bf16 runs; on an AVX-512 bf16 machine the lab would otherwise
-put the decoder's and vocoder's projections in bf16, which oneDNN then emulates under ONEDNN_MAX_CPU_ISA=AVX2)."""
+(--fp32-projections: the decoder's and vocoder's projections as ChatTTS has them, what the lab ran before it put them
+in int8; scripts/probes/decode_stages.py compares every format)."""
 import collections
 import os
 import statistics
@@ -20,7 +20,7 @@ from chattts_lab.requests import Sampling, SynthesisRequest
 from chattts_lab.synthesis import synthesize
 
 if "--fp32-projections" in sys.argv:
-    vocoder.bf16_projections_pay = lambda device: False
+    vocoder.projection_format = lambda device: None
 TEXT = "The quick brown fox jumps over the lazy dog, twice before dinner."
 
 

@@ -213,7 +213,7 @@ def streamed_and_whole(model, req: SynthesisRequest) -> tuple[np.ndarray, np.nda
     return streamed.audio[0], whole.audio[0], len(chunks)
 
 
-# SEAM_BOUND is fp32 decoding's: under int8/int4 the decoder's and vocoder's projections run in bf16 on this CPU
+# SEAM_BOUND is fp32 decoding's: under int8/int4 the decoder's and vocoder's projections run in int8 (vocoder.py)
 @pytest.mark.parametrize("row_model", FLOAT_ROWS, ids="-".join, indirect=True)
 def test_a_streamed_clip_is_the_whole_clip_within_the_seam_bound(row_model, monkeypatch):
     """Chunks join without clicks: each decodes LEFT_CONTEXT tokens before its new ones, more than the decoder's

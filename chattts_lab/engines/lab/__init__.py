@@ -3,8 +3,8 @@
 `LabEngine` is its entry in the engine registry (chattts_lab/engines). `install_lab(chat, device,
 precision, compile)` converts the loaded GPT one layer at a time into
 `LeanLlama` and replaces `chat.gpt.generate` on that instance with `lab_generate`; everything else in
-ChatTTS (prompts, speakers, refine, decoder, vocoder) is its own, except that under int8/int4 on a
-CPU with native bf16 the decoder's and vocoder's pointwise projections run in bf16 (`vocoder.py`), and
+ChatTTS (prompts, speakers, refine, decoder, vocoder) is its own, except that under int8/int4 the
+decoder's and vocoder's pointwise projections run in int8 (or bf16; `vocoder.py`), and
 ChatTTS's DVAE (voice-clip encoding only) is reloaded on first use rather than held (`on_demand.py`).
 `stream_infer` is the lab's streaming path: it decodes only new frames and emits its first chunk after
 a few steps.
@@ -85,8 +85,8 @@ def _compute_dtype(device: torch.device, precision: str) -> torch.dtype:
 
 def trim_around_the_gpt(chat, precision: str, gpt_folder: str) -> None:
     """What every engine that replaces ChatTTS's GPT generator (lab, onnx) does to the rest of ChatTTS, once its
-    `Heads` hold the code heads: drop stock's, decode in int8 or bf16 projections under int8/int4 where that pays, and
-    keep the DVAE (voice clips only) on disk until first use."""
+    `Heads` hold the code heads: drop stock's, decode in int8 (or bf16) projections under int8/int4 where that
+    pays, and keep the DVAE (voice clips only) on disk until first use."""
     drop_stock_code_heads(chat)
     if PRECISION[precision].quantized:  # recorded as the rows' dtype_decoder / dtype_vocos
         install_quantized_decoding(chat, torch.device(chat.device))

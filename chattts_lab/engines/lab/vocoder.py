@@ -3,18 +3,17 @@
 Both are stacks of ConvNeXt blocks whose two pointwise projections (the decoder's 512 -> 2048 -> 512,
 Vocos's 512 -> 1536 -> 512, per frame) are nearly all of their work: about 19 GFLOP for 128 tokens (256
 frames). Unlike a decode step they are compute-bound (every weight is reused for every frame of every item),
-so their cost grows with the frames, and on two AVX2 cores fp32 took 0.14 s of a 128-token call, near what
-FMA does there. int8 is the only faster arithmetic on such a CPU (`vpmaddubsw`), and with VNNI (`vpdpbusd`) 2x
-bf16's: one projection of 256 frames, one thread, Zen 5: fp32 7.6 ms, bf16 2.8, the lab's int8 (VNNI) 1.2;
-held to AVX2: fp32 7.2, fbgemm's int8 2.8, the lab's AVX2 int8 8.0 (its kernel is shaped for a decode step's
-few rows). A streamed chunk's decode also reads every projection weight once per call: 150 MB in fp32, 37 in
-int8, which was most of a small chunk's fixed cost.
+so their cost grows with the frames. int8 is the only faster arithmetic on an AVX2 CPU, and with VNNI 2x bf16's:
+one projection of 256 frames, one thread, Zen 5: fp32 7.6 ms, bf16 2.8, the lab's int8 (VNNI) 1.2; held to
+AVX2: fp32 7.2, the lab's AVX2 int8 5.9-8.0 (1.4x fp32 at 30-60 frames: its kernel is shaped for a decode
+step's few rows), fbgemm's int8 2.8 (not used: see `many_rows_int8`). A streamed chunk's decode also reads every
+projection weight once per call: 150 MB in fp32, 37 in int8.
 
-So where an int8 GEMM with a SIMD path runs here (the lab's own at a VNNI level, else fbgemm's), the projections
-are int8: weights per output channel, activations quantized per frame, fp32 in and out, the bias added in
-fp32. Elsewhere, where the CPU computes bf16 natively (avx512_bf16 or AMX), they are bf16; otherwise fp32.
-Depthwise convolutions, norms, Vocos's output projection (its log-magnitudes go through exp) and the ISTFT stay
-fp32. What the audio loses is measured in docs/measurements/2026-12-04-decode-stages.md (random weights).
+So where the lab's own int8 GEMM runs at an x86 level, the projections are int8: weights per output channel,
+activations quantized per frame (so a frame's audio does not depend on the frames decoded beside it), fp32 in
+and out, the bias added in fp32. Elsewhere they are bf16 where the CPU computes bf16 natively (avx512_bf16 or
+AMX), else fp32. Depthwise convolutions, norms, Vocos's output projection (its log-magnitudes go through exp)
+and the ISTFT stay fp32. What the audio loses: docs/measurements/2026-12-04-decode-stages.md (random weights).
 
 Only where the GPT is already int8/int4: lab fp32 keeps ChatTTS's decoder and vocoder as they are,
 so its audio stays stock fp32's.
@@ -29,7 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from chattts_lab.engines.lab import cpu
-from chattts_lab.engines.lab.linear import FbgemmInt8Linear, PackedInt8Linear, fbgemm_available, int8_kernels
+from chattts_lab.engines.lab.linear import PackedInt8Linear, int8_kernels
 
 
 class Bf16Projection(nn.Module):
@@ -49,7 +48,7 @@ class Bf16Projection(nn.Module):
 
 
 class Int8Projection(nn.Module):
-    """An `nn.Linear` as an int8 GEMM (`make_int8(weight)`: the lab's or fbgemm's) plus its fp32 bias; fp32 in and
+    """An `nn.Linear` as an int8 GEMM (`make_int8(weight)`: the lab's) plus its fp32 bias; fp32 in and
     out."""
 
     effective_dtype = "int8"
@@ -67,15 +66,12 @@ class Int8Projection(nn.Module):
 
 
 def many_rows_int8() -> Callable[[torch.Tensor], nn.Module] | None:
-    """The int8 GEMM that runs a projection of many frames fastest here, or None where none has a SIMD path: the
-    lab's own at a VNNI level, else fbgemm's (on AVX2 its kernel, blocked for many rows, ran 256 frames 2-3x faster
-    than the lab's AVX2 one), else the lab's AVX2 one (ARM's portable build is unmeasured here)."""
+    """The lab's own int8 GEMM at this CPU's x86 level (AVX-512 VNNI, AVX-VNNI, AVX2), or None. Not fbgemm's,
+    although on AVX2 it ran 256 frames 2-3x faster: it quantizes a call's activations with one scale, so a streamed
+    chunk would not be what the same frames give decoded whole, nor a row what it gives decoded alone (1.1 % of the
+    peak apart on tiny weights, against 1.6e-4 per frame). ARM's portable build is unmeasured here."""
     fused = int8_kernels()
-    if fused is not None and "vnni" in fused.int8_isa():
-        return lambda weight: PackedInt8Linear(weight, fused)
-    if cpu.detect().int8_isa and fbgemm_available():
-        return FbgemmInt8Linear
-    if fused is not None and fused.int8_isa() == "avx2":  # no fbgemm: the lab's AVX2 kernel still beat fp32
+    if fused is not None and fused.int8_isa() in ("avx512_vnni", "avx_vnni", "avx2"):
         return lambda weight: PackedInt8Linear(weight, fused)
     return None
 
