@@ -36,3 +36,22 @@ def test_the_kernel_level_the_build_name_and_the_recorded_environment_see_the_sa
 def test_the_cpu_is_read_once_per_process():
     assert env.this_cpu() is env.this_cpu()
     assert env.this_cpu().flags and env.this_cpu().model
+
+
+HTTP_CLIENTS = {"urllib.request", "http.client", "requests", "aiohttp", "urllib3", "httpx"}
+
+
+def _imported(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def test_the_product_speaks_http_with_one_client_library():
+    """httpx only (the serving benchmark's client, streaming included); the servers are FastAPI's and Gradio's."""
+    used = {name for path in PRODUCT for name in _imported(path) & HTTP_CLIENTS}
+    assert used == {"httpx"}
