@@ -503,20 +503,19 @@ def test_the_quality_set_and_floor_in_docs_quality_are_the_codes():
 
 
 def test_a_ray_serve_replica_takes_the_requests_docs_ray_states():
-    from chattts_lab.serve.policy import BatchPolicy
-    from chattts_lab.serve.policy import SchedulerPolicy
+    from chattts_lab.serve.policy import SchedulerPolicy, ServingPolicy
     from chattts_lab.serve.rayserve import ServePlan, parse_args, plan_from_args
     from chattts_lab.serve.runtime import RuntimeSettings
 
     doc = "docs/ray.md"
     factor = readme_number(r"A replica then takes\s+up to (\d+) x `--max-batch` requests", doc)
     for max_batch in (1, 8):  # request-level: stock always, lab (and onnx) with --batching request
-        for plan in (ServePlan(batching=BatchPolicy(max_batch=max_batch)),
-                     ServePlan(RuntimeSettings(engine="lab"), batching=BatchPolicy(max_batch), scheduling="request")):
+        for plan in (ServePlan(ServingPolicy(max_batch=max_batch)),
+                     ServePlan(ServingPolicy(batching="request", max_batch=max_batch), RuntimeSettings(engine="lab"))):
             assert not plan.continuous() and plan.replica_options()["max_ongoing_requests"] == factor * max_batch
-    continuous = ServePlan(settings=RuntimeSettings(engine="lab"), rows=SchedulerPolicy(4, 6))
+    continuous = ServePlan(ServingPolicy(max_rows=4, max_queue=6), RuntimeSettings(engine="lab"))
     assert continuous.continuous() and continuous.replica_options()["max_ongoing_requests"] == 10
-    assert plan_from_args(parse_args([])).scheduling == "continuous" == ServePlan.scheduling
+    assert plan_from_args(parse_args([])).policy.batching == "continuous" == ServingPolicy.batching
     assert readme_number(r"`--max-rows` texts at once \(default (\d+)\)", doc) == SchedulerPolicy.max_rows
     assert readme_number(r"`--max-queue` requests waiting \(default (\d+)\)", doc) == SchedulerPolicy.max_queue
 
