@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, start_app, stop_app  # noqa: E402
-from tests.ui import open_accordion, open_tab, pick_option, set_number, wait_new_audio  # noqa: E402
+from tests.support.ui import open_accordion, open_tab, pick_option, set_number, wait_new_audio  # noqa: E402
 
 OUT = ROOT / "docs" / "screenshots"
 SWEEP_TIMEOUT_MS = 3_600_000  # four full-size cells, plus the lab kernels' first build on a new machine

@@ -55,12 +55,12 @@ x86_64_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "a
 # 2026-12-03-test-run.md). Each file runs whole in
 # one test process (its module fixtures start once); the Ray files share one, and one Ray cluster (`ray_cluster`),
 # stopped once the last of them ends. The longest files start first, so no long one is left to run alone at the end.
-RAY_FILES = ("tests/test_fleet_sweep.py", "tests/test_ray_serve.py")
-LONGEST_FIRST = (*RAY_FILES, "tests/test_browser_benchmark.py", "tests/test_served_default.py",
-                 "tests/test_quality_sweep.py", "tests/test_passes_interleaved.py", "tests/test_bench_cli.py",
-                 "tests/test_serving_bench.py", "tests/test_load.py", "tests/test_reliability_app_sweep.py",
-                 "tests/test_roofline.py", "tests/test_bench_history_cli.py", "tests/test_api.py",
-                 "tests/test_serving_faults.py", "tests/test_lab_engine.py")
+RAY_FILES = ("tests/sweep/test_fleet.py", "tests/serve/test_ray_serve.py")
+LONGEST_FIRST = (*RAY_FILES, "tests/webui/test_browser_benchmark.py", "tests/app/test_served_default.py",
+                 "tests/quality/test_sweep.py", "tests/sweep/test_passes_interleaved.py", "tests/bench/test_cli.py",
+                 "tests/bench/test_serving.py", "tests/app/test_load.py", "tests/app/test_sweeps_in_app.py",
+                 "tests/sweep/test_roofline.py", "tests/bench/test_history_cli.py", "tests/app/test_gradio_client.py",
+                 "tests/serve/test_faults.py", "tests/engines/test_lab.py")
 
 
 def _test_file(nodeid: str) -> str:
@@ -199,11 +199,11 @@ _RAY: dict = {}  # while `ray_cluster` runs: the cluster, and this process's env
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """A Ray cluster started as the README starts one (tests/ray_cli.py): a head labelled node_a and a second node
+    """A Ray cluster started as the README starts one (tests/support/ray_cli.py): a head labelled node_a and a second node
     labelled node_b, one CPU each, token authentication on; this process finds the token as a client on the head's
     machine does (RAY_AUTH_MODE unset, the token in its file). Stopped after the last test of RAY_FILES."""
     pytest.importorskip("ray")
-    from tests.ray_cli import CliCluster
+    from tests.support.ray_cli import CliCluster
 
     cluster = CliCluster()
     _RAY.update(cluster=cluster, env={name: os.environ.get(name) for name in ("RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE")})

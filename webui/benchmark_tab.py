@@ -186,7 +186,7 @@ def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, value
     """Run sweep: a mistake in the form is a warning, and the sweep on screen stays (an error would cover it)."""
     try:
         form = controls.form(values)
-        spec, price = spec_from_form(ctx.model, form, ctx.history_db), price_from_form(form)
+        spec, price = spec_from_form(ctx.policy.model, form, ctx.history_db), price_from_form(form)
         updates = sweep_updates_for(ctx, spec, session_of(request) or uuid.uuid4().hex, price)
     except zerogpu.OverGpuLimit as exc:
         present.warn(str(exc), request)

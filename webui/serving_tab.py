@@ -57,7 +57,7 @@ def serving_spec(ctx: AppContext, users: str, max_batch: str, requests: int, tok
                  confirm_s: float | None = None) -> ServeSpec:
     """The spec `python -m bench serve` builds from the same choices, by its builder; a bad choice is a gr.Error.
     With `capacity`, the users box is not used: the search raises the users itself (as --capacity does)."""
-    choices = dict(model=ctx.model, users=None if capacity else users, max_batches=max_batch,
+    choices = dict(model=ctx.policy.model, users=None if capacity else users, max_batches=max_batch,
                    requests_per_user=requests, tokens=tokens, stream=bool(stream),
                    engine=None if engine == APP_DEFAULT else engine,
                    precision=None if precision == APP_DEFAULT else precision,

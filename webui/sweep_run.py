@@ -209,7 +209,7 @@ def api_run_sweep(ctx: AppContext, devices: str = "cpu", precisions: str = DEFAU
                    tokens=tokens, repeats=repeats, streams=(ON_OFF[bool(stream)],), engines=_csv(engines),
                    compiles=(ON_OFF[bool(compile)],), warmup=warmup, min_time_s=min_time_s, fidelity=fidelity,
                    passes=passes, price_usd_per_hour=price_usd_per_hour, price_source=price_source)
-    final, sweep_id, spec = pd.DataFrame(), None, spec_from_form(ctx.model, form, ctx.history_db)
+    final, sweep_id, spec = pd.DataFrame(), None, spec_from_form(ctx.policy.model, form, ctx.history_db)
     try:
         updates = sweep_updates_for(ctx, spec, uuid.uuid4().hex, price_from_form(form))
     except zerogpu.OverGpuLimit as exc:

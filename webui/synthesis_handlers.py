@@ -215,7 +215,7 @@ def fastest_label(settings: RuntimeSettings | None, request=None) -> str:
 def refresh_serving(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request = None) -> dict:
     """After a sweep (and when a page opens): what runtime.serving_choice says now. A configuration chosen on the
     page (or on the command line) is kept; otherwise the page runs on the new choice, and says why."""
-    serving, current = serving_choice(ctx.history_db, ctx.model), values[ui.runtime]
+    serving, current = serving_choice(ctx.history_db, ctx.policy.model), values[ui.runtime]
     out = {}
     # `chosen`, not the note's words: the note is the page's copy from when the event was sent, and a pick made
     # since (settled at once, outside the queue) would be undone by a refresh that waited in the queue

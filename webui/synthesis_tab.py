@@ -241,4 +241,4 @@ def _build_api(ctx: AppContext) -> None:
 def synthesis_concurrency(ctx: AppContext) -> int:
     """Requests let through to the batcher at once: enough to fill the next batches; Gradio queues the rest
     and shows each its place."""
-    return 4 * ctx.batching.max_batch
+    return 4 * ctx.policy.max_batch

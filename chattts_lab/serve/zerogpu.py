@@ -108,6 +108,6 @@ async def serve(ctx, settings, requests: list[SynthesisRequest]) -> list:
     import asyncio
     from dataclasses import replace
 
-    cfg = replace(settings, device="cuda").load_config(ctx.model)
+    cfg = replace(settings, device="cuda").load_config(ctx.policy.model)
     check_duration(synthesis_seconds(cfg, requests), "This request", synthesis_change(requests))
     return await asyncio.to_thread(gpu_synthesize, cfg, requests)

@@ -1,4 +1,4 @@
-"""The quick preset as the app runs it (spec_from_form(ctx.model, quick_form())), on a fresh history: the estimate
+"""The quick preset as the app runs it (spec_from_form(ctx.policy.model, quick_form())), on a fresh history: the estimate
 before the run (reference figures), the run's wall time, each cell's parts, and the estimate from the run's own rows.
 
     .venv/bin/python scripts/probes/quick_preset.py auto /tmp/quick-auto          # the app's default weights

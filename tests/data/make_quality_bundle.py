@@ -24,7 +24,7 @@ from chattts_lab.sweep.results import RunConfig, summarize  # noqa: E402
 from chattts_lab.sweep.spec import SweepSpec  # noqa: E402
 from chattts_lab.history.bundle import export_bundle
 from chattts_lab.history.store import Store  # noqa: E402
-from tests.espeak_speech import SENTENCE, quantized, speak, with_noise  # noqa: E402
+from tests.support.espeak_speech import SENTENCE, quantized, speak, with_noise  # noqa: E402
 
 MODEL = "espeak-ng stand-ins (test data)"
 AUDIO_S = 2.72  # 128 tokens

@@ -1,6 +1,6 @@
 """Write tests/data/stored-cdbcb55/: a history, a bundle and a voice card as main at cdbcb55 wrote them.
 
-tests/test_stored_data.py opens, lists, compares and resumes them with today's code, so a change to the specs,
+tests/history/test_stored_data.py opens, lists, compares and resumes them with today's code, so a change to the specs,
 the store or the validators that would lose what users have stored fails there. Run once, with the code of the
 commit the folder is named after (never again afterwards: the point is that the files are old):
 

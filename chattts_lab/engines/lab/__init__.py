@@ -38,7 +38,7 @@ class LabEngine(Engine):
     name = "lab"
     summary = "this project's decode loop over the same weights (README: the lab engine)"
     precisions = ("fp32", "fp16", "bf16", "int8", "int4")
-    # the README's "Measured" tables (tests/test_lib_grid.py holds them to it); int4 from its own kernels' ratio to
+    # the README's "Measured" tables (tests/sweep/test_grid.py holds them to it); int4 from its own kernels' ratio to
     # int8 at the AVX2 level (6.9 / 9.2 ms a step: docs/measurements/2026-12-04-every-cpu-kernels.md), where torch's
     # int4 kernel, measured before, had been slower than int8 (32 ms)
     reference_step_ms = {"fp32": 98.0, "bf16": 54.0, "fp16": 54.0, "int8": 25.3, "int4": 19.0}

@@ -21,7 +21,6 @@ import functools
 import hashlib
 import logging
 import os
-import platform
 import shutil
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 import torch
 
 from chattts_lab.engines.lab import cpu
+from chattts_lab.trackers.env import this_cpu
 
 log = logging.getLogger(__name__)
 
@@ -43,18 +43,10 @@ CFLAGS = ["-O3", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP; the
 
 def _build_name(source: str, level: str, cflags: list[str]) -> str:
     where = Path(torch.__file__).parent  # the build's include paths
-    key = hashlib.sha1(f"{source}{torch.__version__}{where}{_cpu_flags()}{cflags}".encode()).hexdigest()[:12]
+    machine = this_cpu()  # -mtune=native tunes for this CPU: another model or flag set builds its own
+    cpu_key = f"{machine.model} {' '.join(sorted(machine.flags))}"
+    key = hashlib.sha1(f"{source}{torch.__version__}{where}{cpu_key}{cflags}".encode()).hexdigest()[:12]
     return f"chattts_lab_kernels_{level}_{key}"
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def disabled_reason() -> str | None:

@@ -1,0 +1,1 @@
+"""What tests share besides fixtures: browser helpers, stand-in workers, the Ray CLI, espeak-ng speech."""
