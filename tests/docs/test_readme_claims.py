@@ -357,8 +357,8 @@ def test_the_audio_arithmetic_is_the_codes():
 
 
 def test_the_gradio_api_defaults_are_the_apis():
-    from webui.benchmark_tab import api_run_sweep
-    from webui.synthesis_tab import api_synthesize
+    from webui.benchmark.tab import api_run_sweep
+    from webui.synthesis.tab import api_synthesize
 
     synth = inspect.signature(api_synthesize).parameters
     assert list(synth)[1:] == ["text", "voice", "temperature", "top_p", "top_k", "audio_seed", "speed",
@@ -421,7 +421,7 @@ def test_the_served_default_before_any_sweep_is_the_one_stated(tmp_path):
 
 
 def test_the_quick_sweep_is_the_one_described():
-    from webui.benchmark_tab import quick_form
+    from webui.benchmark.tab import quick_form
 
     form = quick_form()
     assert says("fills the form with stock against lab at fp32 and int8, batch 1 (four cells: 2 minutes on 2 quiet "
