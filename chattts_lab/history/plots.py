@@ -1,4 +1,5 @@
-"""Pure `DataFrame -> plotly Figure` functions over canonical result rows (see chattts_lab.sweep.results.CANONICAL_COLUMNS).
+"""Pure functions that draw plotly Figures: over a sweep's canonical result rows (see
+chattts_lab.sweep.results.CANONICAL_COLUMNS), and over a serving run's load levels and a capacity search's results.
 
 Used by the HTML report and the app alike; testable without a browser. Only `ok` cells carry numbers
 to plot; every figure says in its title how many cells were not ok, so failures stay visible (the
