@@ -31,6 +31,7 @@ from typing import Callable, Iterator
 import httpx
 
 from bench.serving.listening import player_stalls
+from chattts_lab import heap
 from chattts_lab.metrics import SAMPLE_RATE
 from chattts_lab.requests import CONTINUOUS
 from bench.serving.spec import ServeSpec
@@ -188,6 +189,7 @@ class _app:
         failed = [r["error"] for r in asyncio.run(batch()) if r["status"] != "ok"]
         if failed:
             raise RuntimeError(f"the app could not serve its first requests: {failed[0]}; {self._log_tail()}")
+        heap.settle()  # this client imports torch as well: its full collections would delay the arrivals it times
 
     def _wait_until_up(self, url: str, timeout_s: float = 600.0) -> None:
         deadline = time.monotonic() + timeout_s

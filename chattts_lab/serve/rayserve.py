@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator
 
-from chattts_lab import SynthesisRequest, load_model
+from chattts_lab import SynthesisRequest, heap, load_model
 from chattts_lab.serve.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.options import add_spec_options
 from chattts_lab.serve.policy import GROUP, BatchPolicy, ServingPolicy, served_default_on, scheduling_for
@@ -95,6 +95,7 @@ class Synthesizer:
         self.model = load_model(settings.load_config(model))
         if warm:  # one-time costs before the replica is ready, not in the first requests' latency
             warm_up(self.model)
+            heap.settle()  # full garbage collections stop walking the model (chattts_lab/heap.py)
         self.max_batch = policy.max_batch
         self.generate.set_max_batch_size(policy.max_batch)
         self.generate.set_batch_wait_timeout_s(policy.max_wait_ms / 1000)

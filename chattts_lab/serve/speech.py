@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from chattts_lab import LoadedModel, SynthesisRequest, load_model
+from chattts_lab import LoadedModel, SynthesisRequest, heap, load_model
 from chattts_lab.serve.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.serve.batcher import Batcher
 from chattts_lab.serve.policy import scheduling_for
@@ -75,6 +75,7 @@ def get_model(ctx: AppContext, settings: RuntimeSettings) -> LoadedModel:
     model = load_model(settings.load_config(ctx.policy.model))
     if not getattr(model, "webui_warmed", False):  # once per loaded model
         warm_up(model)
+        heap.settle()  # full garbage collections stop walking the model: they stalled every stream for 0.3 s
         model.webui_warmed = True
     return model
 
