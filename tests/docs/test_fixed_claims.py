@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.test_readme_claims import ROOT, says
+from tests.docs.test_readme_claims import says
+from tests.support.sources import PRODUCT, ROOT
 
-PRODUCT = sorted([ROOT / "app.py", *(p for folder in ("bench", "chattts_lab", "webui") for p in (ROOT / folder).rglob("*.py"))])
 # docs/measurements/ is left out: a dated measurement may land after the code that cites it (another session's)
 PATH = re.compile(r"(?<![\w/.-])((?:chattts_lab|webui|bench|scripts|tests|docs(?!/measurements/))/[\w/.-]*\w)")
 DOTTED = re.compile(r"(?<![\w.])((?:chattts_lab|webui|bench)(?:\.\w+)+)")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.sources import PRODUCT, ROOT
+
 MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 50
-PRODUCT = sorted([ROOT / "app.py", *(p for folder in ("bench", "chattts_lab", "webui") for p in (ROOT / folder).rglob("*.py"))])
 
 
 def long_modules(paths, root: Path = ROOT) -> list[tuple[str, int]]:
