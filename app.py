@@ -28,15 +28,16 @@ from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
 from chattts_lab.engines import unsupported_reason  # noqa: E402
 from chattts_lab.serve import openai_api, uploads, speech  # noqa: E402
 from chattts_lab.serve import zerogpu  # noqa: E402
-from webui import mcp_tools, present  # noqa: E402
-from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
+from webui import mcp_tools
+from webui.common import present  # noqa: E402
+from webui.benchmark.tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
 from chattts_lab.serve.context import AppContext  # noqa: E402
-from webui.events import bind  # noqa: E402
-from webui.i18n import I18N, t  # noqa: E402
+from webui.common.events import bind  # noqa: E402
+from webui.i18n.texts import I18N, t  # noqa: E402
 from chattts_lab.serve.runtime import CHOSEN, RuntimeSettings, ServingChoice, describe  # noqa: E402
-from webui.synthesis_handlers import apply_settings, refresh_serving  # noqa: E402
-from webui.synthesis_tab import build_synthesis_tab  # noqa: E402
-from webui.voice_handlers import saved_voices  # noqa: E402
+from webui.synthesis.handlers import apply_settings, refresh_serving  # noqa: E402
+from webui.synthesis.tab import build_synthesis_tab  # noqa: E402
+from webui.synthesis.voice_handlers import saved_voices  # noqa: E402
 
 MODEL_NAMES = ("auto", "hf", "synthetic", "synthetic-full", "synthetic-tiny")
 INTRO = "Try ChatTTS voices and measure how fast they run on this machine."
@@ -47,7 +48,7 @@ def build_app(ctx: AppContext, mcp: bool = False) -> gr.Blocks:
     with gr.Blocks(title="ChatTTS Lab") as demo:
         gr.Markdown("# ChatTTS Lab")
         gr.Markdown(t(INTRO), elem_id="intro")
-        gr.Markdown(HEADER.format(model=ctx.model, hardware=zerogpu.hardware_line()), elem_id="header")
+        gr.Markdown(HEADER.format(model=ctx.policy.model, hardware=zerogpu.hardware_line()), elem_id="header")
         with gr.Tabs():
             with gr.Tab(t("Synthesis"), id="synthesis", elem_id="tab-synthesis"):
                 synth = build_synthesis_tab(ctx)
@@ -107,18 +108,25 @@ def check_model_folder(model: str) -> None:
         raise SystemExit(f"--model {model}: {exc} (use auto, hf, synthetic, synthetic-tiny or a model folder)")
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
+def context_from_args(args: argparse.Namespace) -> AppContext:
+    """The app's context, carrying the serving policy its flags give (as Ray Serve's plan carries it); a flag that
+    cannot be served here ends the program with the reason."""
     try:
         policy = ServingPolicy.from_args(args)
     except SpecError as exc:
         raise SystemExit(str(exc)) from None
     check_model_folder(policy.model)
-    auth = tuple(policy.auth.split(":", 1)) if policy.auth else None
-    ctx = AppContext.from_env(policy.model, api_key=policy.auth, batching=policy.request_level(),
-                              scheduling=policy.batching, rows=policy.rows())
+    ctx = AppContext.from_env(policy)
     if policy.chooses_configuration():
         ctx = replace(ctx, serving=chosen_on_command_line(ctx.serving, policy))
+    return ctx
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    ctx = context_from_args(args)
+    policy = ctx.policy
+    auth = tuple(policy.auth.split(":", 1)) if policy.auth else None
     speech.preload(ctx, speech.serving_settings(ctx))  # on the CPU, ZeroGPU too (its GPU calls load their own copy)
     demo = build_app(ctx, mcp=args.mcp)
     demo.queue(default_concurrency_limit=4)

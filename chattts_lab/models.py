@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from chattts_lab import synthetic
+from chattts_lab import heap, synthetic
 from chattts_lab.devices import parse_device
 from chattts_lab.limits import out_of_memory_boundary
 from chattts_lab.torch_thread import on_torch_thread
@@ -216,6 +216,7 @@ def _evict(config: LoadConfig) -> None:
     model = _cache.pop(config)
     model.chat.unload()
     del model
+    heap.thaw()  # a frozen model (heap.settle, after a server's warm-up) would never be freed
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

@@ -26,11 +26,11 @@ from chattts_lab.history.report import markdown_table
 from chattts_lab.voices import PRESET_VOICES, saved_card_names
 from chattts_lab.history import figures
 from chattts_lab.serve.context import AppContext
-from webui.events import bind
+from webui.common.events import bind
 from chattts_lab.serve.runtime import describe, serving_choice
-from webui.synthesis_handlers import api_synthesize
-from webui.sweep_form import quick_form, spec_from_form
-from webui.sweep_run import sweep_updates
+from webui.synthesis.handlers import api_synthesize
+from webui.benchmark.sweep_form import quick_form, spec_from_form
+from webui.benchmark.sweep_run import sweep_updates
 
 MCP_PATH = "/gradio_api/mcp"
 TOOLS = ("speak", "list_voices", "quick_benchmark", "recommend_configuration")
@@ -73,7 +73,7 @@ def quick_benchmark(ctx: AppContext) -> str:
     Returns:
         A sentence with the speed-up of the fastest configuration over stock fp32 (with its 95 % interval), and a Markdown table with one row per configuration: rtf (wall seconds per audio second; below 1 is faster than real time), step_ms, audio_s_per_s and peak_rss_mb. The result is kept in the app's history, where recommend_configuration reads it.
     """
-    spec = spec_from_form(ctx.model, quick_form(), ctx.history_db)
+    spec = spec_from_form(ctx.policy.model, quick_form(), ctx.history_db)
     final = None
     for update in sweep_updates(ctx, spec, f"mcp-{uuid.uuid4().hex}"):
         if update.results is not None:
@@ -84,7 +84,7 @@ def quick_benchmark(ctx: AppContext) -> str:
 
 
 def _sweep_summary(ctx: AppContext, df: pd.DataFrame, cells, sweep_id) -> str:
-    return "\n".join([f"Sweep #{sweep_id} on this machine ({ctx.model} weights).", figures.gain_sentence(df, cells), "",
+    return "\n".join([f"Sweep #{sweep_id} on this machine ({ctx.policy.model} weights).", figures.gain_sentence(df, cells), "",
                       markdown_table(df, TABLE_COLUMNS)])
 
 
@@ -102,7 +102,7 @@ def recommend_configuration(ctx: AppContext, memory_budget_mb: float = 0) -> str
         raise gr.Error("No benchmark on this machine yet: run quick_benchmark first.")
     sweep_id = int(sweeps["id"].iloc[0])
     rec = recommend(cells_frame(ctx.history_db, [sweep_id]), float(memory_budget_mb) or None)
-    serving = serving_choice(ctx.history_db, ctx.model)
+    serving = serving_choice(ctx.history_db, ctx.policy.model)
     lines = [f"From sweep #{sweep_id}: {rec.reason}",
              f"The app serves now: {describe(serving.settings)} ({serving.reason})."]
     if rec.settings:

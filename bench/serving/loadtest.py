@@ -17,7 +17,6 @@ and every request in its `serving` note, so bundles export and import it like an
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import socket
@@ -25,12 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import httpx
+
 from bench.serving.listening import player_stalls
+from chattts_lab import heap
 from chattts_lab.metrics import SAMPLE_RATE
 from chattts_lab.requests import CONTINUOUS
 from bench.serving.spec import ServeSpec
@@ -112,9 +113,9 @@ def served_by(url: str) -> dict:
     """What a running app says it serves (GET /v1/audio/voices, "server"): model, scheduling, max_batch, config; {}
     when it does not say (an older app), so that nothing false is recorded in its place."""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/v1/audio/voices", timeout=30) as response:
-            return json.loads(response.read()).get("server") or {}
-    except (OSError, ValueError):  # not up yet, or not this app: the levels' requests will say why
+        response = httpx.get(url.rstrip("/") + "/v1/audio/voices", timeout=30).raise_for_status()
+        return response.json().get("server") or {}
+    except (httpx.HTTPError, ValueError):  # not up yet, or not this app: the levels' requests will say why
         return {}
 
 
@@ -188,6 +189,7 @@ class _app:
         failed = [r["error"] for r in asyncio.run(batch()) if r["status"] != "ok"]
         if failed:
             raise RuntimeError(f"the app could not serve its first requests: {failed[0]}; {self._log_tail()}")
+        heap.settle()  # this client imports torch as well: its full collections would delay the arrivals it times
 
     def _wait_until_up(self, url: str, timeout_s: float = 600.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -195,9 +197,9 @@ class _app:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the app exited with {self.proc.returncode}: {self._log_tail()}")
             try:
-                urllib.request.urlopen(url + "v1/audio/voices", timeout=5).read()
+                httpx.get(url + "v1/audio/voices", timeout=5).raise_for_status()
                 return
-            except OSError:
+            except httpx.HTTPError:
                 time.sleep(0.5)
         raise RuntimeError(f"the app did not answer within {timeout_s:.0f} s: {self._log_tail()}")
 
@@ -290,8 +292,6 @@ async def _request(url: str, spec: ServeSpec, text: str, user: int, t0: float, v
     """One request as the client sees it; failures are records too (status error or lost). A nonzero `variant`
     (mixed runs) picks another voice, every other request streamed the other way, every third one half as long;
     variant 0 (every request of a run that is not mixed) is the spec's request exactly."""
-    import httpx
-
     stream = spec.stream if variant % 2 == 0 else not spec.stream
     tokens = max(1, spec.tokens // 2) if variant and variant % 3 == 0 else spec.tokens  # variant 0: as asked
     body = {"model": "tts-1", "input": text, "voice": MIXED_VOICES[variant % len(MIXED_VOICES)],

@@ -105,7 +105,7 @@ class AppSpeech:
 
     @property
     def api_key(self) -> str | None:
-        return self.ctx.api_key
+        return self.ctx.policy.auth
 
     @property
     def voices_dir(self) -> Path:
@@ -118,11 +118,12 @@ class AppSpeech:
         """Continuous batching's rows and queue, or request-level batching's batch and wait: whichever is in use."""
         settings = speech.serving_settings(self.ctx)
         scheduling = speech.scheduling(self.ctx, settings)
+        policy = self.ctx.policy
         if scheduling == CONTINUOUS:
-            bounds = {"max_batch": self.ctx.rows.max_rows, "max_queue": self.ctx.rows.max_queue}
+            bounds = {"max_batch": policy.max_rows, "max_queue": policy.max_queue}
         else:
-            bounds = {"max_batch": self.ctx.batching.max_batch, "max_wait_ms": self.ctx.batching.max_wait_ms}
-        return {"model": self.ctx.model, "scheduling": scheduling, **bounds, "config": describe(settings),
+            bounds = {"max_batch": policy.max_batch, "max_wait_ms": policy.max_wait_ms}
+        return {"model": policy.model, "scheduling": scheduling, **bounds, "config": describe(settings),
                 "why": self.ctx.serving.reason if self.ctx.serving else None}
 
     async def whole(self, req: SynthesisRequest) -> SynthesisOutput:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator
 
-from chattts_lab import SynthesisRequest, load_model
+from chattts_lab import SynthesisRequest, heap, load_model
 from chattts_lab.serve.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.options import add_spec_options
 from chattts_lab.serve.policy import GROUP, BatchPolicy, ServingPolicy, served_default_on, scheduling_for
@@ -95,6 +95,7 @@ class Synthesizer:
         self.model = load_model(settings.load_config(model))
         if warm:  # one-time costs before the replica is ready, not in the first requests' latency
             warm_up(self.model)
+            heap.settle()  # full garbage collections stop walking the model (chattts_lab/heap.py)
         self.max_batch = policy.max_batch
         self.generate.set_max_batch_size(policy.max_batch)
         self.generate.set_batch_wait_timeout_s(policy.max_wait_ms / 1000)
@@ -256,29 +257,27 @@ class SpeechIngress:
 
 @dataclass(frozen=True)
 class ServePlan:
-    """What to deploy: the model, each replica's configuration and resources, the batching, the HTTP address."""
+    """What to deploy: the serving policy (the app's flags, read as the app reads them: model, auth, batching and its
+    bounds), each replica's configuration and resources, the HTTP address."""
 
-    model: str = "auto"
+    policy: ServingPolicy = field(default_factory=ServingPolicy)
     settings: RuntimeSettings = RuntimeSettings(threads=1)
     replicas: int = 1
-    batching: BatchPolicy = BatchPolicy()
-    scheduling: str = ServingPolicy.batching  # as the app's --batching; request-level where the engine cannot admit rows
-    rows: SchedulerPolicy = SchedulerPolicy()
     host: str = "127.0.0.1"
     port: int = 8000
-    api_key: str | None = None
     voices_dir: Path = Path("outputs/voices")
     warm_up: bool = True
 
     def replica_options(self) -> dict:
         """One replica per --threads CPUs, or per GPU; room for the next batch to gather while one runs."""
         gpus = 1 if self.settings.device.startswith("cuda") else 0
-        ongoing = self.rows.max_rows + self.rows.max_queue if self.continuous() else 2 * self.batching.max_batch
+        policy = self.policy
+        ongoing = policy.max_rows + policy.max_queue if self.continuous() else 2 * policy.max_batch
         return {"num_replicas": self.replicas, "max_ongoing_requests": ongoing,
                 "ray_actor_options": {"num_cpus": self.settings.threads, "num_gpus": gpus}}
 
     def continuous(self) -> bool:
-        return scheduling_for(self.scheduling, self.settings.engine) == CONTINUOUS
+        return scheduling_for(self.policy.batching, self.settings.engine) == CONTINUOUS
 
     def described(self) -> str:
         return f"{describe(self.settings)} · {self.replicas} Ray Serve replica{'s' if self.replicas > 1 else ''}"
@@ -288,10 +287,11 @@ def deploy(cluster: str, plan: ServePlan) -> str:
     """Deploy (or redeploy) the application on the cluster; returns its URL once every replica is ready."""
     connect(cluster)  # the deployments run this code (chattts_lab) on every node
     serve.start(proxy_location="HeadOnly", http_options={"host": plan.host, "port": plan.port})
-    scheduling = scheduling_for(plan.scheduling, plan.settings.engine)
-    synthesizer = Synthesizer.options(**plan.replica_options()).bind(plan.model, plan.settings, plan.batching,
-                                                                          plan.warm_up, scheduling, plan.rows)
-    serve.run(SpeechIngress.bind(synthesizer, plan.api_key, str(plan.voices_dir), plan.described()), name=APP, route_prefix="/")
+    policy = plan.policy  # the replicas get their bounds; only the ingress holds the key
+    scheduling = scheduling_for(policy.batching, plan.settings.engine)
+    synthesizer = Synthesizer.options(**plan.replica_options()).bind(policy.model, plan.settings, policy.request_level(),
+                                                                     plan.warm_up, scheduling, policy.rows())
+    serve.run(SpeechIngress.bind(synthesizer, policy.auth, str(plan.voices_dir), plan.described()), name=APP, route_prefix="/")
     return f"http://{plan.host}:{plan.port}/"
 
 
@@ -324,8 +324,7 @@ def plan_from_args(args: argparse.Namespace) -> ServePlan:
                                policy.engine or engine)
     if reason := refusal_here(settings):
         raise SpecError(f"cannot serve {describe(settings)}: {reason}")
-    return ServePlan(policy.model, settings, args.replicas, policy.request_level(), policy.batching, policy.rows(),
-                     args.host, args.port, policy.auth, voices, args.warm_up)
+    return ServePlan(policy, settings, args.replicas, args.host, args.port, voices, args.warm_up)
 
 
 def refusal_here(settings: RuntimeSettings) -> str | None:
@@ -351,7 +350,7 @@ def main(argv=None) -> int:
     except (SpecError, RuntimeError) as exc:  # a bad argument, no cluster, or a replica that failed to start
         print(f"error: {exc}")
         return 1
-    print(f"serving {plan.model} ({plan.described()}) at {url}v1/audio/speech")
+    print(f"serving {plan.policy.model} ({plan.described()}) at {url}v1/audio/speech")
     print(f"measure it: python -m bench serve --url {url}; take it down: python -m chattts_lab.serve.rayserve --cluster "
           f"{args.cluster} --stop")
     return 0

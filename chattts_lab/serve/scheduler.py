@@ -21,10 +21,8 @@ from __future__ import annotations
 import logging
 import math
 import queue
-import statistics
 import threading
 import time
-from collections import deque
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -35,8 +33,9 @@ import psutil
 
 from chattts_lab import engines, metrics, torch_thread
 from chattts_lab.serve.batch import Part
+from chattts_lab.serve.loop_trace import LoopTrace
 from chattts_lab.serve.policy import SchedulerPolicy
-from chattts_lab.serve.streaming import LOW_WATER_LOOPS, LOW_WATER_MIN_S, chunk_due
+from chattts_lab.serve.streaming import LoopPace, ahead_s, chunk_due
 from chattts_lab.engines.base import RowDecoder
 from chattts_lab.metrics import SAMPLES_PER_TOKEN
 from chattts_lab.models import LoadedModel, set_threads
@@ -109,8 +108,9 @@ class ContinuousScheduler:
         self._mean_request_s = 5.0  # for Retry-After, updated as requests finish
         self._live_rows: list = []  # the decoder's rows, for failing their callers when a step fails
         self._thread: threading.Thread | None = None
-        self._loops: deque[float] = deque(maxlen=32)  # seconds of the latest loop iterations (step, decodes)
+        self._pace = LoopPace()  # the latest loop iterations: how little audio ahead makes a row send now
         self._decoder: RowDecoder | None = None  # the busy spell's (the loop thread's own)
+        self._trace = LoopTrace.from_env()  # off unless $CHATTTS_LAB_LOOP_TRACE names a file
 
     # ---- any thread
 
@@ -171,6 +171,7 @@ class ContinuousScheduler:
     def _run_while_busy(self, model: LoadedModel) -> None:
         decoder = self._decoder = row_decoder_of(model, self.policy.max_rows)
         while True:
+            began = time.perf_counter()  # an iteration: what every running row waits for between two steps
             self._collect_arrivals()
             self._admit(model, decoder)
             self._stop_asked(model, decoder)
@@ -178,10 +179,10 @@ class ContinuousScheduler:
                 if not self._waiting and self._arrivals.empty():
                     return  # idle: release the model (and `hold`) until the next request
                 continue
-            began = time.perf_counter()
-            ended = decoder.step()
+            with self._trace.timed("step", rows=len(decoder.active)):
+                ended = decoder.step()
             self._after_step(model, decoder, ended)
-            self.loop_took(time.perf_counter() - began)
+            self._pace.took(time.perf_counter() - began)
 
     def _collect_arrivals(self) -> None:
         while True:
@@ -191,8 +192,11 @@ class ContinuousScheduler:
                 return
 
     def _admit(self, model: LoadedModel, decoder: RowDecoder) -> None:
-        """Fill free rows from the oldest waiting requests, text by text (a request's texts may start apart)."""
-        while decoder.free and self._waiting:
+        """Fill free rows from the oldest waiting requests, text by text (a request's texts may start apart). While
+        rows generate, one text per iteration: a prefill (25-60 ms for these prompts on 2 cores) holds every running
+        row until the next step, and newcomers that arrived together held them for all their prefills at once."""
+        generating, admitted = bool(decoder.active), 0
+        while decoder.free and self._waiting and not (generating and admitted):
             job = self._waiting[0]
             if job.part.stop.is_set():  # asked to stop before (all of) it started
                 self._waiting.pop(0)
@@ -203,6 +207,7 @@ class ContinuousScheduler:
                 self._finish(model, job)
                 continue
             index, text = job.texts.pop(0)
+            admitted += 1
             try:
                 with memory_errors_of(model, job.part.request):
                     self._admit_text(model, decoder, job, index, text)
@@ -226,9 +231,13 @@ class ContinuousScheduler:
             if job.part.on_start is not None:
                 job.part.on_start()
         params_code, params_refine = chattts_params(model, request)
-        prompt = decoder.prompt(text, params_refine, params_code, request.refine.enabled, request.normalize_text)
+        with self._trace.timed("prompt"):
+            prompt = decoder.prompt(text, params_refine, params_code, request.refine.enabled, request.normalize_text)
+        began = time.perf_counter()
         row = decoder.admit(prompt, owner=job)
         row.meta["index"] = index
+        self._trace.record("prefill", began, row=self._trace.row_number(row.meta), prompt=prompt.length,
+                           rows=len(decoder.active))
         job.rows[index] = row
         self._stream(model, decoder, [row])
         if row.ended:
@@ -283,6 +292,8 @@ class ContinuousScheduler:
             return
         t0 = time.perf_counter()
         chunks = decoder.decode_spans(spans)
+        self._trace.record("decode", t0, rows=len(spans), tokens=[(b - a) // SAMPLES_PER_TOKEN for _, a, b in spans],
+                           first=sum(1 for _, a, _ in spans if a == 0))
         share = (time.perf_counter() - t0) / len(spans)  # the rows' chunks decode together: each bears its share
         for (row, _, upto), audio in zip(spans, chunks):
             row.owner.decode_s += share
@@ -295,7 +306,7 @@ class ContinuousScheduler:
             return None
         n = row.generated
         sent = row.meta.setdefault("sent", 0)  # samples
-        if not (row.ended or chunk_due(n, sent // SAMPLES_PER_TOKEN, self._ahead_s(row), self.low_water_s(),
+        if not (row.ended or chunk_due(n, sent // SAMPLES_PER_TOKEN, ahead_s(row.meta), self._pace.low_water_s(),
                                        decoder.hold)):
             return None
         upto = metrics.samples_for_tokens(n) if row.ended else SAMPLES_PER_TOKEN * max(0, n - decoder.hold)
@@ -303,6 +314,12 @@ class ContinuousScheduler:
 
     def _send(self, model: LoadedModel, job: _Job, index: int, row, audio: np.ndarray) -> None:
         """Hand one chunk to the row's caller."""
+        if self._trace.enabled:  # ahead before this chunk: `sent` already counts it
+            ahead = ahead_s(row.meta)
+            self._trace.record("chunk", time.perf_counter(), row=self._trace.row_number(row.meta),
+                               tokens=len(audio) // SAMPLES_PER_TOKEN,
+                               ahead_s=None if ahead is None else ahead - len(audio) / SAMPLE_RATE,
+                               since_admit_s=time.perf_counter() - job.admitted)
         row.meta.setdefault("first_sent_at", time.perf_counter())
         job.audio.setdefault(index, []).append(audio)
         elapsed = time.perf_counter() - job.admitted
@@ -315,29 +332,6 @@ class ContinuousScheduler:
             job.part.on_chunk(replace(chunk, scheduling=CONTINUOUS))
         except Exception:  # the caller's own failure (a closed queue): its row carries on until it is stopped
             log.exception("continuous batching: a chunk could not be handed over")
-
-    def loop_took(self, seconds: float) -> None:
-        """One loop iteration (a step and the chunks it decoded) took this long: what low_water_s reads."""
-        self._loops.append(seconds)
-
-    def low_water_s(self) -> float | None:
-        """How little audio ahead makes a listener's row send what it has (chunk_due): LOW_WATER_LOOPS of the
-        loop's slowest recent iterations. None while the loop's iterations take longer than a token's audio on
-        average: every listener falls behind whatever is sent, and small chunks would slow every row further
-        (eight rows that start together streamed in 11.9 s with them, against 9.7 s in 48-token chunks)."""
-        if not self._loops:  # before the first iteration: nothing measured yet
-            return LOW_WATER_MIN_S
-        if statistics.fmean(self._loops) > SAMPLES_PER_TOKEN / SAMPLE_RATE:
-            return None
-        return max(LOW_WATER_MIN_S, LOW_WATER_LOOPS * max(self._loops))
-
-    @staticmethod
-    def _ahead_s(row) -> float | None:
-        """Seconds of this row's audio sent beyond what a real-time player, started at its first chunk, has played."""
-        started = row.meta.get("first_sent_at")
-        if started is None:
-            return None
-        return row.meta["sent"] / SAMPLE_RATE - (time.perf_counter() - started)
 
     def _whole_audio(self, job: _Job, row) -> np.ndarray:
         t0 = time.perf_counter()
@@ -368,7 +362,9 @@ class ContinuousScheduler:
                 audio.append(np.concatenate(job.audio.get(i, [])) if job.audio.get(i) else np.zeros(0, np.float32))
             else:
                 audio.append(self._whole_audio(job, row))
-        job.future.set_result(self._output(model, job, audio))
+        output = self._output(model, job, audio)
+        self._trace.flush()  # (when on) before the caller hears its answer: the trace holds the request whole
+        job.future.set_result(output)
         wall = time.perf_counter() - (job.admitted or job.enqueued)
         self._mean_request_s = 0.8 * self._mean_request_s + 0.2 * wall
 

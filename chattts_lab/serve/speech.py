@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from chattts_lab import LoadedModel, SynthesisRequest, load_model
+from chattts_lab import LoadedModel, SynthesisRequest, heap, load_model
 from chattts_lab.serve.batch import Part, shared_settings, synthesize_parts
 from chattts_lab.serve.batcher import Batcher
 from chattts_lab.serve.policy import scheduling_for
@@ -72,9 +72,10 @@ def get_model(ctx: AppContext, settings: RuntimeSettings) -> LoadedModel:
     """The model for these settings, loading it on first use (cached by the library) and warming it up
     once, so the first result a person sees is not inflated by one-time JIT costs (callers say "loading"
     beforehand: see waiting_note)."""
-    model = load_model(settings.load_config(ctx.model))
+    model = load_model(settings.load_config(ctx.policy.model))
     if not getattr(model, "webui_warmed", False):  # once per loaded model
         warm_up(model)
+        heap.settle()  # full garbage collections stop walking the model: they stalled every stream for 0.3 s
         model.webui_warmed = True
     return model
 
@@ -121,7 +122,7 @@ def waiting_note(ctx: AppContext, settings: RuntimeSettings) -> str:
 
 def is_ready(ctx: AppContext, settings: RuntimeSettings) -> bool:
     """Loaded and warmed up: a request for these settings starts without start-up work."""
-    model = loaded(settings.load_config(ctx.model))
+    model = loaded(settings.load_config(ctx.policy.model))
     return bool(model is not None and getattr(model, "webui_warmed", False))
 
 
@@ -132,7 +133,7 @@ def preload(ctx: AppContext, settings: RuntimeSettings) -> threading.Thread:
         try:
             with ctx.model_work:
                 get_model(ctx, settings)
-            log.info("preloaded %s %s %s on %s", ctx.model, settings.engine, settings.precision, settings.device)
+            log.info("preloaded %s %s %s on %s", ctx.policy.model, settings.engine, settings.precision, settings.device)
         except Exception:  # the first request will load again and report the error to its caller
             log.exception("preloading the model failed")
 
@@ -153,18 +154,18 @@ def batcher(ctx: AppContext) -> Batcher:
             model = get_model(ctx, settings)
             return [(out, model) for out in synthesize_parts(model, parts, stream=stream)]
 
-    return Batcher(run_batch, ctx.batching)
+    return Batcher(run_batch, ctx.policy.request_level())
 
 
 def scheduling(ctx: AppContext, settings: RuntimeSettings) -> str:
     """Which scheduling a request on these settings gets: continuous where the engine's loop admits rows mid-run."""
-    return scheduling_for(ctx.scheduling, settings.engine)
+    return scheduling_for(ctx.policy.batching, settings.engine)
 
 
 @functools.cache
 def scheduler(ctx: AppContext, settings: RuntimeSettings) -> ContinuousScheduler:
     """The continuous-batching loop of one serving configuration (its thread holds `model_work` while busy)."""
-    return ContinuousScheduler(lambda: get_model(ctx, settings), ctx.rows, hold=lambda: ctx.model_work)
+    return ContinuousScheduler(lambda: get_model(ctx, settings), ctx.policy.rows(), hold=lambda: ctx.model_work)
 
 
 async def serve(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRequest, session: str | None = None,
@@ -186,8 +187,8 @@ async def serve(ctx: AppContext, settings: RuntimeSettings, request: SynthesisRe
             except asyncio.CancelledError:
                 stop.set()  # the caller went away: its rows end at the next step
                 raise
-            return out, loaded(settings.load_config(ctx.model))
-        if batcher(ctx).waiting() >= ctx.rows.max_queue and not continues:
+            return out, loaded(settings.load_config(ctx.policy.model))
+        if batcher(ctx).waiting() >= ctx.policy.max_queue and not continues:
             raise Overloaded(f"the server is at capacity: {batcher(ctx).waiting()} requests waiting",
                              retry_after_s=5)
         key = (settings, on_chunk is not None, shared_settings(request))

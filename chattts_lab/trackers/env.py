@@ -6,6 +6,7 @@ knowing what differs. Nothing here loads a model; importing torch is the heavies
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -15,6 +16,7 @@ import re
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -44,24 +46,38 @@ def load_average() -> tuple[float, float, float] | None:
     return os.getloadavg() if hasattr(os, "getloadavg") else None
 
 
-def cpu_info() -> dict:
-    model, flags = platform.processor() or platform.machine(), set()
+@dataclass(frozen=True)
+class Cpu:
+    model: str
+    flags: frozenset  # every flag the OS lists for it (/proc/cpuinfo's flags; ARM64's Features)
+
+
+@functools.cache
+def this_cpu() -> Cpu:
+    """This machine's CPU, read once per process: the one reader of /proc/cpuinfo, whose flags decide which kernels
+    run (the lab's dispatch level, fbgemm's, its kernels' build name) and what a result records of its machine."""
+    model, flags = platform.processor() or platform.machine(), frozenset()
     try:
         text = Path("/proc/cpuinfo").read_text()
         m = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
         model = m.group(1).strip() if m else model
         f = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, re.M)
-        flags = set(f.group(1).split()) if f else set()
+        flags = frozenset(f.group(1).split()) if f else flags
     except OSError:
         if sys.platform == "darwin":
             model = _run(["sysctl", "-n", "machdep.cpu.brand_string"]) or model
+    return Cpu(model, flags)
+
+
+def cpu_info() -> dict:
+    cpu = this_cpu()
     return {
-        "model": model,
+        "model": cpu.model,
         "arch": platform.machine(),
         "logical_cores": psutil.cpu_count(logical=True),
         "physical_cores": psutil.cpu_count(logical=False),
         "usable_cores": usable_cores(),
-        "flags": [f for f in FLAGS_THAT_MATTER if f in flags],
+        "flags": [f for f in FLAGS_THAT_MATTER if f in cpu.flags],
     }
 
 

@@ -1,4 +1,4 @@
-"""The quick preset as the app runs it (spec_from_form(ctx.model, quick_form())), on a fresh history: the estimate
+"""The quick preset as the app runs it (spec_from_form(ctx.policy.model, quick_form())), on a fresh history: the estimate
 before the run (reference figures), the run's wall time, each cell's parts, and the estimate from the run's own rows.
 
     .venv/bin/python scripts/probes/quick_preset.py auto /tmp/quick-auto          # the app's default weights
@@ -9,7 +9,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from webui.sweep_form import quick_form, spec_from_form
+from webui.benchmark.sweep_form import quick_form, spec_from_form
 from chattts_lab.sweep import grid
 from chattts_lab.sweep.runner import run_sweep
 from chattts_lab.history.store import Store

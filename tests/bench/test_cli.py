@@ -17,6 +17,7 @@ import pytest
 from chattts_lab.history.frames import fidelity_frame
 from chattts_lab.history.store import Store
 from chattts_lab.sweep.results import CANONICAL_COLUMNS
+from tests.support.cli import bench_here
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--model", "synthetic-tiny", "--tokens", "8", "--threads", "1", "--repeats", "2", "--min-time", "0",
@@ -52,7 +53,7 @@ def test_an_absurd_grid_is_refused_unless_confirmed(capsys, tmp_path):
     assert main(big + ["--dry-run", "--yes"]) == 0
 
 
-def test_sweep_end_to_end_writes_every_format_and_keeps_impossible_cells(tmp_path):
+def test_sweep_end_to_end_writes_every_format_and_keeps_impossible_cells(tmp_path, capsys):
     db, out = tmp_path / "lab.sqlite", tmp_path / "out"
     run = bench(*FAST, "--precision", "fp32,int4", "--device", "cpu,cuda:7", "--compile", "off,on",
                 "--fidelity", "off", "--db", str(db), "--out", str(out), "--format", "md,csv,json,html")
@@ -83,8 +84,7 @@ def test_sweep_end_to_end_writes_every_format_and_keeps_impossible_cells(tmp_pat
         (measured,) = [r for r in store.results(sweep["id"]) if r.status == "ok"]
         assert [s["phase"] for s in measured.samples] == ["cold", "timed", "timed"]
         assert measured.extra["omp_num_threads"] == "1"
-    listing = bench("--list", "--db", str(db), timeout=120)
-    assert listing.returncode == 0 and "| finished |" in listing.stdout
+    assert "| finished |" in bench_here(capsys, "--list", "--db", str(db)).out
 
 
 def _wait_for_cells(db: Path, n: int, proc: subprocess.Popen, timeout_s: float = 240) -> None:

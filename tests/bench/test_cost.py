@@ -19,6 +19,7 @@ from chattts_lab.history.frames import cells_frame
 from chattts_lab.history.price import MachinePrice
 from chattts_lab.history.store import Store, save_price
 from bench.serving.capacity import capacity_cost, capacity_frame
+from tests.support.cli import bench_here
 
 ROOT = Path(__file__).resolve().parents[2]
 STORED = ROOT / "tests" / "data" / "stored-cdbcb55"
@@ -43,7 +44,7 @@ def test_a_price_that_is_not_a_positive_number_is_refused(price):
         MachinePrice(price)
 
 
-def test_bench_prints_and_reports_dollars_per_audio_hour_with_the_price_and_its_source(tmp_path):
+def test_bench_prints_and_reports_dollars_per_audio_hour_with_the_price_and_its_source(tmp_path, capsys):
     db, out = tmp_path / "lab.sqlite", tmp_path / "out"
     run = bench(*FAST, "--db", str(db), "--out", str(out), "--format", "md,html,json",
                 "--price", "0.067", "--price-source", "a test's made-up list price")
@@ -59,23 +60,22 @@ def test_bench_prints_and_reports_dollars_per_audio_hour_with_the_price_and_its_
         assert "usd_per_audio_hour" in text and "made-up list price" in text
     cell = json.loads((out / "results.json").read_text())["cells"][0]
     assert cell["usd_per_audio_hour"] == pytest.approx(row["usd_per_audio_hour"])
-    listed = bench("--list", "--db", str(db)).stdout.splitlines()
+    listed = bench_here(capsys, "--list", "--db", str(db)).out.splitlines()
     assert listed[0].endswith("| noisy | usd_per_hour |") and listed[2].endswith("| 0.067 |")
 
 
-def test_an_older_history_reads_as_before_and_takes_a_price_later(tmp_path):
+def test_an_older_history_reads_as_before_and_takes_a_price_later(tmp_path, capsys):
     db = tmp_path / "history.sqlite"
     shutil.copy(STORED / "history.sqlite", db)
     before = cells_frame(db)
     assert before["usd_per_audio_hour"].isna().all()  # no price: the column is empty, and tables leave it out
     sweep_id = int(before["sweep_id"].iloc[0])
-    run = bench("--db", str(db), "--report", str(sweep_id), "--out", str(tmp_path / "r"), "--format", "md",
-                "--price", "1.5", "--price-source", "an invoice")
-    assert run.returncode == 0, run.stderr[-3000:]
+    run = bench_here(capsys, "--db", str(db), "--report", str(sweep_id), "--out", str(tmp_path / "r"), "--format", "md",
+                     "--price", "1.5", "--price-source", "an invoice")
     after = cells_frame(db, [sweep_id])
     ok = after[after["audio_s_per_s"].notna()]
     assert not ok.empty and (ok["usd_per_audio_hour"] == 1.5 / ok["audio_s_per_s"]).all()
-    assert "usd_per_audio_hour" in run.stdout and "source: an invoice" in run.stdout
+    assert "usd_per_audio_hour" in run.out and "source: an invoice" in run.out
 
 
 def test_a_bundle_carries_the_price_to_another_machine_and_a_malformed_one_is_refused(tmp_path):
@@ -122,9 +122,9 @@ def test_the_apps_run_sweep_table_shows_dollars_per_audio_hour_when_given_a_pric
 
 
 def test_a_price_kept_in_the_history_can_be_picked_again_and_fills_the_form(tmp_path):
-    from webui.benchmark_tab import price_choices, saved_price_picked
+    from webui.benchmark.tab import price_choices, saved_price_picked
     from chattts_lab.serve.context import AppContext
-    from webui.sweep_form import SweepControls
+    from webui.benchmark.sweep_form import SweepControls
 
     db = tmp_path / "h.sqlite"
     with Store(db) as store:

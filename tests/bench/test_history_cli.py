@@ -14,6 +14,7 @@ from chattts_lab.sweep.results import RunConfig
 from chattts_lab.history.bundle import export_bundle
 from chattts_lab.history.store import Store
 from chattts_lab.sweep.runner import run_cell
+from tests.support.cli import bench_here
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = ["--model", "synthetic-tiny", "--tokens", "8", "--threads", "1", "--repeats", "2", "--min-time", "0",
@@ -27,15 +28,6 @@ def bench(*args, timeout=600):
     return run
 
 
-def bench_here(capsys, *args) -> str:
-    """The same command line run by `bench.cli.main` in this process (no torch import to wait for); its stdout."""
-    from bench.cli import main
-
-    capsys.readouterr()
-    assert main(list(args)) == 0
-    return capsys.readouterr().out
-
-
 def markdown_rows(text: str) -> list[dict]:
     """The rows of the last markdown table printed, as dicts keyed by its header."""
     lines = [line for line in text.splitlines() if line.startswith("|")]
@@ -43,12 +35,12 @@ def markdown_rows(text: str) -> list[dict]:
     return [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
 
 
-def test_ranges_on_the_command_line_expand_as_the_readme_says(tmp_path):
-    run = bench("--model", "synthetic-tiny", "--batch", "1-8+2", "--threads", "1-16*2", "--tokens", "8",
-                "--dry-run", "--db", str(tmp_path / "lab.sqlite"))
-    cells = [line.split()[3:7] for line in run.stdout.splitlines()]  # "cpu stock fp32 batch B T thr ..."
+def test_ranges_on_the_command_line_expand_as_the_readme_says(tmp_path, capsys):
+    run = bench_here(capsys, "--model", "synthetic-tiny", "--batch", "1-8+2", "--threads", "1-16*2", "--tokens", "8",
+                     "--dry-run", "--db", str(tmp_path / "lab.sqlite"))
+    cells = [line.split()[3:7] for line in run.out.splitlines()]  # "cpu stock fp32 batch B T thr ..."
     assert [(int(c[1]), int(c[2])) for c in cells] == [(b, t) for t in (1, 2, 4, 8, 16) for b in (1, 3, 5, 7)]
-    assert "20 cell(s)" in run.stderr
+    assert "20 cell(s)" in run.err
 
 
 @pytest.mark.slow  # opt-in (-m slow), to keep the default run short: bundles across machines: test_browser_benchmark's compare via a bundle
@@ -79,7 +71,7 @@ def test_lab_engine_export_import_and_compare_across_two_machines(tmp_path, caps
     bench_here(capsys, "--import", str(bundle), "--db", str(theirs))
     bench_here(capsys, "--import", str(other_path), "--db", str(theirs))
 
-    rows = markdown_rows(bench_here(capsys, "--compare", "1,2", "--db", str(theirs)))
+    rows = markdown_rows(bench_here(capsys, "--compare", "1,2", "--db", str(theirs)).out)
     assert [r["engine"] for r in rows] == ["lab", "stock"]
     mine_col = next(k for k in rows[0] if k.startswith("1: "))
     theirs_col = next(k for k in rows[0] if k.startswith("2: "))

@@ -99,11 +99,12 @@ def test_the_ui_builds_the_same_spec_as_the_command_line():
     from bench.cli import build_parser
     from bench.serving.cli import spec_from_args
     from chattts_lab.serve.context import AppContext
-    from webui.serving_tab import cli_command, serving_spec
+    from chattts_lab.serve.policy import ServingPolicy
+    from webui.benchmark.serving_tab import cli_command, serving_spec
 
     cli = spec_from_args(build_parser().parse_args(["serve", "--model", TINY, "--users", "1-4*2", "--max-batch",
                                                     "8,1", "--requests", "3", "--tokens", "32", "--engine", "lab"]))
-    ctx = AppContext(model=TINY)
+    ctx = AppContext(ServingPolicy(model=TINY))
     ui = serving_spec(ctx, "1-4*2", "8,1", 3, 32, True, "lab", "the app's default")
     assert ui == cli
     shown = shlex.split(cli_command(ctx, ui))  # the command line the panel shows runs the same spec

@@ -111,10 +111,11 @@ def test_batch_policy_refuses_impossible_settings():
 def test_a_bad_request_is_refused_before_it_joins_a_batch():
     from chattts_lab.serve.speech import serve
     from chattts_lab.serve.context import AppContext
+    from chattts_lab.serve.policy import ServingPolicy
     from chattts_lab.serve.runtime import RuntimeSettings
 
     with pytest.raises(InvalidRequest, match="empty"):
-        run_in_fresh_loop(serve(AppContext(model="synthetic-tiny"), RuntimeSettings(), SynthesisRequest.of("   ")))
+        run_in_fresh_loop(serve(AppContext(ServingPolicy(model="synthetic-tiny")), RuntimeSettings(), SynthesisRequest.of("   ")))
 
 
 def test_requests_with_different_voices_share_a_batch_and_each_row_speaks_in_its_own(tiny_model):

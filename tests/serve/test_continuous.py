@@ -269,20 +269,22 @@ def test_a_stream_sends_large_chunks_while_its_listener_is_ahead_and_what_it_has
 
 
 def test_the_low_water_follows_the_loops_slowest_recent_iterations_and_is_gone_when_it_is_slower_than_real_time():
-    from chattts_lab.serve.scheduler import ContinuousScheduler
-    from chattts_lab.serve.streaming import LOW_WATER_LOOPS, LOW_WATER_MIN_S
+    from chattts_lab.serve.streaming import LOW_WATER_LOOPS, LOW_WATER_MIN_S, LoopPace
 
-    scheduler = ContinuousScheduler(load=lambda: None)  # never started: only its bookkeeping runs
-    assert scheduler.low_water_s() == LOW_WATER_MIN_S  # nothing measured yet
-    for seconds in [0.005] * 31 + [0.1]:  # fast on average (a token's audio is 21.3 ms), one slow iteration
-        scheduler.loop_took(seconds)
-    assert scheduler.low_water_s() == pytest.approx(LOW_WATER_LOOPS * 0.1)
+    pace = LoopPace()
+    assert pace.low_water_s() == LOW_WATER_MIN_S  # nothing measured yet
+    for seconds in [0.005] * 31 + [0.1]:  # fast (a token's audio is 21.3 ms), one slow iteration
+        pace.took(seconds)
+    assert pace.low_water_s() == pytest.approx(LOW_WATER_LOOPS * 0.1)
+    for seconds in [0.005] * 28 + [0.4] * 4:  # a burst of newcomers' prefills: slow, yet the loop keeps real time
+        pace.took(seconds)
+    assert pace.low_water_s() == pytest.approx(LOW_WATER_LOOPS * 0.4)
     for _ in range(32):  # only the latest 32 count
-        scheduler.loop_took(0.001)
-    assert scheduler.low_water_s() == LOW_WATER_MIN_S
+        pace.took(0.001)
+    assert pace.low_water_s() == LOW_WATER_MIN_S
     for _ in range(32):
-        scheduler.loop_took(0.03)  # slower than real time: no small chunks at all
-    assert scheduler.low_water_s() is None
+        pace.took(0.03)  # slower than real time: no small chunks at all
+    assert pace.low_water_s() is None
 
 
 def test_rows_sampled_together_draw_what_each_row_draws_alone(model):
@@ -362,3 +364,35 @@ def test_an_engine_that_cannot_admit_rows_gives_no_row_decoder_and_the_scheduler
     assert stock.engine.row_decoder(stock.chat, 2) is None
     with pytest.raises(RuntimeError, match="stock engine: stock ChatTTS generates a batch from start to end"):
         row_decoder_of(stock, 2)
+
+
+def test_newcomers_arriving_together_are_prefilled_one_per_step_and_the_trace_records_it(model, tmp_path, monkeypatch):
+    """While rows generate, each loop iteration prefills at most one newcomer, so a burst of arrivals never holds the
+    running rows for all its prefills at once (the loop trace, $CHATTTS_LAB_LOOP_TRACE, shows the order)."""
+    import json
+
+    trace = tmp_path / "loop.jsonl"
+    monkeypatch.setenv("CHATTTS_LAB_LOOP_TRACE", str(trace))
+    scheduler = ContinuousScheduler(lambda: model, SchedulerPolicy(max_rows=4, max_queue=4))
+    burst = []
+
+    def during_a():  # in the loop thread: three arrive together while A generates
+        burst.extend(scheduler.submit(Part(request(i, 30), threading.Event(), Listener())) for i in (1, 2, 3))
+
+    first = scheduler.submit(Part(request(0, 60), threading.Event(), Listener(at_first=during_a)))
+    assert first.result(timeout=600).measurements.tokens == [60]
+    assert [f.result(timeout=600).measurements.tokens for f in burst] == [[30], [30], [30]]
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    loop = [r["kind"] for r in sorted(records, key=lambda r: r["t"]) if r["kind"] in ("prefill", "step")]
+    assert loop.count("prefill") == 4 and "prefill prefill" not in " ".join(loop)
+    chunks = [r for r in records if r["kind"] == "chunk"]
+    assert {r["row"] for r in chunks} == {1, 2, 3, 4} and all(r["tokens"] > 0 for r in chunks)
+    decodes = [r for r in records if r["kind"] == "decode"]
+    assert sum(sum(r["tokens"]) for r in decodes) == sum(r["tokens"] for r in chunks)
+
+
+def test_the_loop_trace_is_off_unless_its_file_is_named(model, monkeypatch):
+    monkeypatch.delenv("CHATTTS_LAB_LOOP_TRACE", raising=False)
+    scheduler = ContinuousScheduler(lambda: model, SchedulerPolicy(max_rows=1, max_queue=1))
+    assert scheduler.submit(Part(request(0, 8), threading.Event(), Listener())).result(timeout=600)
+    assert not scheduler._trace.enabled and scheduler._trace._records == []

@@ -333,11 +333,12 @@ def test_a_stream_interrupted_by_anyone_but_its_listener_ends_abnormally(tmp_pat
     from chattts_lab.synthesis import INTERRUPT_CALLED, CallStop
     from chattts_lab.serve import speech
     from chattts_lab.serve.context import AppContext
+    from chattts_lab.serve.policy import ServingPolicy
     from chattts_lab.serve.openai_api import install, speech_router
     from chattts_lab.serve.runtime import RuntimeSettings, ServingChoice
 
     settings = RuntimeSettings("cpu", "fp32", 1, "lab")
-    ctx = AppContext(model=TINY, outputs_dir=tmp_path, scheduling="request", serving=ServingChoice(settings, "test"))
+    ctx = AppContext(ServingPolicy(model=TINY, batching="request"), outputs_dir=tmp_path, serving=ServingChoice(settings, "test"))
     model = speech.get_model(ctx, settings)  # loaded and warmed up before the request
     app = FastAPI()
     install(app, speech_router(ctx))

@@ -195,10 +195,11 @@ def test_the_route_asks_for_the_key_before_reading_the_body(tmp_path):
     from fastapi.testclient import TestClient
 
     from chattts_lab.serve.context import AppContext
+    from chattts_lab.serve.policy import ServingPolicy
     from chattts_lab.serve.openai_api import install, speech_router
 
     app = FastAPI()
-    install(app, speech_router(AppContext(model="synthetic-tiny", outputs_dir=tmp_path, api_key="ann:s3cret")))
+    install(app, speech_router(AppContext(ServingPolicy(model="synthetic-tiny", auth="ann:s3cret"), outputs_dir=tmp_path)))
     http = TestClient(app)
     for headers in ({}, {"Authorization": "Bearer ann:wrong"}):
         for answer in (http.get("/v1/audio/voices", headers=headers),

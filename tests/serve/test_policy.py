@@ -56,7 +56,22 @@ def test_with_no_flags_ray_serve_serves_what_the_app_serves_before_a_sweep(tmp_p
     app_default = serving_choice(tmp_path / "empty.sqlite", "synthetic-tiny").settings
     assert (plan.settings.engine, plan.settings.precision) == (app_default.engine, app_default.precision)
     assert (plan.settings.engine, plan.settings.precision) == engines.served_default("cpu")
-    assert plan.scheduling == ServingPolicy.batching and plan.batching == BatchPolicy() and plan.rows == SchedulerPolicy()
+    assert plan.policy == ServingPolicy() and plan.continuous() == (ServingPolicy.batching == "continuous")
+
+
+@pytest.mark.parametrize("argv", [[], ["--model", "synthetic-tiny", "--auth", "ann:pw", "--batching", "request",
+                                        "--max-batch", "3", "--max-wait-ms", "40", "--max-rows", "5", "--max-queue", "2"]])
+def test_the_app_and_ray_serve_carry_the_one_policy_their_flags_give(argv, tmp_path, monkeypatch):
+    """The app's context and Ray Serve's plan each hold the ServingPolicy whole; nothing is copied out beside it."""
+    monkeypatch.setenv("CHATTTS_LAB_OUTPUTS", str(tmp_path / "outputs"))
+    monkeypatch.setenv("CHATTTS_LAB_HISTORY", str(tmp_path / "history.sqlite"))
+    monkeypatch.delenv("CHATTTS_LAB_AUTH", raising=False)
+    app = _app()
+    ctx, plan = app.context_from_args(app.parse_args(argv)), ray_cli.plan_from_args(ray_cli.parse_args(argv))
+    assert ctx.policy == plan.policy == ServingPolicy.from_args(app.parse_args(argv))
+    if argv:
+        assert (ctx.policy.model, ctx.policy.auth, ctx.policy.request_level(), ctx.policy.rows()) == (
+            "synthetic-tiny", "ann:pw", BatchPolicy(3, 40.0), SchedulerPolicy(5, 2))
 
 
 @pytest.mark.parametrize("argv, said", [

@@ -9,6 +9,7 @@ import time
 from chattts_lab import SynthesisRequest
 from chattts_lab.serve import speech
 from chattts_lab.serve.context import AppContext
+from chattts_lab.serve.policy import ServingPolicy
 from chattts_lab.serve.runtime import RuntimeSettings
 
 from tests.support.event_loop import in_own_thread, run_in_fresh_loop
@@ -17,7 +18,7 @@ HOLD_S = 3.0
 
 
 def test_a_wait_behind_a_sweep_holding_the_model_counts_as_queueing(tmp_path):
-    ctx = AppContext(model="synthetic-tiny", outputs_dir=tmp_path)
+    ctx = AppContext(ServingPolicy(model="synthetic-tiny"), outputs_dir=tmp_path)
     held, released = threading.Event(), threading.Event()
 
     def sweep():  # what a running sweep does: hold the model lock while the request's batch waits for it
@@ -58,9 +59,9 @@ def test_a_serving_run_against_a_url_records_the_apps_own_model_and_batch_limit(
 
 
 def test_run_sweep_returns_the_drift_and_says_which_settings_took_no_effect(tmp_path):
-    from webui.benchmark_tab import api_run_sweep
+    from webui.benchmark.tab import api_run_sweep
 
-    ctx = AppContext(model="synthetic-tiny", outputs_dir=tmp_path, history_db=tmp_path / "history.sqlite")
+    ctx = AppContext(ServingPolicy(model="synthetic-tiny"), outputs_dir=tmp_path, history_db=tmp_path / "history.sqlite")
     table = api_run_sweep(ctx, "cpu", "fp32", "1,2", "1", "4", 2, False)  # the README's repeats=2, passes 3
     assert list(table["status"]) == ["ok", "ok"]
     assert set(table["sweep_id"]) == {1} and table["drift_pct"].notna().all()
@@ -76,7 +77,7 @@ def test_v1_refusals_name_the_field_they_are_about_and_a_long_whole_file_suggest
     from chattts_lab.serve.openai_api import speech_router
 
     app = FastAPI()
-    app.include_router(speech_router(AppContext(model="synthetic-tiny", outputs_dir=tmp_path)))
+    app.include_router(speech_router(AppContext(ServingPolicy(model="synthetic-tiny"), outputs_dir=tmp_path)))
     client = TestClient(app)
 
     def refusal(**body) -> dict:
@@ -95,21 +96,19 @@ def test_v1_refusals_name_the_field_they_are_about_and_a_long_whole_file_suggest
 
 def test_the_server_listing_names_the_scheduling_in_use_and_its_own_bounds(tmp_path):
     """GET /v1/audio/voices' "server": continuous batching's rows and queue, or a request-level batch and its wait."""
-    from chattts_lab.serve.policy import BatchPolicy
-    from chattts_lab.serve.policy import SchedulerPolicy
     from chattts_lab.serve.openai_api import AppSpeech
     from chattts_lab.serve.runtime import ServingChoice
 
     lab = ServingChoice(RuntimeSettings(threads=1, engine="lab"), "the default")
 
     def served(**how) -> dict:
-        return AppSpeech(AppContext(model="synthetic-tiny", outputs_dir=tmp_path, serving=lab, **how)).served()
+        return AppSpeech(AppContext(ServingPolicy(model="synthetic-tiny", **how), outputs_dir=tmp_path, serving=lab)).served()
 
-    rows = served(rows=SchedulerPolicy(max_rows=3, max_queue=5), batching=BatchPolicy(max_batch=6))
+    rows = served(max_rows=3, max_queue=5, max_batch=6)
     assert {k: rows[k] for k in ("scheduling", "max_batch", "max_queue")} == {
         "scheduling": "continuous", "max_batch": 3, "max_queue": 5}
     assert "max_wait_ms" not in rows and rows["config"] == "lab · fp32 · cpu · 1 thread"
     assert rows["why"] == "the default"  # the app's reason for the configuration it serves
-    batches = served(scheduling="request", batching=BatchPolicy(max_batch=6, max_wait_ms=40))
+    batches = served(batching="request", max_batch=6, max_wait_ms=40)
     assert {k: batches[k] for k in ("scheduling", "max_batch", "max_wait_ms")} == {
         "scheduling": "request", "max_batch": 6, "max_wait_ms": 40}

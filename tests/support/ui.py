@@ -82,3 +82,56 @@ def row_count(page, elem_id: str) -> int:
 def open_tab(page, *names: str) -> None:
     for name in names:
         page.get_by_role("tab", name=name, exact=True).click()
+
+
+# The Synthesis tab
+
+def generate(page, text: str, tokens: int = 24, min_tokens: int = 0) -> None:
+    page.fill("#text textarea", text)
+    open_accordion(page, "Sampling")
+    set_number(page, "max-new-token", tokens)
+    set_number(page, "min-new-token", min_tokens)  # random weights stop at random; this holds them to it
+    page.click("#generate")
+
+
+def wait_result(page, timeout: int = LONG) -> str:
+    page.locator("#metrics").filter(has_text="Latency").wait_for(timeout=timeout)
+    return page.locator("#metrics").inner_text()
+
+
+# Tables and sweeps (Benchmark tab)
+
+SWEEP_TIMEOUT = 1_200_000  # ms: the first lab cell on a machine also builds the lab's C++ kernels
+# Every row of a Gradio 6 table as {header: text}, or null while the virtual table has not rendered them all.
+TABLE_JS = """(id) => {
+  const grid = document.querySelector(`#${id} [role=grid]`);
+  if (!grid) return null;
+  const heads = [...grid.querySelectorAll('th[role=columnheader]')].map(th => th.getAttribute('title'));
+  const rows = [...grid.querySelectorAll('[role=row].virtual-row')]
+    .map(r => [...r.querySelectorAll('[role=gridcell]')].map(c => c.innerText.trim()));
+  const total = Number(grid.getAttribute('aria-rowcount')) - 1;
+  return rows.length === total && rows.every(r => r.length === heads.length) ? {heads, rows} : null;
+}"""
+
+
+def table_rows(page, elem_id: str, at_least: int = 0) -> list[dict[str, str]]:
+    """The table's rows once it has rendered `at_least` of them (a table can render before the update that fills it)."""
+    js = f"(a) => {{ const t = ({TABLE_JS})(a.id); return t && t.rows.length >= a.n ? t : null; }}"
+    data = page.wait_for_function(js, arg={"id": elem_id, "n": at_least}, timeout=LONG).json_value()
+    return [dict(zip(data["heads"], row)) for row in data["rows"]]
+
+
+def wait_for_row(page, elem_id: str, column: str, value: str) -> dict[str, str]:
+    """The first row whose `column` reads `value`, once the table shows one."""
+    js = f"""(a) => {{
+      const t = ({TABLE_JS})(a.id);
+      const row = t && t.rows.find(r => r[t.heads.indexOf(a.column)] === a.value);
+      return row ? Object.fromEntries(t.heads.map((h, i) => [h, row[i]])) : null;
+    }}"""
+    return page.wait_for_function(js, arg={"id": elem_id, "column": column, "value": value}, timeout=LONG).json_value()
+
+
+def finished_sweep_id(page, pattern: str) -> int:
+    status = page.locator("#sw-status").filter(has_text=re.compile(pattern))
+    status.wait_for(timeout=SWEEP_TIMEOUT)
+    return int(re.search(r"Sweep (\d+)", status.inner_text()).group(1))

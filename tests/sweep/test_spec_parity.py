@@ -19,8 +19,9 @@ from chattts_lab.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.history.store import Store
 from tests.conftest import ROOT, TINY
-from webui.benchmark_tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
+from webui.benchmark.tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
 from chattts_lab.serve.context import AppContext
+from chattts_lab.serve.policy import ServingPolicy
 
 # (the tab's controls set by name, the same choices as `python -m bench` arguments); both written by hand.
 CASES = {
@@ -59,7 +60,7 @@ def cli_spec(argv: list[str]):
 def tab(tmp_path_factory):
     """The real Benchmark tab, built as the app builds it."""
     out = tmp_path_factory.mktemp("parity")
-    ctx = AppContext(model=TINY, outputs_dir=out, history_db=out / "history.sqlite")
+    ctx = AppContext(ServingPolicy(model=TINY), outputs_dir=out, history_db=out / "history.sqlite")
     with gr.Blocks():
         built = build_benchmark_tab(ctx)
     return ctx, built.controls
@@ -133,7 +134,7 @@ def test_the_tab_and_the_cli_store_the_same_spec(tab, tmp_path):
             "--tokens", "8", "--repeats", "1", "--warmup", "0", "--min-time", "0", "--fidelity", "off",
             "--passes", "4"]
     ui_db = tmp_path / "ui.sqlite"
-    ui_ctx = AppContext(model=TINY, outputs_dir=tmp_path, history_db=ui_db)
+    ui_ctx = AppContext(ServingPolicy(model=TINY), outputs_dir=tmp_path, history_db=ui_db)
     updates = list(sweep_updates(ui_ctx, spec_from_form(TINY, controls.form(form_values(controls, choices))), "t"))
     assert "finished" in updates[-1].status
     cli_db = tmp_path / "cli.sqlite"

@@ -21,39 +21,10 @@ from chattts_lab.history.store import Store
 from chattts_lab.sweep.spec import SweepSpec
 from tests.conftest import ROOT, SCREENSHOTS
 from tests.sweep.test_spec_parity import QUICK_ARGV, cli_spec
-from tests.support.ui import LONG, close_toasts, no_error_badges, open_accordion, open_tab, pick_option, wait_toast
+from tests.support.ui import (LONG, close_toasts, finished_sweep_id, no_error_badges, open_accordion, open_tab,
+                              pick_option, set_text, table_rows, wait_for_row, wait_toast)
 
 pytestmark = pytest.mark.browser
-
-SWEEP_TIMEOUT = 1_200_000  # ms: the first lab cell on a machine also builds the lab's C++ kernels
-# Every row of a Gradio 6 table as {header: text}, or null while the virtual table has not rendered them all.
-TABLE_JS = """(id) => {
-  const grid = document.querySelector(`#${id} [role=grid]`);
-  if (!grid) return null;
-  const heads = [...grid.querySelectorAll('th[role=columnheader]')].map(th => th.getAttribute('title'));
-  const rows = [...grid.querySelectorAll('[role=row].virtual-row')]
-    .map(r => [...r.querySelectorAll('[role=gridcell]')].map(c => c.innerText.trim()));
-  const total = Number(grid.getAttribute('aria-rowcount')) - 1;
-  return rows.length === total && rows.every(r => r.length === heads.length) ? {heads, rows} : null;
-}"""
-
-
-def table_rows(page, elem_id: str, at_least: int = 0) -> list[dict[str, str]]:
-    """The table's rows once it has rendered `at_least` of them (a table can render before the update that fills it)."""
-    js = f"(a) => {{ const t = ({TABLE_JS})(a.id); return t && t.rows.length >= a.n ? t : null; }}"
-    data = page.wait_for_function(js, arg={"id": elem_id, "n": at_least}, timeout=LONG).json_value()
-    return [dict(zip(data["heads"], row)) for row in data["rows"]]
-
-
-def wait_for_row(page, elem_id: str, column: str, value: str) -> dict[str, str]:
-    """The first row whose `column` reads `value`, once the table shows one."""
-    js = f"""(a) => {{
-      const t = ({TABLE_JS})(a.id);
-      const row = t && t.rows.find(r => r[t.heads.indexOf(a.column)] === a.value);
-      return row ? Object.fromEntries(t.heads.map((h, i) => [h, row[i]])) : null;
-    }}"""
-    return page.wait_for_function(js, arg={"id": elem_id, "column": column, "value": value}, timeout=LONG).json_value()
-
 
 class ResultsTable(HTMLParser):
     """The rows of the HTML report's results table (`<table class="... results">`), header first."""
@@ -93,18 +64,6 @@ def finished_sweep(app_dir) -> str:
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return "#" + re.search(r"^sweep (\d+) finished", done.stdout + done.stderr, re.M).group(1) + " "
-
-
-def fill(page, elem_id: str, value) -> None:
-    box = page.locator(f"#{elem_id} input, #{elem_id} textarea").first
-    box.fill(str(value))
-    box.press("Tab")
-
-
-def finished_sweep_id(page, pattern: str) -> int:
-    status = page.locator("#sw-status").filter(has_text=re.compile(pattern))
-    status.wait_for(timeout=SWEEP_TIMEOUT)
-    return int(re.search(r"Sweep (\d+)", status.inner_text()).group(1))
 
 
 def check_gain_sentence(sentence: str, rows: list[dict[str, str]]) -> None:
@@ -207,11 +166,11 @@ def test_quick_preset_states_the_gain_and_every_panel_sees_the_sweep_without_rel
 
 def run_small_sweep(page, batches: str, cells: int, **settings) -> None:
     """Start an 8-token sweep over `batches` with no warm-up or fidelity pass, once the estimate shows its cells."""
-    fill(page, "sw-batches", batches)
-    fill(page, "sw-tokens", "8")
-    fill(page, "sw-warmup", 0)
+    set_text(page, "sw-batches", batches)
+    set_text(page, "sw-tokens", "8")
+    set_text(page, "sw-warmup", 0)
     for name, value in settings.items():
-        fill(page, "sw-" + name.replace("_", "-"), value)
+        set_text(page, "sw-" + name.replace("_", "-"), value)
     page.uncheck("#sw-fidelity input")
     page.locator("#sw-estimate").filter(has_text=f"{cells} cell(s)").wait_for(timeout=LONG)
     page.click("#sw-run")

@@ -9,8 +9,7 @@ from playwright.sync_api import expect
 
 from bench.serving.capacity import capacity_frame
 from chattts_lab.serve.policy import SchedulerPolicy
-from tests.webui.test_browser_benchmark import table_rows
-from tests.support.ui import LONG, open_tab, set_number, set_text
+from tests.support.ui import LONG, open_tab, set_number, set_text, table_rows
 
 pytestmark = pytest.mark.browser
 

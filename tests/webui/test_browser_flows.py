@@ -12,10 +12,9 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import start_app, stop_app
-from tests.webui.test_browser_benchmark import finished_sweep_id, table_rows
-from tests.webui.test_browser_synthesis import generate, wait_result
-from tests.support.ui import (LONG, audio_href, close_toasts, no_error_badges, open_accordion, open_tab, pick_option,
-                      set_number, set_text, wait_new_audio, wait_toast)
+from tests.support.ui import (LONG, audio_href, close_toasts, finished_sweep_id, generate, no_error_badges, open_accordion,
+                              open_tab, pick_option, set_number, set_text, table_rows, wait_new_audio, wait_result,
+                              wait_toast)
 
 pytestmark = pytest.mark.browser
 

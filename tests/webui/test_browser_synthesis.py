@@ -13,7 +13,8 @@ import soundfile as sf
 from playwright.sync_api import expect
 
 from tests.conftest import SCREENSHOTS, TINY
-from tests.support.ui import LONG, audio_href, close_toasts, open_accordion, pick_option, set_number, set_text, wait_new_audio, wait_toast
+from tests.support.ui import (LONG, audio_href, close_toasts, generate, open_accordion, pick_option, set_number, set_text,
+                              wait_new_audio, wait_result, wait_toast)
 
 pytestmark = pytest.mark.browser
 
@@ -27,19 +28,6 @@ def wait_played(page, elem_id: str = "audio", timeout_s: float = LONG / 1000) ->
     while not page.locator(f"#{elem_id} audio").evaluate_all(PLAYED):
         assert time.monotonic() < deadline, "the audio player never started"
         page.wait_for_timeout(200)
-
-
-def generate(page, text: str, tokens: int = 24, min_tokens: int = 0) -> None:
-    page.fill("#text textarea", text)
-    open_accordion(page, "Sampling")
-    set_number(page, "max-new-token", tokens)
-    set_number(page, "min-new-token", min_tokens)  # random weights stop at random; this holds them to it
-    page.click("#generate")
-
-
-def wait_result(page, timeout: int = LONG) -> str:
-    page.locator("#metrics").filter(has_text="Latency").wait_for(timeout=timeout)
-    return page.locator("#metrics").inner_text()
 
 
 def samples(page, href: str) -> np.ndarray:

@@ -13,12 +13,11 @@ itself to its AVX-512 VNNI, AVX-512 or AVX2 code. Every result names what ran, e
 
 from __future__ import annotations
 
-import functools
 import os
 import platform
 from dataclasses import dataclass
 
-from chattts_lab.trackers.env import cpu_info
+from chattts_lab.trackers.env import this_cpu
 
 # fbgemm's own dispatch order (fbgemmHasAvx512VnniSupport, then Avx512, then Avx2) and what each needs
 _INT8_ISAS = (
@@ -32,7 +31,7 @@ _FBGEMM_CAPS = {"AVX2": ("avx512_vnni", "avx512"), "AVX512": ("avx512_vnni",)}
 
 @dataclass(frozen=True)
 class CpuFeatures:
-    flags: frozenset  # /proc/cpuinfo flags, as chattts_lab.trackers.env reads them
+    flags: frozenset  # the CPU's flags, as chattts_lab.trackers.env.this_cpu reads them
 
     @property
     def int8_isa(self) -> str | None:
@@ -50,9 +49,8 @@ class CpuFeatures:
             capped == "ALL" or "BF16" in capped or "AMX" in capped or "AVX10" in capped)
 
 
-@functools.cache
 def detect() -> CpuFeatures:
-    return CpuFeatures(frozenset(cpu_info()["flags"]))
+    return CpuFeatures(this_cpu().flags)
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ runs, so tests compare every level with the same reference in one process.
 Optional by design: where there is no compiler (or ninja), where the build fails, or with
 CHATTTS_LAB_KERNELS=off, `load()` returns None and the lab engine runs the same maths as torch ops.
 The build is cached by torch under ~/.cache/torch_extensions (its name carries a hash of the source,
-the torch version, the level's compiler flags and the CPU's flags, because it is compiled for this CPU, and where
-that torch is installed: ninja rebuilds a build whose include paths changed, so two environments sharing one name
-would rebuild it in turn, a minute of compiling each time).
+the torch version, the level's compiler flags and the CPU's model and flags (trackers.env.this_cpu), because it is
+compiled for this CPU, and where that torch is installed: ninja rebuilds a build whose include paths changed, so two
+environments sharing one name would rebuild it in turn, a minute of compiling each time).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import functools
 import hashlib
 import logging
 import os
-import platform
 import shutil
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 import torch
 
 from chattts_lab.engines.lab import cpu
+from chattts_lab.trackers.env import this_cpu
 
 log = logging.getLogger(__name__)
 
@@ -43,18 +43,10 @@ CFLAGS = ["-O3", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP; the
 
 def _build_name(source: str, level: str, cflags: list[str]) -> str:
     where = Path(torch.__file__).parent  # the build's include paths
-    key = hashlib.sha1(f"{source}{torch.__version__}{where}{_cpu_flags()}{cflags}".encode()).hexdigest()[:12]
+    machine = this_cpu()  # -mtune=native tunes for this CPU: another model or flag set builds its own
+    cpu_key = f"{machine.model} {' '.join(sorted(machine.flags))}"
+    key = hashlib.sha1(f"{source}{torch.__version__}{where}{cpu_key}{cflags}".encode()).hexdigest()[:12]
     return f"chattts_lab_kernels_{level}_{key}"
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def disabled_reason() -> str | None:

@@ -13,9 +13,17 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from transformers.generation import TopKLogitsWarper, TopPLogitsWarper
 
-from ChatTTS.model.processors import CustomRepetitionPenaltyLogitsProcessorRepeat
+
+def _stock_processors() -> tuple[type, type, type]:
+    """ChatTTS's repetition penalty and transformers' top-P and top-K warpers, imported when a sampler is built:
+    importing ChatTTS costs a fresh process about 4 s of CPU (transformers, numba, torch._dynamo), which every
+    process that imports the engine registry without loading a model (`python -m bench list`, Ray Serve's
+    `--stop`, the app's flags) would pay through `chattts_lab.engines.lab`."""
+    from ChatTTS.model.processors import CustomRepetitionPenaltyLogitsProcessorRepeat
+    from transformers.generation import TopKLogitsWarper, TopPLogitsWarper
+
+    return CustomRepetitionPenaltyLogitsProcessorRepeat, TopPLogitsWarper, TopKLogitsWarper
 
 
 class Sampler:
@@ -29,10 +37,11 @@ class Sampler:
         self.steps = []
         self.window = 0
         self.chain: dict | None = {}  # ChatTTS's usual chain's settings, for sampling rows together (sample_rows)
+        Penalty, TopP, TopK = _stock_processors()
         processors, kinds = list(processors), []
         while processors:
             p = processors.pop(0)
-            if isinstance(p, CustomRepetitionPenaltyLogitsProcessorRepeat):
+            if isinstance(p, Penalty):
                 self.window = p.past_window
                 self.freq = torch.zeros(rows, vocab, dtype=torch.long, device=temperature.device)
                 self.ones = torch.ones(rows, 1, dtype=torch.long, device=temperature.device)
@@ -44,10 +53,10 @@ class Sampler:
                 self.steps.append(self._top_p_top_k(p.top_p, p.min_tokens_to_keep, top_k.top_k))
                 self.chain.update(top_p=p.top_p, keep=p.min_tokens_to_keep, top_k=top_k.top_k)
                 kinds.append("top_p_top_k")
-            elif isinstance(p, TopPLogitsWarper):
+            elif isinstance(p, TopP):
                 self.steps.append(self._top_p(p.top_p, p.min_tokens_to_keep, p.filter_value))
                 kinds.append("top_p")
-            elif isinstance(p, TopKLogitsWarper):
+            elif isinstance(p, TopK):
                 self.steps.append(self._top_k(p.top_k, p.filter_value))
                 kinds.append("top_k")
             else:
@@ -170,5 +179,6 @@ def sample_rows(samplers: list[Sampler], logits: torch.Tensor, steps: list[int])
 
 def _top_p_then_top_k(first, second) -> bool:
     """True for ChatTTS's warper pair: top-P directly followed by top-K, both filling with -inf."""
-    return (isinstance(first, TopPLogitsWarper) and isinstance(second, TopKLogitsWarper)
+    _, TopP, TopK = _stock_processors()
+    return (isinstance(first, TopP) and isinstance(second, TopK)
             and first.filter_value == second.filter_value == -float("inf"))

@@ -17,13 +17,13 @@ from chattts_lab.said import Said
 from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
 from chattts_lab.serve import speech
 from chattts_lab.serve import zerogpu
-from webui import present
-from webui.events import session_of
+from webui.common import present
+from webui.common.events import session_of
 from chattts_lab.serve.context import AppContext
-from webui.i18n import localized, wants_chinese
+from webui.i18n.texts import localized, wants_chinese
 from chattts_lab.serve.runtime import (CHOSEN, ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for,
                                        precisions_for, serving_choice, settings_from)
-from webui.synthesis_form import (DEFAULT_REQUEST, DEFAULT_SAMPLING, USER_ERRORS, build_requests, Form, _seed,
+from webui.synthesis.form import (DEFAULT_REQUEST, DEFAULT_SAMPLING, USER_ERRORS, build_requests, Form, _seed,
                                   SynthesisTab)
 
 
@@ -215,7 +215,7 @@ def fastest_label(settings: RuntimeSettings | None, request=None) -> str:
 def refresh_serving(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request = None) -> dict:
     """After a sweep (and when a page opens): what runtime.serving_choice says now. A configuration chosen on the
     page (or on the command line) is kept; otherwise the page runs on the new choice, and says why."""
-    serving, current = serving_choice(ctx.history_db, ctx.model), values[ui.runtime]
+    serving, current = serving_choice(ctx.history_db, ctx.policy.model), values[ui.runtime]
     out = {}
     # `chosen`, not the note's words: the note is the page's copy from when the event was sent, and a pick made
     # since (settled at once, outside the queue) would be undone by a refresh that waited in the queue

@@ -18,7 +18,7 @@ from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.options import as_text, spec_argv
 from chattts_lab.said import Said
 from chattts_lab.sweep.spec import SpecError, SweepSpec
-from webui.i18n import ZH, localized, t, tr, wants_chinese
+from webui.i18n.texts import ZH, localized, t, tr, wants_chinese
 from chattts_lab.serve.context import AppContext
 from chattts_lab.serve.runtime import devices, precisions_for
 
@@ -86,7 +86,7 @@ def quick_form() -> SweepForm:
 
 def quick_label(ctx: AppContext) -> str:
     """The quick preset's button: how long the preset takes here, the very estimate the form shows once filled in."""
-    spec = spec_from_form(ctx.model, quick_form(), ctx.history_db)
+    spec = spec_from_form(ctx.policy.model, quick_form(), ctx.history_db)
     return Said("Fill in the quick sweep (stock vs lab, about {time} here)",
                 time=describe(estimate_grid(spec, ctx.history_db).seconds))
 
@@ -145,12 +145,12 @@ def price_from_form(form: SweepForm) -> MachinePrice | None:
 def estimate(ctx: AppContext, form: SweepForm, request=None) -> str:
     """The form's cells and time here, and the same sweep as a command, in the language of `request`'s browser."""
     try:
-        spec = spec_from_form(ctx.model, form, ctx.history_db)
+        spec = spec_from_form(ctx.policy.model, form, ctx.history_db)
     except gr.Error as exc:
         return f"⚠️ {localized(exc.message, request)}"
     summary = localized(estimate_grid(spec, ctx.history_db).summary(), request)
     terminal = "。在终端中运行同一扫描：" if wants_chinese(request) else ". The same sweep from a terminal:"
-    return f"{summary}{terminal}\n\n`{cli_command(ctx.model, ctx.history_db, form)}`"
+    return f"{summary}{terminal}\n\n`{cli_command(ctx.policy.model, ctx.history_db, form)}`"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -24,10 +24,10 @@ from chattts_lab.history import figures
 from chattts_lab.said import Said
 from chattts_lab.serve import zerogpu
 from chattts_lab.serve.context import AppContext
-from webui import present
-from webui.events import StopFlags, session_of
-from webui.i18n import localized, translator
-from webui.sweep_form import ON_OFF, SweepForm, price_from_form, spec_from_form
+from webui.common import present
+from webui.common.events import StopFlags, session_of
+from webui.i18n.texts import localized, translator
+from webui.benchmark.sweep_form import ON_OFF, SweepForm, price_from_form, spec_from_form
 
 STOPS = StopFlags({})
 
@@ -209,7 +209,7 @@ def api_run_sweep(ctx: AppContext, devices: str = "cpu", precisions: str = DEFAU
                    tokens=tokens, repeats=repeats, streams=(ON_OFF[bool(stream)],), engines=_csv(engines),
                    compiles=(ON_OFF[bool(compile)],), warmup=warmup, min_time_s=min_time_s, fidelity=fidelity,
                    passes=passes, price_usd_per_hour=price_usd_per_hour, price_source=price_source)
-    final, sweep_id, spec = pd.DataFrame(), None, spec_from_form(ctx.model, form, ctx.history_db)
+    final, sweep_id, spec = pd.DataFrame(), None, spec_from_form(ctx.policy.model, form, ctx.history_db)
     try:
         updates = sweep_updates_for(ctx, spec, uuid.uuid4().hex, price_from_form(form))
     except zerogpu.OverGpuLimit as exc:

@@ -23,11 +23,11 @@ from bench.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, 
 from bench.serving.summaries import batching_gain, serving_frame
 from chattts_lab.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError
-from webui import present
+from webui.common import present
 from chattts_lab.said import Said
-from webui.i18n import localized, t, translator
+from webui.i18n.texts import localized, t, translator
 from chattts_lab.serve.context import AppContext
-from webui.events import MODEL_QUEUE, StopFlags, bind, session_of
+from webui.common.events import MODEL_QUEUE, StopFlags, bind, session_of
 from chattts_lab.engines import PRECISIONS
 from chattts_lab.requests import SCHEDULINGS
 from chattts_lab.serve.runtime import engines_for, precisions_for
@@ -57,7 +57,7 @@ def serving_spec(ctx: AppContext, users: str, max_batch: str, requests: int, tok
                  confirm_s: float | None = None) -> ServeSpec:
     """The spec `python -m bench serve` builds from the same choices, by its builder; a bad choice is a gr.Error.
     With `capacity`, the users box is not used: the search raises the users itself (as --capacity does)."""
-    choices = dict(model=ctx.model, users=None if capacity else users, max_batches=max_batch,
+    choices = dict(model=ctx.policy.model, users=None if capacity else users, max_batches=max_batch,
                    requests_per_user=requests, tokens=tokens, stream=bool(stream),
                    engine=None if engine == APP_DEFAULT else engine,
                    precision=None if precision == APP_DEFAULT else precision,

@@ -1,0 +1,85 @@
+"""Read a continuous-batching loop trace ($CHATTTS_LAB_LOOP_TRACE, chattts_lab/serve/loop_trace.py) back into
+figures: per kind of event (count, median, p90, max ms; steps by rows), each row's first chunk (when, after what),
+and the chunks handed late (the row's listener had run dry: ahead_s < 0) with what the loop ran just before.
+
+    python scripts/probes/loop_trace_summary.py TRACE.jsonl [--late 0.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def per_kind(records: list[dict]) -> None:
+    groups = defaultdict(list)
+    for r in records:
+        key = r["kind"] if r["kind"] not in ("step", "decode") else f"{r['kind']} {r['rows']} rows"
+        groups[key].append(r["s"] * 1e3)
+    print("| event | count | median ms | p90 ms | max ms | total s |\n|---|---|---|---|---|---|")
+    for key in sorted(groups, key=lambda k: (k.split()[0], int(k.split()[1]) if len(k.split()) > 1 else 0)):
+        v = groups[key]
+        print(f"| {key} | {len(v)} | {statistics.median(v):.1f} | {pct(v, .9):.1f} | {max(v):.1f} "
+              f"| {sum(v) / 1e3:.2f} |")
+    decodes = [r for r in records if r["kind"] == "decode"]
+    if decodes:
+        tokens = [sum(r["tokens"]) for r in decodes]
+        print(f"\ndecode calls: {len(decodes)}, tokens per call median {statistics.median(tokens):.0f}, "
+              f"ms per call median {statistics.median(r['s'] * 1e3 for r in decodes):.1f}")
+
+
+def first_chunks(records: list[dict]) -> None:
+    prefill = {r["row"]: r for r in records if r["kind"] == "prefill"}
+    print("\n| row | prompt | rows after admit | first chunk after admit s | prefill ms |\n|---|---|---|---|---|")
+    seen = set()
+    for r in records:
+        if r["kind"] == "chunk" and r["row"] not in seen:
+            seen.add(r["row"])
+            p = prefill.get(r["row"], {})
+            print(f"| {r['row']} | {p.get('prompt')} | {p.get('rows')} | {r['since_admit_s']:.3f} | "
+                  f"{p.get('s', float('nan')) * 1e3:.1f} |")
+
+
+def late_chunks(records: list[dict], late: float) -> None:
+    print(f"\nchunks handed with ahead_s < {late} (listener dry for -ahead_s before it):")
+    for i, r in enumerate(records):
+        if r["kind"] == "chunk" and r["ahead_s"] is not None and r["ahead_s"] < late:
+            before = [x for x in records[max(0, i - 12):i] if x["kind"] != "chunk"]
+            said = ", ".join(f"{x['kind']}{'/' + str(x.get('rows')) if 'rows' in x else ''} {x['s'] * 1e3:.0f}ms"
+                             for x in before[-6:])
+            print(f"  t={r['t']:.2f} row {r['row']} ahead {r['ahead_s'] * 1e3:.0f} ms, {r['tokens']} tokens; "
+                  f"before: {said}")
+
+
+def gaps(records: list[dict]) -> None:
+    """Time in the loop thread outside any recorded event (prompt building, bookkeeping, waiting)."""
+    loop = sorted((r for r in records if r["kind"] in ("prefill", "step", "decode")), key=lambda r: r["t"])
+    holes = [b["t"] - (a["t"] + a["s"]) for a, b in zip(loop, loop[1:])]
+    holes = [h for h in holes if 0 <= h < 1.0]  # longer: the loop was idle between requests
+    if holes:
+        print(f"\nbetween loop events: median {statistics.median(holes) * 1e3:.2f} ms, p90 {pct(holes, .9) * 1e3:.2f},"
+              f" max {max(holes) * 1e3:.1f}, total {sum(holes):.2f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("trace")
+    parser.add_argument("--late", type=float, default=0.0)
+    args = parser.parse_args()
+    with open(args.trace, encoding="utf-8") as f:
+        records = sorted((json.loads(line) for line in f), key=lambda r: r["t"])
+    per_kind(records)
+    first_chunks(records)
+    late_chunks(records, args.late)
+    gaps(records)
+
+
+if __name__ == "__main__":
+    main()

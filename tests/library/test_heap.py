@@ -1,0 +1,52 @@
+"""Full garbage collections kept off the serving path (chattts_lab/heap.py): what is alive at a server's warm-up is
+left out of later collections, and a model dropped afterwards is still freed."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from chattts_lab import heap, models
+from chattts_lab.models import LoadConfig, load_model
+
+from tests.conftest import TINY
+
+
+class Node:
+    def __init__(self):
+        self.me = self  # a reference cycle: only a collection frees it
+
+
+@pytest.fixture
+def settled():
+    yield
+    heap.thaw()  # the rest of the test process collects as usual
+    gc.collect()
+
+
+def test_what_is_alive_when_settled_is_skipped_by_later_collections_until_thawed(settled):
+    node = Node()
+    gone = weakref.ref(node)
+    heap.settle()
+    assert gc.get_freeze_count() > 0
+    del node
+    gc.collect()
+    assert gone() is not None  # frozen: no collection walks it
+    heap.thaw()
+    gc.collect()
+    assert gone() is None
+
+
+def test_a_model_dropped_after_a_server_settled_leaves_nothing_frozen(settled, monkeypatch):
+    """Whatever of the model sits in a reference cycle would never be freed while frozen: dropping it thaws."""
+    monkeypatch.setattr(models, "MAX_CACHED", 1)
+    model = load_model(LoadConfig(model=TINY, precision="fp32", engine="lab", threads=1))
+    cycle = Node()
+    model.chat.held = cycle  # stands for the model's own cycles
+    gone = weakref.ref(cycle)
+    heap.settle()  # as the app does after its warm-up
+    del model, cycle
+    models.unload_all()
+    assert gc.get_freeze_count() == 0 and gone() is None
