@@ -9,7 +9,7 @@ the decoder's and vocoder's ConvNeXt projections, on full-size synthetic weights
    measured the neighbours (the line's fixed cost came out negative), CPU time of one thread the work;
 3. with --profile, torch.profiler's top operators of a 128-token decode and of a 1-row 16-token chunk.
 
-    python scripts/probes/decode_stages.py fp32,bf16,int8 [--profile]
+    python scripts/probes/decode_stages.py fp32,bf16,int8 [--profile] [--no-call]
 
 To imitate an AVX2-only CPU on an AVX-512 one, prefix
     CHATTTS_LAB_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \\
@@ -95,7 +95,8 @@ def main() -> None:
         model = load_model(LoadConfig(model="synthetic", precision="int8", engine="lab", threads=2))
         print(f"{name}: decoder {model.effective['dtype_decoder']}; GPT {model.effective['kernels']}")
         with torch.inference_mode():
-            whole_call(model)
+            if "--no-call" not in sys.argv:  # (a call's wall time on a shared machine measures the neighbours)
+                whole_call(model)
             torch.set_num_threads(1)  # this thread's pool; the model's own thread keeps its 2
             chunk_table(model.chat)
             if "--profile" in sys.argv:
