@@ -28,15 +28,16 @@ from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
 from chattts_lab.engines import unsupported_reason  # noqa: E402
 from chattts_lab.serve import openai_api, uploads, speech  # noqa: E402
 from chattts_lab.serve import zerogpu  # noqa: E402
-from webui import mcp_tools, present  # noqa: E402
-from webui.benchmark_tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
+from webui import mcp_tools
+from webui.common import present  # noqa: E402
+from webui.benchmark.tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
 from chattts_lab.serve.context import AppContext  # noqa: E402
-from webui.events import bind  # noqa: E402
-from webui.i18n import I18N, t  # noqa: E402
+from webui.common.events import bind  # noqa: E402
+from webui.i18n.texts import I18N, t  # noqa: E402
 from chattts_lab.serve.runtime import CHOSEN, RuntimeSettings, ServingChoice, describe  # noqa: E402
-from webui.synthesis_handlers import apply_settings, refresh_serving  # noqa: E402
-from webui.synthesis_tab import build_synthesis_tab  # noqa: E402
-from webui.voice_handlers import saved_voices  # noqa: E402
+from webui.synthesis.handlers import apply_settings, refresh_serving  # noqa: E402
+from webui.synthesis.tab import build_synthesis_tab  # noqa: E402
+from webui.synthesis.voice_handlers import saved_voices  # noqa: E402
 
 MODEL_NAMES = ("auto", "hf", "synthetic", "synthetic-full", "synthetic-tiny")
 INTRO = "Try ChatTTS voices and measure how fast they run on this machine."

@@ -1,5 +1,5 @@
 """A sentence the library writes for people, kept with its template and values so an interface can say it in another
-language (webui/i18n.py renders them in Chinese) while the command line, reports and the history keep
+language (webui/i18n/texts.py renders them in Chinese) while the command line, reports and the history keep
 the English text.
 
 `Said` is a `str` (the English sentence), so every caller that prints, joins, stores or compares it works as

@@ -26,11 +26,11 @@ from chattts_lab.history.report import markdown_table
 from chattts_lab.voices import PRESET_VOICES, saved_card_names
 from chattts_lab.history import figures
 from chattts_lab.serve.context import AppContext
-from webui.events import bind
+from webui.common.events import bind
 from chattts_lab.serve.runtime import describe, serving_choice
-from webui.synthesis_handlers import api_synthesize
-from webui.sweep_form import quick_form, spec_from_form
-from webui.sweep_run import sweep_updates
+from webui.synthesis.handlers import api_synthesize
+from webui.benchmark.sweep_form import quick_form, spec_from_form
+from webui.benchmark.sweep_run import sweep_updates
 
 MCP_PATH = "/gradio_api/mcp"
 TOOLS = ("speak", "list_voices", "quick_benchmark", "recommend_configuration")

@@ -1,10 +1,11 @@
-"""Pure `DataFrame -> plotly Figure` functions over canonical result rows (see chattts_lab.sweep.results.CANONICAL_COLUMNS).
+"""Pure functions that draw plotly Figures: over a sweep's canonical result rows (see
+chattts_lab.sweep.results.CANONICAL_COLUMNS), and over a serving run's load levels and a capacity search's results.
 
 Used by the HTML report and the app alike; testable without a browser. Only `ok` cells carry numbers
 to plot; every figure says in its title how many cells were not ok, so failures stay visible (the
 tables list them with their reasons). Every text a figure draws (titles, axis and legend titles, series
 names, notes) goes through its `say` argument, an English text -> the text to draw: English by default,
-the page's language in the app (webui/i18n.py), so a template such as "{n} threads" is said
+the page's language in the app (webui/i18n/texts.py), so a template such as "{n} threads" is said
 first and filled in after.
 """
 

@@ -1,4 +1,6 @@
-"""Which configuration to use here: the Pareto front of a sweep and the fastest cell under a memory budget.
+"""Which configuration to use here: the Pareto front of a sweep and the fastest cell under a memory budget; the
+configuration an app serves by default (its served default, replaced only by one measured faster on this machine);
+the fastest within a quality floor, and the precision to use for each text length.
 
 Pure functions over canonical result rows (chattts_lab.sweep.results.CANONICAL_COLUMNS); no plotting, no UI.
 """

@@ -2,7 +2,7 @@
 
 On a ZeroGPU Space (`spaces` importable and `SPACES_ZERO_GPU` set by the Space) exactly two functions hold the GPU:
 `gpu_synthesize` here (one person's request, every batch of it) and `gpu_sweep` (a sweep with CUDA cells, beside the
-sweep it runs: webui/sweep_run.py), both decorated with `gpu`. Each asks for
+sweep it runs: webui/benchmark/sweep_run.py), both decorated with `gpu`. Each asks for
 a duration from the request's size (`synthesis_seconds`, `sweep_seconds`); a request that would need more than the
 limit (`max_duration_s`) is refused before it is queued, with what to change. Everywhere else (`spaces` absent, a
 CPU Space, a laptop) `gpu` returns the function as it is and the app serves as always.

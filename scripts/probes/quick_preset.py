@@ -9,7 +9,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from webui.sweep_form import quick_form, spec_from_form
+from webui.benchmark.sweep_form import quick_form, spec_from_form
 from chattts_lab.sweep import grid
 from chattts_lab.sweep.runner import run_sweep
 from chattts_lab.history.store import Store

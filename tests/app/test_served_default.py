@@ -93,8 +93,8 @@ def test_a_refresh_that_waited_in_the_queue_keeps_a_pick_made_since(tmp_path, mo
     from chattts_lab.serve.context import AppContext
     from chattts_lab.serve.policy import ServingPolicy
     from chattts_lab.serve.runtime import RuntimeSettings
-    from webui.synthesis_handlers import in_use_note, refresh_serving
-    from webui.synthesis_tab import build_synthesis_tab
+    from webui.synthesis.handlers import in_use_note, refresh_serving
+    from webui.synthesis.tab import build_synthesis_tab
 
     monkeypatch.setenv("CHATTTS_LAB_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.setenv("CHATTTS_LAB_HISTORY", str(tmp_path / "history.sqlite"))

@@ -122,9 +122,9 @@ def test_the_apps_run_sweep_table_shows_dollars_per_audio_hour_when_given_a_pric
 
 
 def test_a_price_kept_in_the_history_can_be_picked_again_and_fills_the_form(tmp_path):
-    from webui.benchmark_tab import price_choices, saved_price_picked
+    from webui.benchmark.tab import price_choices, saved_price_picked
     from chattts_lab.serve.context import AppContext
-    from webui.sweep_form import SweepControls
+    from webui.benchmark.sweep_form import SweepControls
 
     db = tmp_path / "h.sqlite"
     with Store(db) as store:

@@ -100,7 +100,7 @@ def test_the_ui_builds_the_same_spec_as_the_command_line():
     from bench.serving.cli import spec_from_args
     from chattts_lab.serve.context import AppContext
     from chattts_lab.serve.policy import ServingPolicy
-    from webui.serving_tab import cli_command, serving_spec
+    from webui.benchmark.serving_tab import cli_command, serving_spec
 
     cli = spec_from_args(build_parser().parse_args(["serve", "--model", TINY, "--users", "1-4*2", "--max-batch",
                                                     "8,1", "--requests", "3", "--tokens", "32", "--engine", "lab"]))

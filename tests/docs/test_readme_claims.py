@@ -1,6 +1,8 @@
 """README.md's claims, checked against the code: every flag it shows exists in that program's argparse, every path
-and docs/ link it names exists, and every limit, default and list it states equals what the code uses. No model
-loads here (seconds). Rewording the README may mean rewording a pattern below; a claim that is no longer true fails.
+and docs/ link it names exists, and the limits, defaults and lists it states in sentences equal what the code uses.
+Its tables of limits, precisions and options are written by the code (scripts/readme.py) and held by
+tests/docs/test_readme_generated.py, not matched here. No model loads here (seconds). Rewording the README may mean
+rewording a pattern below; a claim that is no longer true fails.
 tests/docs/test_readme_limits.py checks the limits' behaviour at the numbers read here.
 
 The sections that moved out of the README into docs/ (MOVED_DOCS) are checked where they now live: their flags,
@@ -281,51 +283,23 @@ def test_anchors_between_the_readme_and_docs_exist():
 # Limits and defaults
 
 
-def test_the_request_limits_are_the_codes():
-    from chattts_lab import requests, voices
+def test_the_upload_limit_gradio_enforces_is_the_one_the_readme_table_shows():
+    """The limits table is generated (scripts/readme.py); Gradio enforces uploads from a text of its own."""
     from chattts_lab.serve import openai_api, uploads
 
-    assert readme_number(r"text ([\d,]+) characters per request") == requests.MAX_TEXT_CHARS
-    assert readme_number(r"\(([\d,]+) on `/v1`\)") == openai_api.MAX_INPUT_CHARS
-    assert readme_number(r"\*\*Input\*\*: at most ([\d,]+) characters") == openai_api.MAX_INPUT_CHARS
-    assert readme_number(r"batches of (\d+) texts") == requests.MAX_BATCH
-    assert readme_number(r"\(at most (\d+) sentences\)") == requests.MAX_BATCH
-    assert readme_number(r"at most ([\d,]+) audio tokens\s+per text") == requests.MAX_NEW_TOKEN
-    assert readme_number(r"uploads (\d+) MB \(HTTP 413") * 2**20 == uploads.MAX_UPLOAD_BYTES
     assert uploads.MAX_UPLOAD == f"{uploads.MAX_UPLOAD_BYTES // 2**20}mb"  # what Gradio enforces (the 413)
-    assert readme_number(r"voice clips (\d+) s") == uploads.MAX_SAMPLE_SECONDS
-    assert readme_number(r"voice cards (\d+) kB") * 1024 == voices.MAX_CARD_BYTES
+    assert readme_number(r"\*\*Input\*\*: at most ([\d,]+) characters") == openai_api.MAX_INPUT_CHARS  # the /v1 list
 
 
-def test_the_app_batching_defaults_are_the_apps(parsers):
-    from chattts_lab.serve.policy import BatchPolicy, ServingPolicy
-
-    app = parsers["app"]
-    assert readme_number(r"`--max-wait-ms` \(default (\d+)\)") == default(app, "--max-wait-ms", ServingPolicy) == BatchPolicy.max_wait_ms
-    assert readme_number(r"`--max-batch` texts \(default (\d+)") == default(app, "--max-batch", ServingPolicy) == BatchPolicy.max_batch
-
-
-def test_the_bench_defaults_are_the_benchs(parsers):
+def test_the_bench_defaults_in_prose_are_the_benchs(parsers):
+    """The timing options' table is generated (scripts/readme.py); docs/measuring.md and the history's path say
+    theirs in sentences."""
     from chattts_lab.sweep.spec import SweepSpec
 
     bench = parsers["bench"]
-    stated = {
-        "--warmup": r"`--warmup` more calls \(default (\d+)\)",
-        "--tokens": r"`--tokens` audio tokens per text \(default (\d+)",
-        "--repeats": r"`--repeats` calls\s+\(default (\d+)\)",
-        "--min-time": r"`--min-time` seconds \(default (\d+)\)",
-        "--max-repeats": r"`--max-repeats` \(default (\d+)\)",
-        "--timeout": r"`--timeout` \(default (\d+) s\)",
-        "--drift-threshold": r"`--drift-threshold`\s+\(default (\d+) %\)",
-        "--passes": r"interleaved passes \(default (\d+)\), noisy",
-    }
-    for flag, pattern in stated.items():
-        value = default(bench, flag, SweepSpec)
-        value = value[0] if isinstance(value, (tuple, list)) else value  # a grid axis: its one default value
-        assert readme_number(pattern) == value, flag
-    assert readme_number(r"more than one cell, `--passes (\d+)`\)") == default(bench, "--passes", SweepSpec)
-    for flag in ("--timeout", "--drift-threshold"):  # stated again where the README's detail moved
-        assert readme_number(stated[flag], "docs/measuring.md") == default(bench, flag, SweepSpec), flag
+    assert readme_number(r"`--timeout` \(default (\d+) s\)", "docs/measuring.md") == default(bench, "--timeout", SweepSpec)
+    assert readme_number(r"`--drift-threshold`\s+\(default (\d+) %\)", "docs/measuring.md") == \
+        default(bench, "--drift-threshold", SweepSpec)
     assert says("history kept in --db (default results/lab.sqlite)")
     assert default(bench, "--db", SweepSpec) == "results/lab.sqlite"
 
@@ -357,8 +331,8 @@ def test_the_audio_arithmetic_is_the_codes():
 
 
 def test_the_gradio_api_defaults_are_the_apis():
-    from webui.benchmark_tab import api_run_sweep
-    from webui.synthesis_tab import api_synthesize
+    from webui.benchmark.tab import api_run_sweep
+    from webui.synthesis.tab import api_synthesize
 
     synth = inspect.signature(api_synthesize).parameters
     assert list(synth)[1:] == ["text", "voice", "temperature", "top_p", "top_k", "audio_seed", "speed",
@@ -396,17 +370,6 @@ def test_the_openai_route_lists_are_the_codes():
         assert chattts_speed(float(given)) == int(level), given
 
 
-def test_the_engines_and_precisions_are_the_registrys():
-    from chattts_lab import engines
-
-    assert engines.ENGINES == ("stock", "lab", "onnx")
-    assert says("fp32, fp16, bf16 and int8 on every engine where they run (onnx builds no bf16 graph), and int4 on lab\nand onnx")
-    have = {e: set(engines.precisions(e)) for e in engines.ENGINES}
-    assert {e for e, p in have.items() if "int4" in p} == {"lab", "onnx"}
-    assert {e for e, p in have.items() if "bf16" not in p} == {"onnx"}
-    assert all({"fp32", "fp16", "int8"} <= p for p in have.values())
-
-
 def test_the_served_default_before_any_sweep_is_the_one_stated(tmp_path):
     from chattts_lab.serve.runtime import engines_for, serving_choice
 
@@ -421,7 +384,7 @@ def test_the_served_default_before_any_sweep_is_the_one_stated(tmp_path):
 
 
 def test_the_quick_sweep_is_the_one_described():
-    from webui.benchmark_tab import quick_form
+    from webui.benchmark.tab import quick_form
 
     form = quick_form()
     assert says("fills the form with stock against lab at fp32 and int8, batch 1 (four cells: 2 minutes on 2 quiet "
@@ -468,14 +431,12 @@ def test_the_bandwidth_reads_are_the_codes():
     assert readme_number(r"the median of (\d+) reads", "docs/measuring.md") == READ_REPEATS
 
 
-def test_the_batching_defaults_in_docs_serving_are_the_apps(parsers):
-    from chattts_lab.serve.policy import BatchPolicy, SchedulerPolicy, ServingPolicy
+def test_the_batching_default_in_docs_serving_is_the_apps(parsers):
+    """The flags' defaults are docs/serving.md's generated table (scripts/readme.py); the scheduling it names in
+    prose is the app's."""
+    from chattts_lab.serve.policy import ServingPolicy
 
     app, doc = parsers["app"], "docs/serving.md"
-    assert readme_number(r"`--max-wait-ms` \(default (\d+)\)", doc) == default(app, "--max-wait-ms", ServingPolicy) == BatchPolicy.max_wait_ms
-    assert readme_number(r"`--max-batch` texts \(default (\d+)", doc) == default(app, "--max-batch", ServingPolicy) == BatchPolicy.max_batch
-    assert readme_number(r"`--max-rows` \(default (\d+)\)", doc) == default(app, "--max-rows", ServingPolicy) == SchedulerPolicy.max_rows
-    assert readme_number(r"`--max-queue` \(default (\d+)\)", doc) == default(app, "--max-queue", ServingPolicy) == SchedulerPolicy.max_queue
     assert default(app, "--batching", ServingPolicy) == "continuous" and says("(**continuous batching**, the default;", doc)
 
 

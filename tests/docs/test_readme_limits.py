@@ -1,6 +1,6 @@
-"""The limits the README promises (its "Sharing" section), each tested on both sides of its edge at the number the
-README states: text characters per request, texts per batch, seconds of a voice clip. Moving a limit, or the
-README's number, fails a test here (tests/docs/test_readme_claims.py holds the README's numbers equal to the constants)."""
+"""The limits the README promises (its "Sharing" section, a table the code writes: scripts/readme.py), each tested on
+both sides of its edge: text characters per request, texts per batch, seconds of a voice clip. The table shows the
+constants read here (tests/docs/test_readme_generated.py), so the page and the behaviour cannot part."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ import soundfile as sf
 
 from chattts_lab import InvalidRequest, SynthesisRequest, synthesize
 from chattts_lab.requests import validate_request
-from tests.docs.test_readme_claims import readme_number
-from chattts_lab.serve.uploads import InvalidUpload, check_audio_upload, read_audio_upload
+from chattts_lab.requests import MAX_BATCH, MAX_TEXT_CHARS
+from chattts_lab.serve.uploads import MAX_SAMPLE_SECONDS, InvalidUpload, check_audio_upload, read_audio_upload
 
-TEXT = int(readme_number(r"text ([\d,]+) characters per request"))  # 5,000
-BATCH = int(readme_number(r"batches of (\d+) texts"))  # 64
-CLIP_S = int(readme_number(r"voice clips (\d+) s"))  # 60
+TEXT, BATCH, CLIP_S = MAX_TEXT_CHARS, MAX_BATCH, int(MAX_SAMPLE_SECONDS)  # 5,000, 64, 60
 
 
 def n_texts(n: int) -> list[str]:

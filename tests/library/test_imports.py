@@ -75,17 +75,48 @@ def test_the_circle_check_sees_a_circle():
     assert cycles_in({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [("a", "b"), ("b", "c"), ("c", "a")]
 
 
+def _only_a_docstring(path: Path) -> bool:
+    body = ast.parse(path.read_text()).body
+    return len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+
+
 def test_every_module_of_the_web_ui_is_gradio_code():
-    """What is not Gradio code lives in the library (the runtime that serves: chattts_lab/serve)."""
-    plain = [name for name, path in FRONT.items() if name.startswith("webui.") and "gradio" not in imports_of(path)]
+    """What is not Gradio code lives in the library (the runtime that serves: chattts_lab/serve); a subpackage's
+    __init__ only says what its part holds."""
+    plain = [name for name, path in FRONT.items() if name.startswith("webui.") and "gradio" not in imports_of(path)
+             and not (path.name == "__init__.py" and _only_a_docstring(path))]
     assert plain == []
 
 
-def test_the_library_never_starts_the_app():
-    """No file of the library names app.py (the serving benchmark that starts it is bench/serving)."""
-    naming = [name for name, path in MODULES.items() for node in ast.walk(ast.parse(path.read_text()))
-              if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith("app.py")]
-    assert naming == []
+# The web UI's parts, bottom first: its texts; what both tabs use; each tab; above them the MCP tools (over both
+# tabs) and app.py. An arrow runs down only: a part imports its own modules and those of the parts below it.
+WEBUI_PARTS = {"webui.i18n": set(), "webui.common": {"webui.i18n"},
+               "webui.synthesis": {"webui.i18n", "webui.common"}, "webui.benchmark": {"webui.i18n", "webui.common"}}
+
+
+def _webui_part(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def upward_arrows(graph: dict) -> list[tuple[str, str]]:
+    """Imports by a module of a web UI part of a web UI module outside that part and the parts below it."""
+    return sorted((m, n) for m in graph if _webui_part(m) in WEBUI_PARTS for n in graph[m]
+                  if n.startswith("webui") and _webui_part(n) not in WEBUI_PARTS[_webui_part(m)] | {_webui_part(m)})
+
+
+def test_each_part_of_the_web_ui_imports_only_itself_and_the_parts_below_it():
+    graph = graph_of(FRONT)
+    assert set(WEBUI_PARTS) <= {_webui_part(m) for m in FRONT if m.count(".") >= 2}  # the parts exist
+    assert upward_arrows(graph) == []
+    assert not any(n == "app" for m in graph if m.startswith("webui") for n in graph[m])
+
+
+def test_the_parts_check_sees_an_arrow_back_up():
+    """The Synthesis tab importing the Benchmark tab's form, or the texts importing what shows them, is refused."""
+    graph = {"webui.synthesis.tab": {"webui.common.events", "webui.benchmark.sweep_form"},
+             "webui.i18n.texts": {"webui.common.present"}}
+    assert upward_arrows(graph) == [("webui.i18n.texts", "webui.common.present"),
+                                    ("webui.synthesis.tab", "webui.benchmark.sweep_form")]
 
 
 @pytest.mark.parametrize("module, must_not_reach", [

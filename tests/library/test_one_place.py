@@ -5,9 +5,7 @@ from pathlib import Path
 
 from chattts_lab.engines.lab import cpu, kernels
 from chattts_lab.trackers import env
-
-ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = sorted([ROOT / "app.py", *(p for folder in ("bench", "chattts_lab", "webui") for p in (ROOT / folder).rglob("*.py"))])
+from tests.support.sources import PRODUCT, ROOT
 
 
 def _strings(path: Path) -> set[str]:

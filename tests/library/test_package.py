@@ -58,7 +58,7 @@ def test_pip_install_puts_the_library_on_the_path_and_the_readme_snippet_runs_el
     probe = (f"{imports}\ncompile({snippet!r}, 'README', 'exec')\n"
              "import importlib.util, chattts_lab, bench.cli\n"
              "assert importlib.util.find_spec('chattts_lab.serve.openai_api') and importlib.util.find_spec('app')\n"
-             "assert importlib.util.find_spec('webui.synthesis_tab') and importlib.util.find_spec('bench.serving.loadtest')\n"
+             "assert importlib.util.find_spec('webui.synthesis.tab') and importlib.util.find_spec('bench.serving.loadtest')\n"
              "print('FROM', chattts_lab.__file__)\n")
     run = subprocess.run([str(python), "-c", probe], cwd=elsewhere, capture_output=True, text=True, env=env,
                          timeout=600)

@@ -59,7 +59,7 @@ def test_a_serving_run_against_a_url_records_the_apps_own_model_and_batch_limit(
 
 
 def test_run_sweep_returns_the_drift_and_says_which_settings_took_no_effect(tmp_path):
-    from webui.benchmark_tab import api_run_sweep
+    from webui.benchmark.tab import api_run_sweep
 
     ctx = AppContext(ServingPolicy(model="synthetic-tiny"), outputs_dir=tmp_path, history_db=tmp_path / "history.sqlite")
     table = api_run_sweep(ctx, "cpu", "fp32", "1,2", "1", "4", 2, False)  # the README's repeats=2, passes 3

@@ -1,4 +1,4 @@
-"""Hugging Face ZeroGPU (chattts_lab/serve/zerogpu.py, its sweep in webui/sweep_run.py): the app with `spaces` absent, with it installed off ZeroGPU, and on a
+"""Hugging Face ZeroGPU (chattts_lab/serve/zerogpu.py, its sweep in webui/benchmark/sweep_run.py): the app with `spaces` absent, with it installed off ZeroGPU, and on a
 ZeroGPU Space faked as far as this machine allows (no GPU here: a stand-in for ZeroGPU's device API answers its
 start-up report; nothing is scheduled on a GPU)."""
 
@@ -52,7 +52,7 @@ def test_without_spaces_the_app_starts_serves_and_says_it_runs_on_this_machine(t
 
 def test_with_spaces_installed_off_zerogpu_the_gpu_functions_are_left_as_they_are():
     from chattts_lab.serve import zerogpu
-    from webui import sweep_run  # noqa: F401  (decorates gpu_sweep)
+    from webui.benchmark import sweep_run  # noqa: F401  (decorates gpu_sweep)
 
     assert not zerogpu.active()
     assert set(zerogpu.DECORATED) == GPU_FUNCTIONS
@@ -82,7 +82,7 @@ def fake_zerogpu(tmp_path_factory):
 
 def test_on_a_fake_zerogpu_space_exactly_synthesis_and_gpu_sweeps_are_decorated(fake_zerogpu):
     listed = subprocess.run(
-        [sys.executable, "-c", "import spaces, json; from chattts_lab.serve import zerogpu; import webui.sweep_run; print(json.dumps("
+        [sys.executable, "-c", "import spaces, json; from chattts_lab.serve import zerogpu; import webui.benchmark.sweep_run; print(json.dumps("
                                "{n: hasattr(f, 'zerogpu') for n, f in zerogpu.DECORATED.items()}))"],
         cwd=ROOT, env=dict(os.environ, **fake_zerogpu), capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr[-2000:]

@@ -36,7 +36,7 @@ def _within(a: float, b: float, factor: float) -> bool:
 def quick_preset_spec() -> SweepSpec:
     """The quick preset as the app builds it (its engines, batch 1, warm-up, interleaved passes), at 8 tokens and fp32
     only: two cells, stock and lab."""
-    from webui.sweep_form import quick_form, spec_from_form
+    from webui.benchmark.sweep_form import quick_form, spec_from_form
 
     return replace(spec_from_form("synthetic-tiny", quick_form(), None), precisions=("fp32",), tokens=(8,))
 

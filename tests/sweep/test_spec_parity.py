@@ -20,7 +20,7 @@ from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.history.store import Store
 from tests.conftest import ROOT, TINY
 from tests.support.sweep_specs import QUICK_ARGV, cli_spec
-from webui.benchmark_tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
+from webui.benchmark.tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
 from chattts_lab.serve.context import AppContext
 from chattts_lab.serve.policy import ServingPolicy
 

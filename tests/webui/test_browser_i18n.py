@@ -1,5 +1,5 @@
 """A person whose browser speaks Chinese (chromium in zh-CN): the page follows the browser's language (gr.I18n,
-webui/i18n.py), a synthesis and a quick sweep run with Chinese status, metrics and banner, a mistake is told in
+webui/i18n/texts.py), a synthesis and a quick sweep run with Chinese status, metrics and banner, a mistake is told in
 Chinese, and English left on either tab fails the walk unless it is named here (LEFT, LEFT_BENCHMARK: proper names
 and the English example texts). After the quick sweep the plots, the status line, the recommendation and the
 "In use" note read whole in Chinese, a History message too, and so does a capacity run's sentence."""
@@ -49,7 +49,7 @@ def english_lines(text: str) -> list[str]:
 
 
 def test_the_tabs_and_the_synthesis_tab_read_in_chinese_and_what_is_left_is_listed(zh_page):
-    from webui.i18n import ZH
+    from webui.i18n.texts import ZH
 
     assert zh_page.evaluate("navigator.language") == "zh-CN"
     assert zh_page.locator("button[role=tab]").all_inner_texts()[:2] == ["语音合成", "基准测试"]
@@ -93,7 +93,7 @@ def test_a_mistake_is_told_in_chinese(zh_page):
 def test_messages_follow_the_requests_language_and_stay_english_when_not_translated():
     from types import SimpleNamespace
 
-    from webui.i18n import localized
+    from webui.i18n.texts import localized
 
     zh, en = SimpleNamespace(headers={"accept-language": "zh-CN,zh;q=0.9"}), SimpleNamespace(headers={})
     assert localized("text 2 is empty", zh) == "文本2为空" and localized("text is empty", en) == "text is empty"
@@ -105,7 +105,7 @@ def test_messages_follow_the_requests_language_and_stay_english_when_not_transla
 # The tables' column names are canonical (the CSV's, the API's, `python -m bench`'s): they stay as they are.
 def column_names() -> set[str]:
     from chattts_lab.history.report import results_frame, shown_columns
-    from webui import serving_tab, sweep_history
+    from webui.benchmark import serving_tab, sweep_history
 
     return {*results_frame([]).columns, *shown_columns(results_frame([])), *serving_tab.TABLE,
             *serving_tab.CAPACITY_TABLE, *sweep_history.HISTORY_COLUMNS, "configuration", "sweep A", "sweep B"}
@@ -138,7 +138,7 @@ def benchmark_text(page) -> str:
 
 
 def test_the_benchmark_tab_reads_in_chinese_and_no_english_is_left(zh_page):
-    from webui.i18n import ZH
+    from webui.i18n.texts import ZH
 
     tab = benchmark_text(zh_page)
     for english in ("Run sweep", "Devices (present here)", "Machine price ($ per hour)", "Memory budget (MB of peak RSS)",
@@ -199,7 +199,7 @@ def test_a_history_message_is_told_in_chinese(zh_page):
 
 
 def test_a_capacity_run_says_its_answer_in_chinese(zh_page):
-    from webui.i18n import ZH
+    from webui.i18n.texts import ZH
 
     zh_page.locator("button[role=tab]", has_text="基准测试").click()
     zh_page.locator("#tab-benchmark button[role=tab]", has_text="服务").first.click()

@@ -1,6 +1,6 @@
 """The sentences made at run time read whole in Chinese for a Chinese browser, and exactly as before in English: the
 library writes them as `Said` (chattts_lab/said.py: the English text with its template and values), the page says
-them through webui/i18n.py; the plots' texts go through a translator (`say`)."""
+them through webui/i18n/texts.py; the plots' texts go through a translator (`say`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ZH_REQUEST = SimpleNamespace(headers={"accept-language": "zh-CN,zh;q=0.9"})
 EN_REQUEST = SimpleNamespace(headers={"accept-language": "en-US,en;q=0.9"})
 def say_zh(message) -> str:
-    from webui.i18n import localized
+    from webui.i18n.texts import localized
 
     return localized(message, ZH_REQUEST)
 
@@ -28,13 +28,13 @@ def say_zh(message) -> str:
 def test_every_template_the_code_writes_has_its_chinese():
     """Every Said("...") in the library and the app, every text the plots say and every fixed text the page
     localizes is in the tables (a mistake's pattern, MESSAGES_ZH, counts too)."""
-    from webui.i18n import MESSAGES_ZH, TABLE
+    from webui.i18n.texts import MESSAGES_ZH, TABLE
 
     def known(text: str) -> bool:
         return text in TABLE or any(re.fullmatch(pattern, text, re.S) for pattern, _ in MESSAGES_ZH)
 
     missing = []
-    for path in [*ROOT.glob("chattts_lab/**/*.py"), *ROOT.glob("webui/*.py")]:
+    for path in [*ROOT.glob("chattts_lab/**/*.py"), *ROOT.glob("webui/**/*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                     and node.func.id in ("Said", "say", "localized") and node.args \
@@ -120,7 +120,7 @@ def test_recommendations_and_the_served_default_read_in_chinese():
 
 
 def test_english_browsers_get_the_english_text_untouched():
-    from webui.i18n import localized, translator
+    from webui.i18n.texts import localized, translator
 
     said = Said("Sweep {sweep} {note}.", sweep=3, note="finished")
     assert localized(said, EN_REQUEST) == "Sweep 3 finished." and localized(said, None) == "Sweep 3 finished."
@@ -141,7 +141,7 @@ def figure_texts(fig) -> list[str]:
 def test_the_plots_are_drawn_in_chinese_for_a_chinese_browser():
     from chattts_lab.history import plots
     from chattts_lab.history import figures
-    from webui.i18n import translator
+    from webui.i18n.texts import translator
 
     say = translator(ZH_REQUEST)
     df = cells().assign(sweep_id=1, machine="m", compile=False, stream=False, peak_device_mb=None, ttfa_s=None,

@@ -11,11 +11,11 @@ import gradio as gr
 from chattts_lab.voices import PRESET_VOICES, VoiceCard, load_card, parse_card, save_card, saved_card_names
 from chattts_lab.said import Said
 from chattts_lab.serve import speech
-from webui import present
-from webui.i18n import localized
+from webui.common import present
+from webui.i18n.texts import localized
 from chattts_lab.serve.uploads import InvalidUpload, check_audio_upload
 from chattts_lab.serve.context import AppContext
-from webui.synthesis_form import USER_ERRORS, VOICE_MODES, build_request, Form, _seed_text, SynthesisTab, _voice
+from webui.synthesis.form import USER_ERRORS, VOICE_MODES, build_request, Form, _seed_text, SynthesisTab, _voice
 
 
 def roll_dice(ui: SynthesisTab):

@@ -19,9 +19,9 @@ from chattts_lab.history.frames import cells_frame, compare_frame, sweeps_frame
 from chattts_lab.history.store import Store
 from chattts_lab.said import Said
 from chattts_lab.serve.context import AppContext
-from webui import present
-from webui.i18n import localized, translator
-from webui.sweep_run import SweepUpdate
+from webui.common import present
+from webui.i18n.texts import localized, translator
+from webui.benchmark.sweep_run import SweepUpdate
 
 HISTORY_COLUMNS = ["id", "created_at", "kind", "status", "origin", "machine", "model", "n_cells", "n_ok", "drift_pct",
                    "noisy", "usd_per_hour", "price_source"]

@@ -1,5 +1,5 @@
 """The page's labels, help and notes in Simplified Chinese, keyed by their English (gr.I18n: the browser's
-language picks; Settings, at the page's foot, switches it); webui/i18n.py says how every text is translated."""
+language picks; Settings, at the page's foot, switches it); webui/i18n/texts.py says how every text is translated."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import html
 import gradio as gr
 
 from chattts_lab import SYNTHETIC_WARNING
-from webui.i18n import localized, wants_chinese
+from webui.i18n.texts import localized, wants_chinese
 
 WARNING_S = 12  # a mistake's toast closes by itself: toasts that stay pile up ("Error (5)")
 

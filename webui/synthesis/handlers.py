@@ -17,13 +17,13 @@ from chattts_lab.said import Said
 from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
 from chattts_lab.serve import speech
 from chattts_lab.serve import zerogpu
-from webui import present
-from webui.events import session_of
+from webui.common import present
+from webui.common.events import session_of
 from chattts_lab.serve.context import AppContext
-from webui.i18n import localized, wants_chinese
+from webui.i18n.texts import localized, wants_chinese
 from chattts_lab.serve.runtime import (CHOSEN, ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for,
                                        precisions_for, serving_choice, settings_from)
-from webui.synthesis_form import (DEFAULT_REQUEST, DEFAULT_SAMPLING, USER_ERRORS, build_requests, Form, _seed,
+from webui.synthesis.form import (DEFAULT_REQUEST, DEFAULT_SAMPLING, USER_ERRORS, build_requests, Form, _seed,
                                   SynthesisTab)
 
 

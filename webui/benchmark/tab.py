@@ -1,8 +1,8 @@
 """Benchmark tab: a sweep builder over `python -m bench`'s axes, live results, history and a recommendation.
 
 Handlers adapt UI values to chattts_lab.sweep.runner / store / report / recommend; nothing here measures. This module
-lays the panels out and wires them; the builder's values and controls are webui/sweep_form.py, running a sweep
-is webui/sweep_run.py, the history, reports and recommendation are webui/sweep_history.py. Components are wired
+lays the panels out and wires them; the builder's values and controls are webui/benchmark/sweep_form.py, running a sweep
+is webui/benchmark/sweep_run.py, the history, reports and recommendation are webui/benchmark/sweep_history.py. Components are wired
 by name: handlers take Gradio's dict inputs and return dicts keyed by component, so adding a control never shifts
 another one's value.
 """
@@ -24,19 +24,19 @@ from chattts_lab.history.report import environment_lines, results_frame
 from chattts_lab.sweep.results import STATUSES
 from chattts_lab.history import figures
 from chattts_lab.serve import zerogpu
-from webui import present
-from webui.i18n import localized, t
+from webui.common import present
+from webui.i18n.texts import localized, t
 from chattts_lab.serve.context import AppContext
-from webui.events import MODEL_QUEUE, bind, session_of
+from webui.common.events import MODEL_QUEUE, bind, session_of
 from chattts_lab.serve.runtime import devices
-from webui.quality_panel import build_quality_panel
-from webui.serving_tab import build_serving_tab, empty_figures
-from webui.sweep_form import (SweepControls, SweepForm, build_sweep_controls, cli_command, estimate, offered_precisions,
+from webui.benchmark.quality_panel import build_quality_panel
+from webui.benchmark.serving_tab import build_serving_tab, empty_figures
+from webui.benchmark.sweep_form import (SweepControls, SweepForm, build_sweep_controls, cli_command, estimate, offered_precisions,
                               PRICE_FIELDS, price_from_form, quick_form, quick_label, spec_from_form)
-from webui.sweep_history import (COMPARE_METRICS, HISTORY_COLUMNS, HistoryView, RecommendView, compare_sweeps,
+from webui.benchmark.sweep_history import (COMPARE_METRICS, HISTORY_COLUMNS, HistoryView, RecommendView, compare_sweeps,
                                  download_reports, export_bundle_handler, import_bundle_handler, load_sweeps,
                                  recommended_or_latest)
-from webui.sweep_run import SweepView, api_run_sweep, display_frame, stop_handler, sweep_updates, sweep_updates_for
+from webui.benchmark.sweep_run import SweepView, api_run_sweep, display_frame, stop_handler, sweep_updates, sweep_updates_for
 
 # What app.py and the tests import from here.
 __all__ = ["BenchmarkTab", "build_benchmark_tab", "cli_command", "quick_form", "recommended_or_latest",

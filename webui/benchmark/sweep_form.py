@@ -18,7 +18,7 @@ from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.options import as_text, spec_argv
 from chattts_lab.said import Said
 from chattts_lab.sweep.spec import SpecError, SweepSpec
-from webui.i18n import ZH, localized, t, tr, wants_chinese
+from webui.i18n.texts import ZH, localized, t, tr, wants_chinese
 from chattts_lab.serve.context import AppContext
 from chattts_lab.serve.runtime import devices, precisions_for
 

@@ -24,10 +24,10 @@ from chattts_lab.history import figures
 from chattts_lab.said import Said
 from chattts_lab.serve import zerogpu
 from chattts_lab.serve.context import AppContext
-from webui import present
-from webui.events import StopFlags, session_of
-from webui.i18n import localized, translator
-from webui.sweep_form import ON_OFF, SweepForm, price_from_form, spec_from_form
+from webui.common import present
+from webui.common.events import StopFlags, session_of
+from webui.i18n.texts import localized, translator
+from webui.benchmark.sweep_form import ON_OFF, SweepForm, price_from_form, spec_from_form
 
 STOPS = StopFlags({})
 

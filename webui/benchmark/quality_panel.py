@@ -10,7 +10,7 @@ import gradio as gr
 import pandas as pd
 
 from chattts_lab.history import plots
-from webui.i18n import localized, t, translator
+from webui.i18n.texts import localized, t, translator
 from chattts_lab.history.recommend import MOS_DROP, WER_RISE_PTS, recommend_within_quality
 
 QUALITY_FIGURES = [("predicted MOS", "quality_mos"), ("WER %", "quality_wer_pct"),

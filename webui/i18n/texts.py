@@ -2,10 +2,10 @@
 switches it).
 
 A key is the English text itself, so the English page reads as before and a text not translated yet stays English
-(tests/test_browser_i18n.py fails on English left in zh-CN, apart from proper names and the English example texts).
+(tests/webui/test_browser_i18n.py fails on English left in zh-CN, apart from proper names and the English example texts).
 Three ways in, one table of Chinese by English (TABLE):
 - `t` (a fixed text) and `tr` (a text built with the page, such as what runs on this machine, with its Chinese made
-  beside it) for what the page is built with: labels, help, notes, tab names (their table: webui/i18n_labels.py).
+  beside it) for what the page is built with: labels, help, notes, tab names (their table: webui/i18n/labels.py).
 - `localized(message, request)` for what is made at run time, by the request's Accept-Language (gr.I18n translates
   only what the page was built with): a `Said` (chattts_lab/said.py: the library's and the page's sentences keep
   their template and values) is said by its template (SAID_ZH, below); a fixed text by the table; the
@@ -32,7 +32,7 @@ from typing import Callable
 import gradio as gr
 
 from chattts_lab.said import Said
-from webui.i18n_labels import I18N, ZH, t, tr  # noqa: F401  the page's labels, imported from here by the tabs
+from webui.i18n.labels import I18N, ZH, t, tr  # noqa: F401  the page's labels, imported from here by the tabs
 
 # The sentences made at run time (chattts_lab.said.Said, by their English template: a template's Chinese uses the
 # same {name} fields, one only English needs, such as a plural's "s", left out), and the texts inside the plots.
@@ -196,7 +196,7 @@ SAID_ZH = {
 }
 
 SAID_ZH.update({
-    # the sweep's estimate and the quick preset (chattts_lab.sweep.grid, webui/sweep_form.py)
+    # the sweep's estimate and the quick preset (chattts_lab.sweep.grid, webui/benchmark/sweep_form.py)
     "{cells} cell(s) ({ruled} skipped or unsupported by rule{done}), roughly {time} (estimated from {basis}; each cell "
     "runs in a fresh process)": "{cells} 个单元（其中 {ruled} 个按规则跳过或不支持{done}），约需 {time}（根据{basis}估计；"
                                 "每个单元在新进程中运行）",
@@ -208,14 +208,14 @@ SAID_ZH.update({
         "**已填入快速扫描**（stock 对比 lab，fp32 和 int8，批大小 1，短音频）：估计值在设置下方；按 **运行扫描** 开始。",
     # the banner over synthetic audio (chattts_lab.SYNTHETIC_WARNING)
     "Synthetic (random) weights: the timings are real, the audio is noise.": "合成（随机）权重：计时是真实的，音频是噪声。",
-    # the Synthesis tab's runtime (webui/synthesis_handlers.py)
+    # the Synthesis tab's runtime (webui/synthesis/handlers.py)
     "**In use:** {settings} ({why}).": "**当前使用：** {settings}（{why}）。",
     "Use the fastest: {settings}": "使用最快的配置：{settings}", "Use the fastest": "使用最快的配置",
     "Applied {device} · {precision} · {threads} · {engine} engine.": "已应用 {device} · {precision} · {threads} · {engine} 引擎。",
     "Nothing of yours is running.": "你没有正在运行的任务。",
     "Interrupting after the current step; you keep the audio made so far.": "将在当前步骤后中断；已生成的音频会保留。",
     "No recommendation yet: run a sweep in the Benchmark tab first.": "还没有推荐：请先在基准测试页运行扫描。",
-    # a sweep's status line and progress (webui/sweep_run.py)
+    # a sweep's status line and progress (webui/benchmark/sweep_run.py)
     "Sweep {sweep} running: {cells} cell(s).": "扫描 {sweep} 运行中：{cells} 个单元。",
     "Sweep {sweep} running.": "扫描 {sweep} 运行中。",
     "Sweep {sweep} {note}.": "扫描 {sweep} {note}。",
@@ -241,7 +241,7 @@ SAID_ZH.update({
     "**{phrase} {where}** (RTF {rtf:.3g} vs {base_rtf:.3g}; {context}; RTF is compute seconds per audio second; the "
     "interval is from the raw timed calls).": "**{phrase}{where}**（RTF {rtf:.3g} 对 {base_rtf:.3g}；{context}；"
                                              "RTF 是每秒音频所需的计算秒数；区间来自原始计时调用）。",
-    # the History tab and the recommendation (webui/sweep_history.py, webui/quality_panel.py)
+    # the History tab and the recommendation (webui/benchmark/sweep_history.py, webui/benchmark/quality_panel.py)
     "Showing sweep(s) {ids}.": "正在显示扫描 {ids}。",
     "Could not import that bundle: {why}": "无法导入该结果包：{why}",
     "Imported sweep(s) {ids}; {skipped} already present.": "已导入扫描 {ids}；{skipped} 个已存在。",
@@ -252,7 +252,7 @@ SAID_ZH.update({
     "Export bundle: pick the sweeps to export in the Sweeps box first.": "导出结果包：请先在“扫描”框中选择要导出的扫描。",
     "Download: run a sweep, or Show one from the History tab, first.": "下载：请先运行一次扫描，或从历史页显示一次。",
     "Run or load a sweep measured with quality.": "运行或载入一次测量了音质的扫描。",
-    # the voice card and library toasts (webui/voice_handlers.py)
+    # the voice card and library toasts (webui/synthesis/voice_handlers.py)
     "Sample clip refused: {why}.": "样本音频被拒绝：{why}。", "set a voice seed first": "请先设置音色种子",
     ", replacing the one saved under that name before": "，替换了之前以此名称保存的音色",
     "Saved voice '{name}'{replacing}: pick it in Saved voice; the OpenAI-compatible endpoint accepts voice='{name}'.":
@@ -261,7 +261,7 @@ SAID_ZH.update({
     "No saved voice '{name}' any more (deleted from {folder}?).": "已没有名为“{name}”的音色（是否已从 {folder} 中删除？）。",
     "Could not import that voice card: {why}": "无法导入该音色卡：{why}",
     "Imported voice '{name}'.": "已导入音色“{name}”。",
-    # the Serving panel's status line and toasts (webui/serving_tab.py)
+    # the Serving panel's status line and toasts (webui/benchmark/serving_tab.py)
     "Starting: `{command}`": "正在启动：`{command}`",
     "The serving run stopped: {why}": "服务测试已停止：{why}",
     "Capacity run {run}: raising the users until the service level breaks (an app starts per scheduling).":

@@ -1,7 +1,7 @@
 """Synthesis tab: try voices in a browser. The components by name, one builder per panel, then the wiring.
 
-The handlers live apart: webui/synthesis_handlers.py (generate, runtime, the API) and webui/voice_handlers.py
-(voices and cards); the form's values and the request they make are webui/synthesis_form.py."""
+The handlers live apart: webui/synthesis/handlers.py (generate, runtime, the API) and webui/synthesis/voice_handlers.py
+(voices and cards); the form's values and the request they make are webui/synthesis/form.py."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import gradio as gr
 from chattts_lab.metrics import STEPS_PER_AUDIO_SECOND
 from chattts_lab.requests import MAX_NEW_TOKEN
 from chattts_lab.voices import PRESET_VOICES, saved_card_names
-from webui.i18n import t
+from webui.i18n.texts import t
 from chattts_lab.serve.context import AppContext
-from webui.events import MODEL_QUEUE, SYNTHESIS_QUEUE, bind
+from webui.common.events import MODEL_QUEUE, SYNTHESIS_QUEUE, bind
 from chattts_lab.serve.runtime import CHOSEN, ServingChoice, default_settings, devices, engines_for, max_threads, precisions_for
-from webui.synthesis_form import DEFAULT_REFINE, DEFAULT_REQUEST, DEFAULT_SAMPLING, VOICE_MODES, SynthesisTab
-from webui.synthesis_handlers import (api_synthesize, apply_settings, change_device, change_engine, generate,
+from webui.synthesis.form import DEFAULT_REFINE, DEFAULT_REQUEST, DEFAULT_SAMPLING, VOICE_MODES, SynthesisTab
+from webui.synthesis.handlers import (api_synthesize, apply_settings, change_device, change_engine, generate,
                                       fastest_label, fastest_offer, in_use_note, interrupt, live_playback,
                                       stream_players, update_settings)
-from webui.voice_handlers import (export_card, import_card, pick_preset, pick_saved, roll_dice, sample_uploaded,
+from webui.synthesis.voice_handlers import (export_card, import_card, pick_preset, pick_saved, roll_dice, sample_uploaded,
                                   save_to_library, show_speaker)
 
 __all__ = ["SynthesisTab", "apply_settings", "build_synthesis_tab"]

@@ -23,11 +23,11 @@ from bench.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, 
 from bench.serving.summaries import batching_gain, serving_frame
 from chattts_lab.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SpecError
-from webui import present
+from webui.common import present
 from chattts_lab.said import Said
-from webui.i18n import localized, t, translator
+from webui.i18n.texts import localized, t, translator
 from chattts_lab.serve.context import AppContext
-from webui.events import MODEL_QUEUE, StopFlags, bind, session_of
+from webui.common.events import MODEL_QUEUE, StopFlags, bind, session_of
 from chattts_lab.engines import PRECISIONS
 from chattts_lab.requests import SCHEDULINGS
 from chattts_lab.serve.runtime import engines_for, precisions_for
