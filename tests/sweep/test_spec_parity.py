@@ -19,6 +19,7 @@ from chattts_lab.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.history.store import Store
 from tests.conftest import ROOT, TINY
+from tests.support.sweep_specs import QUICK_ARGV, cli_spec
 from webui.benchmark.tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
 from chattts_lab.serve.context import AppContext
 from chattts_lab.serve.policy import ServingPolicy
@@ -47,15 +48,6 @@ CASES = {
         dict(cluster="ray:10.0.0.5:6379", nodes="gpu-box, laptop"),
         ["--cluster", "ray:10.0.0.5:6379", "--nodes", "gpu-box,laptop"]),
 }
-# The quick preset on a CPU that runs fp32 and int8 with both engines (the machines of this project do).
-QUICK_ARGV = ["--engine", "stock,lab", "--precision", "fp32,int8", "--batch", "1", "--tokens", "32", "--repeats", "2",
-              "--warmup", "1", "--min-time", "0", "--fidelity", "off"]
-
-
-def cli_spec(argv: list[str]):
-    return spec_from_args(build_parser().parse_args(["--model", TINY, *argv]))
-
-
 @pytest.fixture(scope="module")
 def tab(tmp_path_factory):
     """The real Benchmark tab, built as the app builds it."""

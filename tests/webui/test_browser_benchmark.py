@@ -20,7 +20,7 @@ from chattts_lab.history.report import TABLE_COLUMNS
 from chattts_lab.history.store import Store
 from chattts_lab.sweep.spec import SweepSpec
 from tests.conftest import ROOT, SCREENSHOTS
-from tests.sweep.test_spec_parity import QUICK_ARGV, cli_spec
+from tests.support.sweep_specs import QUICK_ARGV, cli_spec
 from tests.support.ui import (LONG, close_toasts, finished_sweep_id, no_error_badges, open_accordion, open_tab,
                               pick_option, set_text, table_rows, wait_for_row, wait_toast)
 

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, start_app, stop_app
-from tests.webui.test_i18n_sentences import untranslated
+from tests.support.i18n import untranslated
 from tests.support.ui import LONG, audio_href, close_toasts, set_number, set_text, wait_new_audio, wait_toast
 
 pytestmark = pytest.mark.browser
