@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ui import open_app
+
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for the network
 # Two test processes, each with its app, bench and worker subprocesses, share two cores: OpenMP threads that spin
@@ -181,9 +183,7 @@ def browser_context(tmp_path_factory, playwright_session):
 
 @pytest.fixture
 def page(browser_context, app_url):
-    page = browser_context.new_page()
-    page.goto(app_url)
-    page.wait_for_selector("#generate", timeout=120_000)
+    page = open_app(browser_context, app_url)
     yield page
     page.close()
 

@@ -5,6 +5,15 @@ from __future__ import annotations
 import re
 
 LONG = 300_000  # ms: generous, the two cores are shared with other heavy work
+PAGE_READY_MS = 120_000  # a page's first load: Gradio builds both tabs
+
+
+def open_app(context, url: str):
+    """A new page of `context` on the app at `url`, once the Synthesis tab can generate."""
+    page = context.new_page()
+    page.goto(url)
+    page.wait_for_selector("#generate", timeout=PAGE_READY_MS)
+    return page
 
 
 def open_accordion(page, label: str) -> None:

@@ -12,9 +12,9 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import start_app, stop_app
-from tests.support.ui import (LONG, audio_href, close_toasts, finished_sweep_id, generate, no_error_badges, open_accordion,
-                              open_tab, pick_option, set_number, set_text, table_rows, wait_new_audio, wait_result,
-                              wait_toast)
+from tests.support.ui import (LONG, PAGE_READY_MS, audio_href, close_toasts, finished_sweep_id, generate,
+                              no_error_badges, open_accordion, open_app, open_tab, pick_option, set_number, set_text,
+                              table_rows, wait_new_audio, wait_result, wait_toast)
 
 pytestmark = pytest.mark.browser
 
@@ -28,9 +28,7 @@ def flows_url(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(browser_context, flows_url):
-    page = browser_context.new_page()
-    page.goto(flows_url)
-    page.wait_for_selector("#generate", timeout=120_000)
+    page = open_app(browser_context, flows_url)
     yield page
     page.close()
 
@@ -154,7 +152,7 @@ def test_after_a_sweep_every_panel_follows_it(page):
     open_tab(page, "Synthesis")
     expect(page.locator("#in-use")).to_contain_text("chosen on this page")
     page.reload()
-    page.wait_for_selector("#generate", timeout=120_000)
+    page.wait_for_selector("#generate", timeout=PAGE_READY_MS)
     # What it serves now is this sweep's verdict: its recommendation when measured faster than the default, else
     # the default with why (not faster, or noisy: two 8-token cells on a shared machine can drift past the limit).
     expect(page.locator("#in-use")).to_contain_text(re.compile(rf"sweep #{sweep_id}\b"), timeout=LONG)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, start_app, stop_app
 from tests.support.i18n import untranslated
-from tests.support.ui import LONG, audio_href, close_toasts, set_number, set_text, wait_new_audio, wait_toast
+from tests.support.ui import LONG, audio_href, close_toasts, open_app, set_number, set_text, wait_new_audio, wait_toast
 
 pytestmark = pytest.mark.browser
 
@@ -32,9 +32,7 @@ def zh_page(tmp_path_factory, playwright_session):
             str(tmp / "profile"), executable_path=CHROMIUM, headless=True, args=[*CHROMIUM_FLAGS, "--lang=zh-CN"],
             locale="zh-CN", viewport={"width": 1400, "height": 1000})
         ctx.set_default_timeout(60_000)
-        page = ctx.new_page()
-        page.goto(url)
-        page.wait_for_selector("#generate", timeout=120_000)
+        page = open_app(ctx, url)
         yield page
         ctx.close()
     finally:
