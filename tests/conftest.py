@@ -118,22 +118,39 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, ready=(200,)) ->
 
 
 def start_app(tmp: Path, *extra: str, model: str = TINY, env: dict | None = None) -> tuple[str, subprocess.Popen]:
-    """`python app.py --model MODEL --port N *extra`, its outputs and history under `tmp`; `env` adds variables."""
+    """`python app.py --model MODEL --port N *extra`, its outputs and history under `tmp`; `env` adds variables.
+    A port taken in the seconds before the app binds it (free_port's pick is a guess) is tried again, elsewhere."""
+    for attempt in range(3):
+        try:
+            return _start_app_once(tmp, extra, model, env)
+        except PortTaken:
+            if attempt == 2:
+                raise
+
+
+class PortTaken(RuntimeError):
+    pass
+
+
+def _start_app_once(tmp: Path, extra, model: str, env: dict | None) -> tuple[str, subprocess.Popen]:
     from bench.serving.loadtest import free_port  # the library's; imported here, like the fixtures' own imports
 
     port = free_port()
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
                CHATTTS_LAB_OUTPUTS=str(tmp / "outputs"), CHATTTS_LAB_HISTORY=str(tmp / "history.sqlite"), **(env or {}))
-    log = open(tmp / f"app-{port}.log", "w")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", model, "--port", str(port), *extra],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    log_path = tmp / f"app-{port}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", model, "--port", str(port), *extra],
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_http(url, proc, START_TIMEOUT_S)
         # the /v1 routes join the server a moment after Gradio's page (app.py installs them after launch)
         wait_http(url + "v1/audio/voices", proc, START_TIMEOUT_S, ready=(200, 401))
-    except Exception:
+    except Exception as exc:
         proc.kill()
+        if "Cannot find empty port" in log_path.read_text(errors="replace"):
+            raise PortTaken(f"port {port} was taken before the app bound it") from exc
         raise
     return url, proc
 

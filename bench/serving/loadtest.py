@@ -221,10 +221,27 @@ class _app:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the OS picks it; the tests start their apps on one too)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on now, for an app started next (its bind comes seconds later,
+    once it has imported torch). Picked at random below the kernel's ephemeral range: outgoing connections (a
+    browser's, Ray's, any HTTP client's) take their ports from that range, and one once took an app's port in
+    those seconds. Above Ray's worker ports (10002-19999 by default)."""
+    low = _ephemeral_low()
+    for _ in range(100):
+        port = random.randrange(20_000, low) if low > 20_100 else 0  # 0: let the OS pick, as a last resort
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError("no free TCP port below the ephemeral range")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default; macOS and Windows start theirs at 49152
 
 
 RSS_EVERY_S = 2.0

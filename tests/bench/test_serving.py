@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import shlex
+import socket
 import subprocess
 import sys
 
 import pytest
 
-from bench.serving.loadtest import ServeSpec
+from bench.serving.loadtest import ServeSpec, free_port
 from bench.serving.summaries import batching_gain, serving_frame
 from chattts_lab.sweep.spec import SpecError
 from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle, read_bundle
@@ -127,3 +128,17 @@ def test_the_gain_sentence_compares_batched_with_one_at_a_time_at_the_same_load(
                               {**level, "max_batch": 1, "audio_s_per_s": 1.0, "latency_p90_s": 10.0}], 8)
     assert "3.00x the audio per second" in sentence and "p90 latency 0.40x" in sentence
     assert batching_gain([{**level, "max_batch": 8, "audio_s_per_s": 3.0, "latency_p90_s": 4.0}], 8) is None
+
+
+def test_an_apps_port_is_picked_below_the_ephemeral_range_where_no_outgoing_connection_takes_it():
+    """On 2026-12-04 an outgoing connection took the session app's port in the seconds before it bound it, and 47
+    tests that share that app failed. Linux's ephemeral range is read from /proc where it can be."""
+    try:
+        low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    except OSError:
+        pytest.skip("no /proc/sys/net/ipv4/ip_local_port_range here")
+    for _ in range(20):
+        port = free_port()
+        assert 20_000 <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # free, as it said
