@@ -217,3 +217,12 @@ def test_cli_sweep_runs_an_onnx_cell_and_keeps_the_unsupported_one(tmp_path):
         (sweep,) = store.sweeps_list()
         (ok,) = [r for r in store.results(sweep["id"]) if r.status == "ok"]
     assert ok.effective["onnx_threads"] == 1 and ok.effective["onnx_provider"] == "CPUExecutionProvider"
+
+
+def test_asking_whether_int4_runs_imports_no_quantizer():
+    """Every app start asks which precisions each engine runs; importing onnxruntime's quantizers to answer cost
+    about 1 s of it (they import onnx, scipy and the calibrators). They load when a graph is quantized."""
+    check = ("import sys; from chattts_lab.engines.onnx.build import int4_available; "
+             "print(int4_available(), 'onnxruntime.quantization' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.stdout.split() == ["True", "False"], run.stderr[-2000:]

@@ -11,6 +11,7 @@ under a temporary name and renamed, so a half-written graph is never used.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -122,11 +123,11 @@ def quantize_int4(source: Path, path: Path) -> None:
 
 
 def int4_available() -> bool:
-    try:
-        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether this onnxruntime ships the MatMulNBits quantizer, found without importing it: its package imports
+    onnx, scipy and the calibrators (about 1 s), and every app start asks which precisions can run."""
+    spec = importlib.util.find_spec("onnxruntime")
+    folders = (spec.submodule_search_locations or []) if spec else []
+    return any((Path(folder) / "quantization" / "matmul_nbits_quantizer.py").is_file() for folder in folders)
 
 
 def _source_folder(llama) -> str | None:
