@@ -43,9 +43,12 @@ def option_texts(page, elem_id: str) -> list[str]:
 def test_use_the_fastest_keeps_its_precision_across_an_engine_change_and_int4_is_offered_once(page):
     in_use = page.locator("#in-use")
     expect(in_use).to_contain_text("no sweep on this machine yet")
+    # Each pick settles outside the queue; the next step waits for that pick's own note, so no settle is still in
+    # flight when "Use the fastest" is clicked (one that landed after it, on a loaded machine, once undid it).
     pick_option(page, "engine", "^stock$")
-    pick_option(page, "precision", "^int8$")
-    expect(in_use).to_contain_text("stock · int8 · cpu")
+    expect(in_use).to_contain_text("stock · int8 · cpu")  # the engine's change keeps the served int8
+    pick_option(page, "precision", "^fp32$")
+    expect(in_use).to_contain_text("stock · fp32 · cpu")
     page.click("#use-fastest")  # lab int4: the engine changes, the precision must stay int4 (stock has none)
     wait_toast(page, r"Applied cpu · int4 · \d+ threads? · lab engine")
     expect(in_use).to_contain_text("lab · int4 · cpu", timeout=LONG)
