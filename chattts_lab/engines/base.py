@@ -113,12 +113,13 @@ class EngineRuntime(ABC):
 class RowDecoder(Protocol):
     """What a continuous-batching scheduler drives (chattts_lab/serve/scheduler.py): rows of a running
     generation, each one text with its own prompt, sampling settings and voice, and each row's audio. One thread
-    drives it. A row (`admit`'s answer) has `generated` (audio tokens kept), `ended` (None, or why it ended:
-    "eos", "max_new_token", or what its caller sets, such as "stopped"), `steps`, `prefill_s`, `owner` and `meta`
-    (the caller's)."""
+    drives it. A row (`admit`'s or `begin`'s answer) has `generated` (audio tokens kept), `ended` (None, or why it
+    ended: "eos", "max_new_token", or what its caller sets, such as "stopped"), `steps`, `prefill_s`, `prefilled`
+    (prompt positions in its cache so far), `prompt` (its `length`: positions), `owner` and `meta` (the caller's)."""
 
     rows: int  # rows in all
     active: list  # the rows generating now
+    filling: object  # the row being prefilled (`begin` to its last `fill`), or None: it holds a row, steps with none
     hold: int  # trailing tokens whose audio waits for their right context (decode_spans cuts before them)
 
     @property
@@ -130,11 +131,18 @@ class RowDecoder(Protocol):
     def admit(self, prompt, owner=None):
         """Prefill `prompt` into a free row and sample its first token; it steps from the next `step()` on."""
 
+    def begin(self, prompt, owner=None):
+        """Take a free row for `prompt` and prefill nothing yet (chunked prefill: `fill`); one row at a time."""
+
+    def fill(self, row, positions: int | None = None) -> bool:
+        """Prefill the next `positions` of the row's prompt (None: the rest), between steps that do not wait for
+        all of it; with its last, sample its first token: the row is active from the next `step()` on (True)."""
+
     def step(self) -> list:
         """One GPT step for every active row; the rows that ended at it."""
 
     def release(self, row) -> None:
-        """Free the row now."""
+        """Free the row now (an active one, or the one being prefilled)."""
 
     def reset(self) -> None:
         """Drop every row (after a failure inside a step, whose state is then unknown)."""

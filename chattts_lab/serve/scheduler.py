@@ -3,8 +3,9 @@
 Request-level batching (`batcher.py`) runs a batch from start to end, so a request that arrives meanwhile waits for
 the whole batch. Here one thread owns the engine's row decoder (`EngineRuntime.row_decoder`: a fixed number of
 KV-cache rows, chattts_lab/engines/base.py's `RowDecoder`) and steps it: between two steps it admits what has
-arrived into free rows (prefilled alone, in its own rows), and a row that ends (its EOS, its token limit, its
-caller's stop or hang-up) leaves at once and frees its row for the next. Every row streams on its own and samples
+arrived into free rows (prefilled alone, in its own rows; while others generate, a slice of one prompt per step:
+PREFILL_SLICE), and a row that ends (its EOS, its token limit, its caller's stop or hang-up) leaves at once and
+frees its row for the next. Every row streams on its own and samples
 with its own request's settings (temperature, top-P/top-K, seed, token limits, voice), so different settings no
 longer split requests into separate batches.
 
@@ -25,26 +26,31 @@ import threading
 import time
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
-import psutil
 
 from chattts_lab import engines, metrics, torch_thread
 from chattts_lab.serve.batch import Part
+from chattts_lab.serve.jobs import Job, job_output
 from chattts_lab.serve.loop_trace import LoopTrace
 from chattts_lab.serve.policy import SchedulerPolicy
 from chattts_lab.serve.streaming import LoopPace, ahead_s, chunk_due
 from chattts_lab.engines.base import RowDecoder
 from chattts_lab.metrics import SAMPLES_PER_TOKEN
 from chattts_lab.models import LoadedModel, set_threads
-from chattts_lab.trackers.stages import StageTimes
 from chattts_lab.requests import CONTINUOUS
-from chattts_lab.synthesis import (SAMPLE_RATE, STOPPED_BY_CALLER, Measurements, StreamChunk, SynthesisOutput,
-                                   chattts_params, memory_errors_explained, memory_errors_of, own_stop)
+from chattts_lab.synthesis import (SAMPLE_RATE, StreamChunk, chattts_params, memory_errors_explained, memory_errors_of,
+                                   own_stop)
 
 log = logging.getLogger(__name__)
+# Prompt positions a newcomer prefills per loop iteration while other rows generate (chunked prefill): every running
+# row waits for that slice before its next step. A forward reads every weight once whatever its positions, so a
+# slice's cost is a fixed part (about a step's) plus a part per position; 16 keep a slice near two steps of 4 rows
+# (full-size int8, 2 threads: docs/measurements/2026-12-04-capacity-trace.md) where a whole prompt of 40-80
+# positions held them 3-6 steps, and a prompt of 17-46 positions still joins within 1-3 iterations.
+PREFILL_SLICE = 16
 
 
 class Overloaded(Exception):
@@ -69,28 +75,6 @@ def row_decoder_of(model: LoadedModel, max_rows: int) -> RowDecoder:
     return decoder
 
 
-@dataclass(eq=False)
-class _Job:
-    part: Part
-    future: Future
-    enqueued: float = field(default_factory=time.perf_counter)
-    admitted: float | None = None
-    texts: list = field(default_factory=list)  # (index, text) not yet admitted
-    rows: dict = field(default_factory=dict)  # text index -> its decoder row (while generating and after)
-    audio: dict = field(default_factory=dict)  # text index -> list of sent chunks (streamed) or the whole clip
-    first_audio_s: float | None = None
-    decode_s: float = 0.0
-    shared_with: int = 1  # the most rows generating together while this request was
-    chunks: int = 0
-
-    @property
-    def stream(self) -> bool:
-        return self.part.on_chunk is not None
-
-    def done(self) -> bool:
-        return not self.texts and all(r.ended for r in self.rows.values())
-
-
 class ContinuousScheduler:
     """`submit(part)` -> a Future of the part's SynthesisOutput; the torch thread generates every admitted row.
 
@@ -100,8 +84,8 @@ class ContinuousScheduler:
     def __init__(self, load: Callable[[], LoadedModel], policy: SchedulerPolicy = SchedulerPolicy(),
                  hold: Callable[[], AbstractContextManager] = nullcontext):
         self.load, self.policy, self.hold = load, policy, hold
-        self._arrivals: queue.Queue[_Job] = queue.Queue()
-        self._waiting: list[_Job] = []  # arrived, not yet (fully) admitted: the loop thread's and its busy spells' own
+        self._arrivals: queue.Queue[Job] = queue.Queue()
+        self._waiting: list[Job] = []  # arrived, not yet (fully) admitted: the loop thread's and its busy spells' own
         self._lock = threading.Lock()
         self._queued = 0  # requests submitted and not yet admitted (any thread reads it)
         self._busy_rows = 0
@@ -126,7 +110,7 @@ class ContinuousScheduler:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="continuous-batching", daemon=True)
                 self._thread.start()
-        job = _Job(part, Future(), texts=list(enumerate(part.request.texts)))
+        job = Job(part, Future(), texts=list(enumerate(part.request.texts)))
         self._arrivals.put(job)
         return job.future
 
@@ -173,8 +157,8 @@ class ContinuousScheduler:
         while True:
             began = time.perf_counter()  # an iteration: what every running row waits for between two steps
             self._collect_arrivals()
+            self._stop_asked(model, decoder)  # first: a row being prefilled for a caller gone is not filled further
             self._admit(model, decoder)
-            self._stop_asked(model, decoder)
             if not decoder.active:
                 if not self._waiting and self._arrivals.empty():
                     return  # idle: release the model (and `hold`) until the next request
@@ -193,9 +177,14 @@ class ContinuousScheduler:
 
     def _admit(self, model: LoadedModel, decoder: RowDecoder) -> None:
         """Fill free rows from the oldest waiting requests, text by text (a request's texts may start apart). While
-        rows generate, one text per iteration: a prefill (25-60 ms for these prompts on 2 cores) holds every running
-        row until the next step, and newcomers that arrived together held them for all their prefills at once."""
+        rows generate, one prefill slice per iteration (PREFILL_SLICE positions): the running rows wait for it before
+        their next step, so a newcomer's prompt comes in slices between steps (chunked prefill) and newcomers that
+        arrive together take turns. Into an idle loop (no one waits), every prompt is prefilled whole at once."""
         generating, admitted = bool(decoder.active), 0
+        if decoder.filling is not None:
+            self._fill(model, decoder, decoder.filling, generating)
+            if generating:
+                return self._rows_changed(decoder)
         while decoder.free and self._waiting and not (generating and admitted):
             job = self._waiting[0]
             if job.part.stop.is_set():  # asked to stop before (all of) it started
@@ -208,42 +197,54 @@ class ContinuousScheduler:
                 continue
             index, text = job.texts.pop(0)
             admitted += 1
-            try:
-                with memory_errors_of(model, job.part.request):
-                    self._admit_text(model, decoder, job, index, text)
-            except Exception as exc:  # this request's prompt could not be built: it alone fails
-                self._waiting.pop(0)
-                self._release_job(decoder, job)
-                self._fail(job, exc)
-                continue
             if not job.texts:
                 self._waiting.pop(0)
+            self._begin_text(model, decoder, job, index, text, generating)
         self._rows_changed(decoder)
         for row in decoder.active:
             row.owner.shared_with = max(row.owner.shared_with, len(decoder.active))
 
-    def _admit_text(self, model: LoadedModel, decoder: RowDecoder, job: _Job, index: int, text: str) -> None:
-        request = job.part.request
+    def _begin_text(self, model: LoadedModel, decoder: RowDecoder, job: Job, index: int, text: str,
+                    generating: bool) -> None:
+        """Build the text's prompt, take a row for it and prefill its first slice (or all of it)."""
         if job.admitted is None:
             job.admitted = time.perf_counter()
             job.part.queue_wait_s = job.admitted - job.enqueued
             self._dequeued(job, takes_row=True)
             if job.part.on_start is not None:
                 job.part.on_start()
-        params_code, params_refine = chattts_params(model, request)
-        with self._trace.timed("prompt"):
-            prompt = decoder.prompt(text, params_refine, params_code, request.refine.enabled, request.normalize_text)
-        began = time.perf_counter()
-        row = decoder.admit(prompt, owner=job)
+        try:
+            with memory_errors_of(model, job.part.request):
+                params_code, params_refine = chattts_params(model, job.part.request)
+                with self._trace.timed("prompt"):
+                    prompt = decoder.prompt(text, params_refine, params_code, job.part.request.refine.enabled,
+                                            job.part.request.normalize_text)
+                row = decoder.begin(prompt, owner=job)
+        except Exception as exc:  # this request's prompt could not be built or held: it alone fails
+            return self._drop(decoder, job, exc)
         row.meta["index"] = index
-        self._trace.record("prefill", began, row=self._trace.row_number(row.meta), prompt=prompt.length,
-                           rows=len(decoder.active))
         job.rows[index] = row
-        self._stream(model, decoder, [row])
-        if row.ended:
-            self._leave(model, decoder, [row])
+        self._fill(model, decoder, row, generating)
 
-    def _dequeued(self, job: _Job, takes_row: bool = False) -> None:
+    def _fill(self, model: LoadedModel, decoder: RowDecoder, row, generating: bool) -> None:
+        """Prefill the row's next slice while rows generate (they wait for it), else the rest of its prompt. Once
+        it is all in, the row generates with the others (and may have ended at its first token)."""
+        job, start, began = row.owner, row.prefilled, time.perf_counter()
+        try:
+            with memory_errors_of(model, job.part.request):
+                done = decoder.fill(row, PREFILL_SLICE if generating else None)
+        except Exception as exc:  # (the cache for its prompt did not fit) it alone fails
+            return self._drop(decoder, job, exc)
+        whole = start == 0 and done
+        self._trace.record("prefill" if whole else "slice", began, row=self._trace.row_number(row.meta),
+                           prompt=row.prompt.length, rows=len(decoder.active),
+                           **({} if whole else dict(start=start, positions=row.prefilled - start, last=done)))
+        if done:
+            self._stream(model, decoder, [row])
+            if row.ended:
+                self._leave(model, decoder, [row])
+
+    def _dequeued(self, job: Job, takes_row: bool = False) -> None:
         """The job no longer waits. One admitted takes a row in the same count, so that submit never sees it in
         neither (which would admit one request beyond the bound); _rows_changed then counts the rows exactly."""
         with self._lock:
@@ -257,7 +258,7 @@ class ContinuousScheduler:
             self._waiting.remove(job)
             self._dequeued(job)
             self._finish(model, job)
-        stopped = [row for row in decoder.active if row.owner.part.stop.is_set()]
+        stopped = [row for row in self._rows_held(decoder) if row.owner.part.stop.is_set()]
         for row in stopped:
             row.ended = row.ended or "stopped"
         self._stream(model, decoder, stopped)  # what they held back: every token made so far
@@ -273,10 +274,15 @@ class ContinuousScheduler:
             self._maybe_finish(model, job)
 
     def _rows_changed(self, decoder: RowDecoder) -> None:
-        """Publish which rows generate (submit reads the count from other threads to refuse or accept)."""
-        self._live_rows = list(decoder.active)
+        """Publish which rows are taken (submit reads the count from other threads to refuse or accept)."""
+        self._live_rows = self._rows_held(decoder)
         with self._lock:
-            self._busy_rows = len(decoder.active)
+            self._busy_rows = len(self._live_rows)
+
+    @staticmethod
+    def _rows_held(decoder: RowDecoder) -> list:
+        """The rows generating and the one being prefilled: each holds a cache row."""
+        return list(decoder.active) + ([decoder.filling] if decoder.filling is not None else [])
 
     def _after_step(self, model: LoadedModel, decoder: RowDecoder, ended: list) -> None:
         self._stream(model, decoder, list(decoder.active))
@@ -312,7 +318,7 @@ class ContinuousScheduler:
         upto = metrics.samples_for_tokens(n) if row.ended else SAMPLES_PER_TOKEN * max(0, n - decoder.hold)
         return (row, sent, upto) if upto > sent else None
 
-    def _send(self, model: LoadedModel, job: _Job, index: int, row, audio: np.ndarray) -> None:
+    def _send(self, model: LoadedModel, job: Job, index: int, row, audio: np.ndarray) -> None:
         """Hand one chunk to the row's caller."""
         if self._trace.enabled:  # ahead before this chunk: `sent` already counts it
             ahead = ahead_s(row.meta)
@@ -333,7 +339,7 @@ class ContinuousScheduler:
         except Exception:  # the caller's own failure (a closed queue): its row carries on until it is stopped
             log.exception("continuous batching: a chunk could not be handed over")
 
-    def _whole_audio(self, job: _Job, row) -> np.ndarray:
+    def _whole_audio(self, job: Job, row) -> np.ndarray:
         t0 = time.perf_counter()
         audio = self._decoder.audio(row)
         job.decode_s += time.perf_counter() - t0
@@ -341,7 +347,7 @@ class ContinuousScheduler:
 
     # ---- results
 
-    def _maybe_finish(self, model: LoadedModel, job: _Job) -> None:
+    def _maybe_finish(self, model: LoadedModel, job: Job) -> None:
         if job.done() or (job.part.stop.is_set() and not any(r.ended is None for r in job.rows.values())):
             if job.part.stop.is_set():
                 job.texts.clear()
@@ -349,7 +355,7 @@ class ContinuousScheduler:
                     self._waiting.remove(job)
             self._finish(model, job)
 
-    def _finish(self, model: LoadedModel, job: _Job) -> None:
+    def _finish(self, model: LoadedModel, job: Job) -> None:
         if job.future.done():
             return
         texts = job.part.request.texts
@@ -362,34 +368,25 @@ class ContinuousScheduler:
                 audio.append(np.concatenate(job.audio.get(i, [])) if job.audio.get(i) else np.zeros(0, np.float32))
             else:
                 audio.append(self._whole_audio(job, row))
-        output = self._output(model, job, audio)
+        output = job_output(model, job, audio, self.policy.max_rows)
         self._trace.flush()  # (when on) before the caller hears its answer: the trace holds the request whole
         job.future.set_result(output)
         wall = time.perf_counter() - (job.admitted or job.enqueued)
         self._mean_request_s = 0.8 * self._mean_request_s + 0.2 * wall
 
-    def _output(self, model: LoadedModel, job: _Job, audio: list[np.ndarray]) -> SynthesisOutput:
-        rows = [job.rows.get(i) for i in range(len(audio))]
-        wall = time.perf_counter() - (job.admitted or job.enqueued)
-        prefill = sum(r.prefill_s for r in rows if r)
-        stages = StageTimes(prefill_s=prefill, decode_s=max(0.0, wall - prefill - job.decode_s),
-                            decoder_s=job.decode_s)  # decoder_s: decoder and vocoder together
-        m = Measurements(
-            wall_s=wall, stages=stages, tokens=[r.generated if r else 0 for r in rows],
-            gpt_steps=sum(r.steps for r in rows if r), audio_s=[len(a) / SAMPLE_RATE for a in audio],
-            peak_rss_mb=psutil.Process().memory_info().rss / 2**20, peak_device_mb=None,
-            effective=dict(model.effective, scheduling=CONTINUOUS, rows=self.policy.max_rows),
-            ttfa_s=job.first_audio_s, interrupted=job.part.stop.is_set() or any(r is None for r in rows),
-            interrupted_reason=STOPPED_BY_CALLER if job.part.stop.is_set() else (
-                "some of its texts were never generated" if any(r is None for r in rows) else None),
-            queue_wait_s=job.part.queue_wait_s, batch_requests=job.shared_with, scheduling=CONTINUOUS)
-        return SynthesisOutput(audio, m, model.synthetic, texts=job.part.request.texts)
-
-    def _release_job(self, decoder: RowDecoder, job: _Job) -> None:
+    def _release_job(self, decoder: RowDecoder, job: Job) -> None:
         for row in job.rows.values():
-            if row in decoder.active:
+            if row in self._rows_held(decoder):
                 decoder.release(row)
 
-    def _fail(self, job: _Job, exc: Exception) -> None:
+    def _drop(self, decoder: RowDecoder, job: Job, exc: Exception) -> None:
+        """The request alone fails: its rows are freed and its caller hears why."""
+        if job in self._waiting:
+            self._waiting.remove(job)
+        self._release_job(decoder, job)
+        self._rows_changed(decoder)
+        self._fail(job, exc)
+
+    def _fail(self, job: Job, exc: Exception) -> None:
         if not job.future.done():
             job.future.set_exception(exc)

@@ -114,6 +114,62 @@ def test_rows_that_join_and_leave_a_running_generation_get_the_tokens_they_get_a
         assert_as_alone(model, row, req)
 
 
+def slices_of(length: int, size: int) -> list[int]:
+    """`size` positions at a time, the last two slices cut so that the very last is one position (the lab's fused
+    one-position path)."""
+    sizes = []
+    while length > size + 1:
+        sizes.append(size)
+        length -= size
+    return sizes + ([length - 1, 1] if length > 1 else [length])
+
+
+def test_a_prompt_prefilled_in_slices_between_steps_gets_the_tokens_it_gets_alone(row_model):
+    """Chunked prefill: a newcomer's prompt is filled a few positions at a time while two rows step between its
+    slices; one of them ends and leaves mid-prefill (the row being filled moves down behind the last active row). The
+    row being filled is not stepped, and every row gets the tokens its text gets alone."""
+    model = row_model
+    requests = [request(0, 10), request(2, 40), request(1, 30)]
+    decoder = model.engine.row_decoder(model.chat, 3)
+    rows = [decoder.admit(prompt(model, r)) for r in requests[:2]]
+    for _ in range(5):
+        decoder.step()
+    newcomer = decoder.begin(prompt(model, requests[2]))
+    assert decoder.free == 0 and decoder.filling is newcomer and newcomer not in decoder.active
+    sizes = slices_of(newcomer.prompt.length, 3)
+    assert len(sizes) > 6  # the first row ends (after 10 tokens) while the newcomer is being filled
+    for i, size in enumerate(sizes):
+        assert decoder.fill(newcomer, size) == (i == len(sizes) - 1)
+        assert newcomer.prefilled == sum(sizes[: i + 1])
+        for row in decoder.step():
+            decoder.release(row)
+        assert newcomer.steps == (2 if i == len(sizes) - 1 else 0)  # its first token, then stepped: only once in
+    assert rows[0].ended and rows[0] not in decoder.active and newcomer in decoder.active
+    while decoder.active:
+        for row in decoder.step():
+            decoder.release(row)
+    for row, req in zip(rows + [newcomer], requests):
+        assert_as_alone(model, row, req)
+
+
+def test_a_row_released_while_it_is_being_filled_frees_its_row(model):
+    decoder = model.engine.row_decoder(model.chat, 2)
+    running = decoder.admit(prompt(model, request(0, 20)))
+    gone = decoder.begin(prompt(model, request(1, 20)))
+    decoder.fill(gone, 4)
+    decoder.step()
+    decoder.release(gone)
+    assert decoder.filling is None and decoder.free == 1 and decoder.active == [running]
+    with pytest.raises(RuntimeError, match="fill the row"):
+        decoder.fill(gone, 4)
+    later = decoder.admit(prompt(model, request(2, 12)))  # into the row it held
+    while decoder.active:
+        for row in decoder.step():
+            decoder.release(row)
+    assert_as_alone(model, running, request(0, 20))
+    assert_as_alone(model, later, request(2, 12))
+
+
 def test_a_row_that_ends_at_its_own_eos_leaves_and_its_row_is_reused(model):
     # seeds with no minimum length: the first seed whose row ends at its own EOS before 40 tokens
     decoder = model.engine.row_decoder(model.chat, 1)
@@ -366,29 +422,87 @@ def test_an_engine_that_cannot_admit_rows_gives_no_row_decoder_and_the_scheduler
         row_decoder_of(stock, 2)
 
 
-def test_newcomers_arriving_together_are_prefilled_one_per_step_and_the_trace_records_it(model, tmp_path, monkeypatch):
-    """While rows generate, each loop iteration prefills at most one newcomer, so a burst of arrivals never holds the
-    running rows for all its prefills at once (the loop trace, $CHATTTS_LAB_LOOP_TRACE, shows the order)."""
+def loop_order(records: list[dict]) -> list[dict]:
+    """The trace's prefills, slices and steps in the order the loop ran them."""
+    return [r for r in sorted(records, key=lambda r: r["t"]) if r["kind"] in ("prefill", "slice", "step")]
+
+
+def test_newcomers_arriving_together_are_prefilled_in_slices_one_per_step_and_the_trace_records_it(
+        model, tmp_path, monkeypatch):
+    """While rows generate, each loop iteration prefills at most one slice of one newcomer's prompt (chunked prefill):
+    a burst of arrivals never holds the running rows for a whole prompt, let alone all of them at once (the loop
+    trace, $CHATTTS_LAB_LOOP_TRACE, shows the order). Each newcomer's slices cover its prompt in order, and its audio
+    is what it makes alone."""
     import json
 
+    from chattts_lab.serve import scheduler as loop
+
+    monkeypatch.setattr(loop, "PREFILL_SLICE", 8)  # the tiny prompts are 16-60 positions: two slices or more each
     trace = tmp_path / "loop.jsonl"
     monkeypatch.setenv("CHATTTS_LAB_LOOP_TRACE", str(trace))
     scheduler = ContinuousScheduler(lambda: model, SchedulerPolicy(max_rows=4, max_queue=4))
     burst = []
 
     def during_a():  # in the loop thread: three arrive together while A generates
-        burst.extend(scheduler.submit(Part(request(i, 30), threading.Event(), Listener())) for i in (1, 2, 3))
+        burst.extend(scheduler.submit(Part(request(i, 30), threading.Event())) for i in (1, 2, 3))
 
     first = scheduler.submit(Part(request(0, 60), threading.Event(), Listener(at_first=during_a)))
     assert first.result(timeout=600).measurements.tokens == [60]
-    assert [f.result(timeout=600).measurements.tokens for f in burst] == [[30], [30], [30]]
+    together = [f.result(timeout=600) for f in burst]
+    assert [o.measurements.tokens for o in together] == [[30], [30], [30]]
     records = [json.loads(line) for line in trace.read_text().splitlines()]
-    loop = [r["kind"] for r in sorted(records, key=lambda r: r["t"]) if r["kind"] in ("prefill", "step")]
-    assert loop.count("prefill") == 4 and "prefill prefill" not in " ".join(loop)
+    order = loop_order(records)
+    assert [r["kind"] for r in order].count("prefill") == 1  # A, into an idle loop: whole
+    between_steps = " ".join("step" if r["kind"] == "step" else "prefill" for r in order)
+    assert "prefill prefill" not in between_steps
+    slices = [r for r in order if r["kind"] == "slice"]
+    assert {r["row"] for r in slices} == {2, 3, 4} and all(r["positions"] <= 8 for r in slices)
+    for row in (2, 3, 4):
+        own = [r for r in slices if r["row"] == row]
+        assert [r["start"] for r in own] == [sum(r["positions"] for r in own[:i]) for i in range(len(own))]
+        assert sum(r["positions"] for r in own) == own[0]["prompt"] and [r["last"] for r in own][-1]
+        assert len(own) >= 2
     chunks = [r for r in records if r["kind"] == "chunk"]
-    assert {r["row"] for r in chunks} == {1, 2, 3, 4} and all(r["tokens"] > 0 for r in chunks)
+    assert {r["row"] for r in chunks} == {1}
     decodes = [r for r in records if r["kind"] == "decode"]
     assert sum(sum(r["tokens"]) for r in decodes) == sum(r["tokens"] for r in chunks)
+    for i, out in zip((1, 2, 3), together):  # each alone in the same scheduler (its rows' sums differ by rounding)
+        again = scheduler.submit(Part(request(i, 30), threading.Event())).result(timeout=600)
+        assert again.measurements.batch_requests == 1
+        np.testing.assert_allclose(again.audio[0], out.audio[0], atol=1e-4)
+
+
+def test_a_listener_that_hangs_up_while_its_prompt_is_prefilled_frees_its_row(model, tmp_path, monkeypatch):
+    """A caller gone between two slices of its prompt: its row is freed at the next iteration (not filled further,
+    never stepped), its answer says it was stopped with no audio, the row takes the next request, and the row that
+    ran beside it all along is intact."""
+    import json
+
+    from chattts_lab.serve import scheduler as loop
+
+    monkeypatch.setattr(loop, "PREFILL_SLICE", 4)
+    trace = tmp_path / "loop.jsonl"
+    monkeypatch.setenv("CHATTTS_LAB_LOOP_TRACE", str(trace))
+    scheduler = ContinuousScheduler(lambda: model, SchedulerPolicy(max_rows=2, max_queue=0))
+    hang_up, submitted, later = threading.Event(), threading.Event(), {}
+
+    def during_a():  # the newcomer hangs up as it takes its row (its first slice is prefilled in that iteration)
+        later["gone"] = scheduler.submit(Part(request(1, 30), hang_up, Listener(), on_start=hang_up.set))
+        submitted.set()
+
+    a = scheduler.submit(Part(request(0, 80), threading.Event(), Listener(at_first=during_a)))
+    assert submitted.wait(timeout=600)
+    gone = later["gone"].result(timeout=600)
+    assert gone.measurements.interrupted and gone.measurements.tokens == [0] and len(gone.audio[0]) == 0
+    # admitted only because the row the hang-up held is free again (no queue at all)
+    assert scheduler.submit(Part(request(2, 20), threading.Event())).result(timeout=600).measurements.tokens == [20]
+    out = a.result(timeout=600)
+    assert out.measurements.tokens == [80] and not out.measurements.interrupted
+    slices = [r for r in loop_order(json.loads(line) for line in trace.read_text().splitlines())
+              if r["kind"] == "slice" and r["row"] == 2]
+    assert len(slices) == 1 and not slices[0]["last"]  # one slice, then freed
+    again = scheduler.submit(Part(request(0, 80), threading.Event(), Listener())).result(timeout=600)
+    np.testing.assert_allclose(again.audio[0], out.audio[0], atol=1e-4)
 
 
 def test_the_loop_trace_is_off_unless_its_file_is_named(model, monkeypatch):

@@ -9,18 +9,28 @@ token limits: ChatTTS's own processors for that request) and voice (the speaker 
 
 - `admit(prompt)` prefills the prompt alone into a free cache row (the same prefill `lab_generate` runs at batch 1)
   and samples the row's first token; the row takes part from the next `step()` on.
+- `begin(prompt)` takes a free cache row without computing anything, and `fill(row, positions)` prefills the next
+  slice of its prompt there (chunked prefill: a server runs one slice between two steps, so the running rows wait
+  for a slice, not for a whole prompt). A row being filled is not active: no step reads or writes its cache row.
+  With its last slice it samples its first token and joins the active rows. `admit` is `begin` and one `fill`.
 - `step()` runs one GPT forward for every active row and samples each row's next token with its own sampler.
 - `release(row)` frees the row at once: the last active row moves into its place, so the active rows are always
   the first n of the cache and a step reads only theirs.
 
 Every row keeps its own slots as `lab_generate` keeps them (prompt at 0..L-1, token i at L+i, position = slot).
+A slice of the prompt at slots p..p+S-1 attends to the row's slots 0..p+S-1 with the causal mask shifted by p
+(`slice_mask`: the model's own causal prefill lines the mask up at slot 0, which is right only for p = 0); the
+row being filled sits in the cache row just after the active ones, so that it joins them where it is.
 The fused attention kernel (and ONNX Runtime's GroupQueryAttention, whose cache length is one for the batch, read
 from the mask's width) writes a step's keys and values at one slot for the whole batch, so a step writes at
 the longest row's next slot `s` and attends to each row's own slots plus `s`; afterwards the rows behind copy
 slot `s` to their own next slot. Rows behind see slots between their end and `s` masked: those hold finite
 values (zeroed when the row is admitted, then written by every step), which the kernel's masked sums need.
 
-What is and is not the same as a request run alone: the prefill is identical; the sampler is the same code on
+What is and is not the same as a request run alone: a whole prefill is identical; one in slices computes each
+position from the same keys and values in smaller matrix products (fp32: within float rounding, 1.5e-7 relative on
+the tiny weights; the lab's int8/int4 quantize activations per position, so the same; ONNX Runtime's int8 graph
+quantizes a call's activations with one scale for all its positions, so a slice's rounding differs: about 1e-2); the sampler is the same code on
 the same [num_vq, vocab] logits with the same seeded generator use. The decode step's floating-point sums are
 not bit-identical: the attention kernel's vectorised reductions depend on where masked slots fall, and a
 projection's kernel may tile a batch of rows differently from one row (int8 activations are quantized per row
@@ -96,7 +106,7 @@ class Row:
     tokens: torch.Tensor  # [max_new, num_vq]
     hiddens: torch.Tensor  # [max_new, dim]
     history: torch.Tensor  # [num_vq, max_new], the sampler's token history
-    length: int  # cache slots it holds: prompt + tokens fed back so far (= its next position)
+    length: int  # cache slots it holds: prompt (so far, while being filled) + tokens fed back (= its next position)
     steps: int = 0  # tokens sampled (its EOS included)
     ended: str | None = None  # "eos" or "max_new_token" once it has ended
     next_input: torch.Tensor | None = None  # [1, 1, dim]: the last token's embedding, fed at the next step
@@ -108,6 +118,19 @@ class Row:
     def generated(self) -> int:
         """Audio tokens kept: an EOS step is not one."""
         return self.steps - (self.ended == "eos")
+
+    @property
+    def prefilled(self) -> int:
+        """Prompt positions in its cache row so far (`fill`); the whole prompt once it is active."""
+        return min(self.length, self.prompt.length)
+
+
+def slice_mask(start: int, end: int, device) -> torch.Tensor | None:
+    """The attention mask of prompt positions start..end-1 over cache slots 0..end-1 (True = attend): each position
+    sees every slot up to its own. None from slot 0: the model's own causal prefill, as `lab_generate` runs it."""
+    if start == 0:
+        return None
+    return torch.ones(end - start, end, dtype=torch.bool, device=device).tril(diagonal=start)[None, None]
 
 
 class RowDecoder:
@@ -121,6 +144,7 @@ class RowDecoder:
         self.engine, self.chat, self.rows = engine, chat, rows
         self.model, self.heads = engine.gpt_module, engine.heads
         self.active: list[Row] = []
+        self.filling: Row | None = None  # begun, its prompt not yet all in: the cache row after the active ones
         self.slots = 0
         self._caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._rot = None
@@ -129,19 +153,20 @@ class RowDecoder:
 
     @property
     def free(self) -> int:
-        return self.rows - len(self.active)
+        return self.rows - len(self.active) - (self.filling is not None)
 
     def _grow(self, slots: int) -> None:
         """(Re)allocate the cache for `slots` positions per row, keeping what the active rows hold."""
         slots = -(-slots // SLOT_STEP) * SLOT_STEP
         if slots <= self.slots:
             return
-        old, used = self._caches, self._window()
+        old, used = self._caches, max(self._window(), self.filling.length if self.filling else 0)
+        held = len(self.active) + (self.filling is not None)
         self.model.reset_cache(self.rows, slots)  # empty: pages become resident only where written
         new = self.model.caches
         for (k, v), (k0, v0) in zip(new, old):
-            k[: len(self.active), :, :used] = k0[: len(self.active), :, :used]
-            v[: len(self.active), :, :used] = v0[: len(self.active), :, :used]
+            k[:held, :, :used] = k0[:held, :, :used]
+            v[:held, :, :used] = v0[:held, :, :used]
         self._caches, self._rot, self.slots, self._view = new, self.model.rot_table, slots, None
 
     def _window(self) -> int:
@@ -156,23 +181,47 @@ class RowDecoder:
         self.model.caches = self._view[2]
         self.model.rot_table = self._rot
 
-    @torch.inference_mode()
     def admit(self, prompt: RowPrompt, owner=None) -> Row:
         """Prefill `prompt` into the next free row and sample its first token; it steps from the next step on."""
+        row = self.begin(prompt, owner)
+        self.fill(row)
+        return row
+
+    @torch.inference_mode()
+    def begin(self, prompt: RowPrompt, owner=None) -> Row:
+        """Take the next free cache row for `prompt`; `fill` prefills it. One row is filled at a time (it sits just
+        after the active rows, where it joins them)."""
         if not self.free:
             raise RuntimeError("no free row: release one first")
-        t0 = time.perf_counter()
+        if self.filling is not None:
+            raise RuntimeError("a row is being filled: fill it to its end (or release it) first")
         self._grow(prompt.length + prompt.max_new_token + 1)
-        index, L, device = len(self.active), prompt.length, self.engine.device
-        self._keep_masked_slots_finite(index, L)
         row = self._new_row(prompt, owner)
+        row.length = 0
+        self.filling = row
+        return row
+
+    @torch.inference_mode()
+    def fill(self, row: Row, positions: int | None = None) -> bool:
+        """Prefill the next `positions` of the row's prompt (None: all that remain) into its cache row. With its
+        last position the row samples its first token and is active from the next step on: True then."""
+        if row is not self.filling:
+            raise RuntimeError("fill the row that `begin` gave, until it is active")
+        t0 = time.perf_counter()
+        start, L, index, device = row.length, row.prompt.length, len(self.active), self.engine.device
+        end = L if positions is None else min(L, start + positions)
         with self.engine.generating():
             self._bind(index, index + 1)
-            hidden = self.model(prompt.emb.to(device), torch.arange(L, device=device)[None], 0, None)
-            self.active.append(row)
-            self._take(row, hidden[0], self.heads.code_logits(hidden), first=True)
-        row.prefill_s = time.perf_counter() - t0
-        return row
+            hidden = self.model(row.prompt.emb[:, start:end].to(device), torch.arange(start, end, device=device)[None],
+                                start, slice_mask(start, end, device))
+            row.length = end
+            if end == L:
+                self._keep_masked_slots_finite(index, L)
+                self.filling = None
+                self.active.append(row)
+                self._take(row, hidden[0], self.heads.code_logits(hidden), first=True)
+        row.prefill_s += time.perf_counter() - t0
+        return end == L
 
     def _keep_masked_slots_finite(self, index: int, L: int) -> None:
         """Every active row's slots below the longest row's length s hold finite values: its own, or zeros, or what a
@@ -262,20 +311,30 @@ class RowDecoder:
 
     @torch.inference_mode()
     def release(self, row: Row) -> None:
-        """Free the row's cache row now; the last active row takes its place."""
+        """Free the row's cache row now; the last active row takes its place, and a row being filled moves down
+        behind it (it joins the active rows where it is)."""
+        if row is self.filling:
+            self.filling = None
+            return
         index = self.active.index(row)
         last = len(self.active) - 1
         if index != last:
-            used = self.active[last].length + 1
-            for k, v in self._caches:
-                k[index, :, :used] = k[last, :, :used]
-                v[index, :, :used] = v[last, :, :used]
+            self._move(last, index, self.active[last].length + 1)
             self.active[index] = self.active[last]
         self.active.pop()
+        if self.filling is not None:
+            self._move(last + 1, last, self.filling.length)
+
+    def _move(self, source: int, target: int, used: int) -> None:
+        """Copy cache row `source`'s first `used` slots to cache row `target`."""
+        for k, v in self._caches:
+            k[target, :, :used] = k[source, :, :used]
+            v[target, :, :used] = v[source, :, :used]
 
     def reset(self) -> None:
         """Drop every row (after a failure inside a step, whose state is then unknown)."""
         self.active.clear()
+        self.filling = None
 
     def prompt(self, text: str, params_refine, params_code, refine: bool, normalize: bool) -> RowPrompt:
         """One text's prompt as ChatTTS's `infer` builds it: normalized, refined when asked, then captured with
