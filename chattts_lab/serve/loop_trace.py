@@ -1,12 +1,15 @@
 """A record of what the continuous-batching loop did and when, to find where a stream's time goes (issue 41).
 
-Off unless $CHATTTS_LAB_LOOP_TRACE names a file: then every prefill, GPT step, chunk decode, chunk handed to a
-stream and garbage collection is kept in memory as it happens (a dict appended: no I/O inside the loop) and
+Off unless $CHATTTS_LAB_LOOP_TRACE names a file: then every prefill (whole, or a slice of one), GPT step, chunk
+decode, chunk handed to a stream and garbage collection is kept in memory as it happens (a dict appended: no I/O inside the loop) and
 appended to that file as JSON lines whenever a request is answered. Off, each event costs one test of `enabled`.
 
 Each record: `t` (seconds since the trace began, when the event started), `kind`, `s` (its wall time) and what it
 was about:
-- prefill: `row` (the row's number in this trace), `prompt` (tokens), `rows` (active rows after it)
+- prefill: a whole prompt in one forward (into an idle loop, or one no longer than a slice): `row` (the row's
+  number in this trace), `prompt` (positions), `rows` (active rows after it)
+- slice: part of a prompt prefilled while other rows waited for it (chunked prefill): `row`, `prompt`, `rows`,
+  `start` (its first position), `positions`, `last` (whether it completed the prompt: the row generates from then on)
 - step: `rows` (the rows stepped)
 - decode: `rows` (spans decoded in one call), `tokens` (each span's new tokens), `first` (how many were a row's
   first chunk)

@@ -1,6 +1,7 @@
 """Read a continuous-batching loop trace ($CHATTTS_LAB_LOOP_TRACE, chattts_lab/serve/loop_trace.py) back into
 figures: per kind of event (count, median, p90, max ms; steps by rows), each row's first chunk (when, after what),
-and the chunks handed late (the row's listener had run dry: ahead_s < 0) with what the loop ran just before.
+the chunks handed late (the row's listener had run dry: ahead_s < 0) with what the loop ran just before, and what
+running rows waited between two steps of theirs, with and without a newcomer's prefill (or slice) in the wait.
 
     python scripts/probes/loop_trace_summary.py TRACE.jsonl [--late 0.0]
 """
@@ -36,7 +37,11 @@ def per_kind(records: list[dict]) -> None:
 
 
 def first_chunks(records: list[dict]) -> None:
-    prefill = {r["row"]: r for r in records if r["kind"] == "prefill"}
+    prefill = {}
+    for r in records:  # a prompt in slices: its slices together
+        if r["kind"] in ("prefill", "slice"):
+            p = prefill.setdefault(r["row"], dict(r, s=0.0))
+            p.update(s=p["s"] + r["s"], rows=r["rows"])
     print("\n| row | prompt | rows after admit | first chunk after admit s | prefill ms |\n|---|---|---|---|---|")
     seen = set()
     for r in records:
@@ -60,12 +65,31 @@ def late_chunks(records: list[dict], late: float) -> None:
 
 def gaps(records: list[dict]) -> None:
     """Time in the loop thread outside any recorded event (prompt building, bookkeeping, waiting)."""
-    loop = sorted((r for r in records if r["kind"] in ("prefill", "step", "decode")), key=lambda r: r["t"])
+    loop = sorted((r for r in records if r["kind"] in ("prefill", "slice", "step", "decode")), key=lambda r: r["t"])
     holes = [b["t"] - (a["t"] + a["s"]) for a, b in zip(loop, loop[1:])]
     holes = [h for h in holes if 0 <= h < 1.0]  # longer: the loop was idle between requests
     if holes:
         print(f"\nbetween loop events: median {statistics.median(holes) * 1e3:.2f} ms, p90 {pct(holes, .9) * 1e3:.2f},"
               f" max {max(holes) * 1e3:.1f}, total {sum(holes):.2f} s")
+
+
+def waits_between_steps(records: list[dict]) -> None:
+    """From the end of one step to the start of the next, while rows generated: what every running row waited,
+    split by whether a prefill or a slice of one ran in that wait (and the longest such wait: the longest iteration
+    a newcomer cost the others)."""
+    loop = sorted((r for r in records if r["kind"] in ("prefill", "slice", "step", "decode")), key=lambda r: r["t"])
+    steps = [i for i, r in enumerate(loop) if r["kind"] == "step"]
+    waits = {"with a prefill": [], "with a slice": [], "without": []}
+    for a, b in zip(steps, steps[1:]):
+        wait = loop[b]["t"] - (loop[a]["t"] + loop[a]["s"])
+        kinds = {r["kind"] for r in loop[a + 1:b]}
+        if wait < 1.0:  # longer: the loop was idle between requests
+            waits["with a prefill" if "prefill" in kinds else "with a slice" if "slice" in kinds else "without"].append(
+                wait * 1e3)
+    print("\n| running rows waited between two steps | count | median ms | p90 ms | max ms |\n|---|---|---|---|---|")
+    for key, v in waits.items():
+        if v:
+            print(f"| {key} | {len(v)} | {statistics.median(v):.1f} | {pct(v, .9):.1f} | {max(v):.1f} |")
 
 
 def main() -> None:
@@ -79,6 +103,7 @@ def main() -> None:
     first_chunks(records)
     late_chunks(records, args.late)
     gaps(records)
+    waits_between_steps(records)
 
 
 if __name__ == "__main__":
