@@ -431,6 +431,13 @@ def test_the_bandwidth_reads_are_the_codes():
     assert readme_number(r"the median of (\d+) reads", "docs/measuring.md") == READ_REPEATS
 
 
+def test_the_prefill_slice_in_docs_serving_is_the_schedulers():
+    from chattts_lab.serve.scheduler import PREFILL_SLICE
+
+    assert readme_number(r"\(\*\*chunked prefill\*\*: (\d+) prompt positions per loop iteration", "docs/serving.md") \
+        == PREFILL_SLICE
+
+
 def test_the_batching_default_in_docs_serving_is_the_apps(parsers):
     """The flags' defaults are docs/serving.md's generated table (scripts/readme.py); the scheduling it names in
     prose is the app's."""
