@@ -82,8 +82,12 @@ def waits_between_steps(records: list[dict]) -> None:
     waits = {"with a prefill": [], "with a slice": [], "without": []}
     for a, b in zip(steps, steps[1:]):
         wait = loop[b]["t"] - (loop[a]["t"] + loop[a]["s"])
-        kinds = {r["kind"] for r in loop[a + 1:b]}
-        if wait < 1.0:  # longer: the loop was idle between requests
+        # `rows` counts a whole prefill's row: one with no other row beside it went into an idle loop (the rows before
+        # it had ended), which admits every newcomer whole and where no one waited
+        beside = [r for r in loop[a + 1:b] if r["kind"] in ("prefill", "slice")]
+        idle = any(r["kind"] == "prefill" and r["rows"] == 1 for r in beside)
+        if wait < 1.0 and not idle:  # longer: the loop was idle between requests
+            kinds = {r["kind"] for r in beside}
             waits["with a prefill" if "prefill" in kinds else "with a slice" if "slice" in kinds else "without"].append(
                 wait * 1e3)
     print("\n| running rows waited between two steps | count | median ms | p90 ms | max ms |\n|---|---|---|---|---|")
