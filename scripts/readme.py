@@ -8,6 +8,7 @@ Measured figures (dated measurements) stay prose: no block holds them.
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 import typing
@@ -88,7 +89,27 @@ def sweep_timing() -> str:
                                      "--timeout", "--drift-threshold"))
 
 
-BLOCKS = {"limits": limits, "precisions": precisions, "serving-policy": serving_policy, "sweep-timing": sweep_timing}
+def _default(value) -> str:
+    if value is None:
+        return "none"
+    return f'"{value}"' if isinstance(value, str) else str(value)
+
+
+def gradio_api() -> str:
+    """The app's two Gradio API endpoints (gradio_client's `c.predict`): their parameters in order, with defaults."""
+    from webui.benchmark.sweep_run import api_run_sweep  # Gradio code: imported only when this block is written
+    from webui.synthesis.handlers import api_synthesize
+
+    def parameters(fn) -> str:
+        taken = list(inspect.signature(fn).parameters.values())[1:]  # the first is the app's context, bound by it
+        return ", ".join(f"{p.name} [{_default(p.default)}]" if p.default is not p.empty else p.name for p in taken)
+
+    return _table(("endpoint", "parameters in order [default]"),
+                  [("`/synthesize`", parameters(api_synthesize)), ("`/run_sweep`", parameters(api_run_sweep))])
+
+
+BLOCKS = {"limits": limits, "precisions": precisions, "serving-policy": serving_policy, "sweep-timing": sweep_timing,
+          "gradio-api": gradio_api}
 
 
 def rewritten(text: str) -> str:

@@ -58,17 +58,18 @@ x86_64_only = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "a
 # one test process (its module fixtures start once); the Ray files share one, and one Ray cluster (`ray_cluster`),
 # stopped once the last of them ends. The longest files start first, so no long one is left to run alone at the end.
 RAY_FILES = ("tests/sweep/test_fleet.py", "tests/serve/test_ray_serve.py")
-# Test-seconds per file in one full run (docs/measurements/2026-12-04-test-run.md), longest first; the Ray files
-# run as one scope (729 s together). test_lab.py's figure is its steady one: a change to the kernels' sources adds
-# about 400 s there, once, building the three levels below this CPU's.
-LONGEST_FIRST = (*RAY_FILES, "tests/serve/test_faults.py", "tests/webui/test_browser_i18n.py",
-                 "tests/webui/test_browser_benchmark.py", "tests/bench/test_serving.py", "tests/engines/test_lab.py",
-                 "tests/bench/test_cli.py", "tests/quality/test_sweep.py", "tests/app/test_served_default.py",
-                 "tests/webui/test_browser_flows.py", "tests/bench/test_cost.py", "tests/bench/test_capacity.py",
-                 "tests/webui/test_browser_synthesis.py", "tests/app/test_bad_input.py",
-                 "tests/sweep/test_passes_interleaved.py", "tests/library/test_imports.py",
-                 "tests/library/test_synthesis.py", "tests/serve/test_continuous.py", "tests/sweep/test_faults.py",
-                 "tests/engines/test_onnx.py", "tests/webui/test_browser_capacity.py", "tests/serve/test_zerogpu.py")
+# Test-seconds per file in one full run (2026-12-04, quiet start: docs/measurements/2026-12-04-test-run.md), longest
+# first; the Ray files run as one scope (about 190-360 s together). test_lab.py's figure is its steady one: a change to
+# the kernels' sources adds about 400 s there, once, building the three levels below this CPU's.
+LONGEST_FIRST = (*RAY_FILES, "tests/serve/test_faults.py", "tests/webui/test_browser_benchmark.py",
+                 "tests/webui/test_browser_flows.py", "tests/webui/test_browser_synthesis.py",
+                 "tests/webui/test_browser_i18n.py", "tests/engines/test_lab.py", "tests/bench/test_serving.py",
+                 "tests/app/test_served_default.py", "tests/engines/test_onnx.py", "tests/bench/test_cli.py",
+                 "tests/sweep/test_faults.py", "tests/app/test_mcp.py", "tests/quality/test_sweep.py",
+                 "tests/sweep/test_passes_interleaved.py", "tests/serve/test_continuous.py",
+                 "tests/serve/test_zerogpu.py", "tests/webui/test_browser_capacity.py", "tests/bench/test_capacity.py",
+                 "tests/bench/test_cost.py", "tests/sweep/test_roofline.py", "tests/library/test_synthesis.py",
+                 "tests/library/test_imports.py", "tests/app/test_load.py", "tests/app/test_bad_input.py")
 
 
 def _test_file(nodeid: str) -> str:

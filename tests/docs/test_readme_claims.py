@@ -11,6 +11,7 @@ paths and anchors as the README's, and each number they state against the code, 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import inspect
 import re
@@ -330,28 +331,19 @@ def test_the_audio_arithmetic_is_the_codes():
     assert readme_number(r"send their first chunk after (\d+) steps") == FIRST_CHUNK
 
 
-def test_the_gradio_api_defaults_are_the_apis():
-    from webui.benchmark.tab import api_run_sweep
-    from webui.synthesis.tab import api_synthesize
+def test_the_gradio_api_examples_pass_what_the_apis_take():
+    """The parameters and defaults are a generated table (scripts/readme.py); the examples beside it must fit them."""
+    from webui.benchmark.sweep_run import api_run_sweep
+    from webui.synthesis.handlers import api_synthesize
 
-    synth = inspect.signature(api_synthesize).parameters
-    assert list(synth)[1:] == ["text", "voice", "temperature", "top_p", "top_k", "audio_seed", "speed",
-                               "max_new_token", "split"]  # the README's order
-    for name, pattern in {"temperature": r"temperature \[([\d.]+)\]", "top_p": r"top_p \[([\d.]+)\]",
-                          "top_k": r"top_k \[(\d+)\]", "speed": r"speed 0-9 \[(\d+)\]",
-                          "max_new_token": r"max audio\s+tokens \[(\d+)\]"}.items():
-        assert readme_number(pattern) == synth[name].default, name
-    assert synth["split"].default is False and says("split sentences [False]")
-
-    sweep = inspect.signature(api_run_sweep).parameters
-    stated = re.search(r"`/run_sweep` takes comma lists.*?It returns", README, re.S).group(0)
-    shown = dict(re.findall(r"(\w+) \[([^\]]+)\]", stated.replace("\n", " ")))
-    positional = ["devices", "precisions", "batches", "threads", "tokens", "repeats", "stream"]
-    assert list(sweep)[1:8] == positional and set(shown) == set(list(sweep)[1:])
-    for name, said in shown.items():
-        value = sweep[name].default
-        expect = '""' if value == "" else (f'"{value}"' if isinstance(value, str) else str(value))
-        assert said.split(":")[0].strip() == expect, (name, said, value)
+    for fn, api_name in ((api_synthesize, "/synthesize"), (api_run_sweep, "/run_sweep")):
+        taken = list(inspect.signature(fn).parameters)[1:]
+        calls = re.findall(rf'c\.predict\(([^)]*)api_name="{api_name}"([^)]*)\)', README)
+        assert len(calls) >= 2, api_name  # a short call and a longer one, each
+        for call in calls:
+            parsed = ast.parse(f'f({call[0]}api_name="{api_name}"{call[1]})').body[0].value
+            named = {k.arg for k in parsed.keywords} - {"api_name"}
+            assert len(parsed.args) <= len(taken) and named <= set(taken), (api_name, call)
     assert re.search(r'c\.predict\([^)]*api_name="/run_sweep", passes=1\)', README)  # repeats shown where it applies
 
 
