@@ -275,25 +275,33 @@ def test_lab_int8_records_the_int8_kernel_this_cpu_runs():
     unload_all()
 
 
+# x's leading dims in the GEMM tests: a decode step's 1 to 16 rows (batch 2 of 1 to 8, one odd count), then many rows
+# (from 16 the x86 levels' int8 runs its many-rows tiles): odd counts leave a last tile of one row
+ROWS_OF_X = [(2, m) for m in (1, 2, 3, 4, 5, 7, 8)] + [(9,), (17,), (2, 9), (31,), (2, 33), (100,)]
+
+
 @pytest.mark.parametrize("level", ALL_LEVELS)
 def test_int8_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch(level):
     """The lab's int8 GEMM at each level (gemm_*.cpp) against x @ dequantized W and against the portable level, on
-    shapes that leave partial blocks and tiles: output rows not a multiple of 16 or 64, 1 to 33 rows of x."""
+    shapes that leave partial blocks and tiles: output rows not a multiple of 16 or 32, K not a multiple of 32, 1 to
+    16 rows of x (a decode step's tiles) and 17 to 100 (many rows: a prompt, a decoder's frames), odd and even."""
     from chattts_lab.engines.lab.linear import per_channel_int8
 
     fused = kernels_at(level)
     torch.manual_seed(0)
-    for n, k in [(16, 16), (17, 32), (100, 64), (130, 768), (2504, 768)]:
+    for n, k in [(16, 16), (17, 32), (33, 48), (100, 64), (130, 768), (2504, 768)]:
         w = torch.randn(n, k)
         q, scales = per_channel_int8(w)
         module = PackedInt8Linear(w, fused)
         assert module.packed.numel() == -(-n // 16) * 16 * k  # one packed copy, rows padded to 16
-        for m in (1, 2, 3, 4, 5, 7, 8, 9, 16, 33):
-            x = torch.randn(2, m, k)
+        for rows in ROWS_OF_X:
+            x = torch.randn(*rows, k)
             want = x @ (q.float() * scales[:, None]).T
             got = module(x)
-            assert got.shape == (2, m, n)
-            assert float((got - want).norm() / want.norm()) < 0.02, (n, k, m)  # 8-bit activations' rounding
+            assert got.shape == (*rows, n)
+            assert float((got - want).norm() / want.norm()) < 0.02, (n, k, rows)  # 8-bit activations' rounding
+            if len(got) == 100:  # per-row scales: rows alone (a decode step's tiles) give what they give among many
+                assert torch.equal(module(x[:7]), got[:7]), (n, k)
             # the same 8-bit activations and int32 sums at every level: equal to the portable loops within fp32
             portable = fused.int8_linear_portable(x, *module.tensors, n)
             torch.testing.assert_close(got, portable, rtol=1e-5, atol=1e-5)
@@ -302,7 +310,7 @@ def test_int8_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch(level):
 @pytest.mark.parametrize("level", ALL_LEVELS)
 def test_int4_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch(level):
     """The lab's int4 GEMM at each level against x @ dequantized W (groups of 128) and against the portable level,
-    on shapes that leave partial blocks: output rows not a multiple of 16, 1 to 33 rows of x, weights not centred."""
+    on shapes that leave partial blocks: output rows not a multiple of 16, 1 to 100 rows of x, weights not centred."""
     from chattts_lab.engines.lab.linear import PackedInt4Linear, per_group_uint4
 
     fused = kernels_at(level)
@@ -316,12 +324,12 @@ def test_int4_gemm_matches_the_dequantized_matmul_for_any_rows_and_batch(level):
         assert float((dequantized - w).norm() / w.norm()) < 0.1
         module = PackedInt4Linear(w, fused)
         assert module.packed.numel() == -(-n // 16) * 16 * k // 2  # two weights a byte, rows padded to 16
-        for m in (1, 2, 3, 5, 8, 9, 16, 33):
-            x = torch.randn(2, m, k)
+        for rows in ROWS_OF_X:
+            x = torch.randn(*rows, k)
             want = x @ dequantized.T
             got = module(x)
-            assert got.shape == (2, m, n)
-            assert float((got - want).norm() / want.norm()) < 0.02, (n, k, m)  # 8-bit activations' rounding
+            assert got.shape == (*rows, n)
+            assert float((got - want).norm() / want.norm()) < 0.02, (n, k, rows)  # 8-bit activations' rounding
             # same integer sums; only the order the fp32 group sums are added in differs between levels
             portable = fused.int4_linear_portable(x, *module.tensors, n)
             torch.testing.assert_close(got, portable, rtol=1e-4, atol=1e-4 * float(portable.abs().max()))

@@ -49,38 +49,31 @@ static float quantize_row(const float* x, int8_t* q, int64_t K) {
   return scale;
 }
 
-// acc + q . w for 4 k of 8 output rows: w the weight half-line, x 4 bytes of one activation row broadcast.
-static inline __m256i dot4(__m256i acc, __m256i x, __m256i w) {
+// The unsigned operand of a byte dot product for 4 bytes of x broadcast: |x| (AVX2: x's sign goes onto the weight)
+// or x + 128 (AVX-VNNI). Computed once per row and k step at a decode step's few rows; at many rows once per call.
+static inline __m256i unsigned_operand(__m256i x) {
 #if defined(LAB_VNNI256)
-  return dpbusd(acc, _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))), w);  // x + 128, unsigned
+  return _mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80)));
 #else
-  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(w, x));
+  return _mm256_sign_epi8(x, x);
+#endif
+}
+
+// acc + q . w for 4 k of 8 output rows: w the weight half-line, x 4 bytes of one activation row broadcast and u its
+// unsigned_operand.
+static inline __m256i dot4(__m256i acc, __m256i u, [[maybe_unused]] __m256i x, __m256i w) {
+#if defined(LAB_VNNI256)
+  return dpbusd(acc, u, w);
+#else
+  const __m256i pairs = _mm256_maddubs_epi16(u, _mm256_sign_epi8(w, x));
   return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 #endif
 }
 
-// y[m, blocks b0 .. b0+NB) for MT rows of q: walks K once, reading each block's 16 * K weight bytes once.
+// y[m, blocks b0 .. b0+NB) = the int32 sums of MT rows times each output row's scale and each x row's scale.
 template <int MT, int NB>
-static void micro(const int8_t* q, int64_t K, const int8_t* w, int64_t b0, const int32_t* sums, const float* wscale,
-                  const float* xscale, float* y, int64_t N) {
-  __m256i acc[MT][NB][2];
-  for (int m = 0; m < MT; ++m)
-    for (int b = 0; b < NB; ++b) acc[m][b][0] = acc[m][b][1] = _mm256_setzero_si256();
-  const int8_t* wb = w + b0 * K * ROWS;
-  for (int64_t k = 0; k < K; k += 4) {
-    __m256i wv[NB][2];
-    for (int b = 0; b < NB; ++b) {
-      const int8_t* line = wb + b * K * ROWS + k * ROWS;
-      wv[b][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(line));
-      wv[b][1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(line + 32));
-      if constexpr (MT > 1) _mm_prefetch(reinterpret_cast<const char*>(line + 64 * PREFETCH_LINES), _MM_HINT_T0);
-    }
-    for (int m = 0; m < MT; ++m) {
-      const __m256i xv = bcast4(q + m * K + k);
-      for (int b = 0; b < NB; ++b)
-        for (int h = 0; h < 2; ++h) acc[m][b][h] = dot4(acc[m][b][h], xv, wv[b][h]);
-    }
-  }
+static void store_int8_tile(const __m256i (&acc)[MT][NB][2], int64_t b0, [[maybe_unused]] const int32_t* sums,
+                            const float* wscale, const float* xscale, float* y, int64_t N) {
   for (int b = 0; b < NB; ++b)
     for (int h = 0; h < 2; ++h) {
       const int64_t n0 = (b0 + b) * ROWS + 8 * h;
@@ -100,20 +93,88 @@ static void micro(const int8_t* q, int64_t K, const int8_t* w, int64_t b0, const
     }
 }
 
+// y[m, blocks b0 .. b0+NB) for MT rows of q: walks K once, reading each block's 16 * K weight bytes once. With
+// OPERANDS, `u` holds the rows' unsigned operands computed beforehand (many rows); without, they are computed as the
+// rows are read (u unused).
+template <int MT, int NB, bool OPERANDS = false>
+static void micro(const int8_t* q, const uint8_t* u, int64_t K, const int8_t* w, int64_t b0, const int32_t* sums,
+                  const float* wscale, const float* xscale, float* y, int64_t N) {
+  __m256i acc[MT][NB][2];
+  for (int m = 0; m < MT; ++m)
+    for (int b = 0; b < NB; ++b) acc[m][b][0] = acc[m][b][1] = _mm256_setzero_si256();
+  const int8_t* wb = w + b0 * K * ROWS;
+  for (int64_t k = 0; k < K; k += 4) {
+    __m256i wv[NB][2];
+    for (int b = 0; b < NB; ++b) {
+      const int8_t* line = wb + b * K * ROWS + k * ROWS;
+      wv[b][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(line));
+      wv[b][1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(line + 32));
+      // many rows read a block from cache after the first tile: only a decode step's few rows prefetch
+      if constexpr (MT > 1 && !OPERANDS)
+        _mm_prefetch(reinterpret_cast<const char*>(line + 64 * PREFETCH_LINES), _MM_HINT_T0);
+    }
+    for (int m = 0; m < MT; ++m) {
+      const __m256i xv = bcast4(q + m * K + k);
+      const __m256i uv = OPERANDS ? bcast4(reinterpret_cast<const int8_t*>(u) + m * K + k) : unsigned_operand(xv);
+      for (int b = 0; b < NB; ++b)
+        for (int h = 0; h < 2; ++h) acc[m][b][h] = dot4(acc[m][b][h], uv, xv, wv[b][h]);
+    }
+  }
+  store_int8_tile<MT, NB>(acc, b0, sums, wscale, xscale, y, N);
+}
+
+#if !defined(LAB_VNNI256)
+// From this many rows of x (a prompt's prefill, a decoder's or vocoder's frames) AVX2's int8 runs many_rows_int8.
+constexpr int64_t MANY_ROWS = 16;
+
+// Many rows without VNNI, where a byte product costs four instructions (`vpsignb`, `vpmaddubsw`, `vpmaddwd`,
+// `vpaddd`) and the instruction count bounds the time: tiles of 2 rows x 2 blocks (8 accumulators of 8 outputs),
+// each row's |x| computed once per call rather than once per tile and block. A thread walks its blocks' rows tile by
+// tile, so a pair of blocks (32 * K weight bytes) stays in cache while every row passes it. One thread, Zen 5 held
+// to AVX2: 0.85-1.0x the time of the decode-step tiles (4 rows x 1 block) at 16-256 rows
+// (docs/measurements/2026-12-04-avx2-many-rows.md). With AVX-VNNI (one `vpdpbusd` a product) the same tiles were
+// slower than the decode-step ones (a pair of blocks at K = 2048 outgrows L1): that level keeps them.
+static void many_rows_int8(const Int8Gemm& c, const int8_t* q, const float* xs) {
+  std::vector<uint8_t> operands(c.M * c.K);
+  for (int64_t i = 0; i < c.M * c.K; i += 16) {  // M * K a multiple of 16 (int8_linear checks K)
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(operands.data() + i),
+                     _mm256_castsi256_si128(unsigned_operand(_mm256_castsi128_si256(x))));
+  }
+  const int64_t blocks = (c.N + ROWS - 1) / ROWS;
+  at::parallel_for(0, (blocks + 1) / 2, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b0 = 2 * begin; b0 < std::min(2 * end, blocks); b0 += 2)
+      for (int64_t m0 = 0; m0 < c.M; m0 += 2) {
+        const int8_t* qm = q + m0 * c.K;
+        const uint8_t* um = operands.data() + m0 * c.K;
+        float* ym = c.y + m0 * c.N;
+        const bool two_rows = m0 + 2 <= c.M, two_blocks = b0 + 2 <= blocks;
+        if (two_rows && two_blocks) micro<2, 2, true>(qm, um, c.K, c.w, b0, c.sums, c.scales, xs + m0, ym, c.N);
+        else if (two_rows) micro<2, 1, true>(qm, um, c.K, c.w, b0, c.sums, c.scales, xs + m0, ym, c.N);
+        else if (two_blocks) micro<1, 2, true>(qm, um, c.K, c.w, b0, c.sums, c.scales, xs + m0, ym, c.N);
+        else micro<1, 1, true>(qm, um, c.K, c.w, b0, c.sums, c.scales, xs + m0, ym, c.N);
+      }
+  });
+}
+#endif
+
 static void int8_gemm(const Int8Gemm& c) {
   const QuantizedRows<int8_t> x(c.x, c.M, c.K, false, quantize_row);
   const int8_t* q = x.q.data();
   const float* xs = x.scale.data();
+#if !defined(LAB_VNNI256)
+  if (c.M >= MANY_ROWS) return many_rows_int8(c, q, xs);
+#endif
   over_blocks(
       c.M, c.N, BLOCKS, TILE8,
       [&](int64_t b0, int64_t nb) {
-        if (nb == BLOCKS) return micro<1, BLOCKS>(q, c.K, c.w, b0, c.sums, c.scales, xs, c.y, c.N);
-        for (int64_t b = b0; b < b0 + nb; ++b) micro<1, 1>(q, c.K, c.w, b, c.sums, c.scales, xs, c.y, c.N);
+        if (nb == BLOCKS) return micro<1, BLOCKS>(q, nullptr, c.K, c.w, b0, c.sums, c.scales, xs, c.y, c.N);
+        for (int64_t b = b0; b < b0 + nb; ++b) micro<1, 1>(q, nullptr, c.K, c.w, b, c.sums, c.scales, xs, c.y, c.N);
       },
       [&](int64_t b, int64_t m0, int64_t mt) {
         with_rows(mt, [&](auto rows) {
           if constexpr (rows() <= TILE8)
-            micro<rows(), 1>(q + m0 * c.K, c.K, c.w, b, c.sums, c.scales, xs + m0, c.y + m0 * c.N, c.N);
+            micro<rows(), 1>(q + m0 * c.K, nullptr, c.K, c.w, b, c.sums, c.scales, xs + m0, c.y + m0 * c.N, c.N);
         });
       });
 }
