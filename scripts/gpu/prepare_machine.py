@@ -26,7 +26,7 @@ from pathlib import Path
 READ_BYTES = 2 * 2**30  # about 35 times an H200's 60 MB L2 cache
 # What the bench needs that the device image lacks (carried as wheels: scripts/gpu/prepare_wheels.sh): module -> dist
 CARRIED = {"ChatTTS": "chattts", "vocos": "vocos", "vector_quantize_pytorch": "vector-quantize-pytorch",
-           "pybase16384": "pybase16384", "plotly": "plotly"}
+           "pybase16384": "pybase16384", "plotly": "plotly", "pydantic": "pydantic", "soundfile": "soundfile"}
 
 
 def main(argv: list[str] | None = None) -> int:

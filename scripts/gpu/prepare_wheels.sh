@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The wheels `python -m bench` needs on the lent GPU machine and its image lacks, downloaded into <repo>/.whl.
 #
-#     bash scripts/gpu/prepare_wheels.sh        # here, once, where pip reaches PyPI (a few seconds, about 4 MB)
+#     bash scripts/gpu/prepare_wheels.sh        # here, once, where pip reaches PyPI (a few seconds, about 15 MB)
 #
 # The nvidia-h200 image (/work/.library/device/KINDS.md) has Python 3.12, torch 2.11 (CUDA 13), torchaudio,
 # transformers, numpy, pandas, scipy, numba, einops, sympy, narwhals, psutil, tqdm, onnx and onnxruntime (CPU), but
-# not ChatTTS and its own needs, nor plotly; nothing can be downloaded there. `.whl/` is git-ignored (.gitignore), so
+# not ChatTTS and its own needs, pydantic, soundfile or plotly (carried.txt); nothing can be downloaded there. `.whl/` is git-ignored (.gitignore), so
 # it travels only when a device call names it in `carry`; scripts/gpu/sweep.sh installs it there into /tmp/site.
-# `--no-deps`: every missing dependency is named below, pinned to the version this project's venv runs; the check at
+# `--no-deps`: every missing dependency is named in carried.txt, pinned to the version this project's venv runs; the check at
 # the end fails if a wheel needs something that is neither carried nor in the image.
 set -euo pipefail
 ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
@@ -17,13 +17,11 @@ PY=${PYTHON:-$([ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" 
 # The device image's Python and platform (the device README's flags: pip matches manylinux_2_N exactly).
 TARGET=(--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
-# Published as wheels (pybase16384 and cffi are compiled: cp312 manylinux builds).
-WHEELS=(vocos==0.1.0 vector-quantize-pytorch==1.32.0 pybase16384==0.3.9 cffi==2.1.1 pycparser==3.12 einx==0.4.3
-        frozendict==2.5.1 loguru==0.7.3 torch-einops-utils==0.2.0 plotly==7.1.0)
-# Published as source only; both are pure Python, so a wheel built here installs on any Python 3.
-SOURCE_ONLY=(chattts==0.2.5 encodec==0.1.1)
-# In the image (KINDS.md, read 2026-11-17): what the wheels above may require without being carried.
-IMAGE_HAS="numpy torch torchaudio tqdm transformers numba scipy einops pyyaml huggingface-hub sympy narwhals packaging"
+# What is carried (scripts/gpu/carried.txt) and what the image has (scripts/gpu/image_packages.txt).
+HERE=$(dirname "$0")
+mapfile -t WHEELS < <(grep -v -e '^#' -e 'sdist' "$HERE/carried.txt" | awk 'NF {print $1}')
+mapfile -t SOURCE_ONLY < <(grep -v '^#' "$HERE/carried.txt" | awk '$2 == "sdist" {print $1}')
+IMAGE_HAS=$(grep -v '^#' "$HERE/image_packages.txt" | tr '\n' ' ')
 
 rm -rf "$DEST"
 mkdir -p "$DEST"

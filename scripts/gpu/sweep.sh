@@ -3,7 +3,8 @@
 #
 # On the lent GPU (the device tool's `run`; docs/results/README.md has the exact call):
 #     bash scripts/gpu/sweep.sh                 carry [".whl"] (scripts/gpu/prepare_wheels.sh fills it), timeout_s 540
-# Here, on CPU, the same steps on tiny weights and 8 tokens (checks the script and the bundle, not the GPU):
+# Here, on CPU, the same steps on tiny weights and 8 tokens, importing only what the image has or is carried
+# (scripts/gpu/image_only): checks the script, the carried wheels and the bundle, not the GPU:
 #     CHATTTS_LAB_GPU_DRY=1 PYTHON=.venv/bin/python bash scripts/gpu/sweep.sh
 # Extra arguments go to `python -m bench` after the script's own, so they win: a narrower rerun is
 #     bash scripts/gpu/sweep.sh --engine lab --batch 1
@@ -46,7 +47,9 @@ run_all() {
     rm -rf "$WORK" && mkdir -p "$WORK" "$OUT"
     export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
         TQDM_DISABLE=1  # no progress bars in the log: each cell that does not run still prints its reason
-    if [ "$DRY" != 1 ]; then
+    if [ "$DRY" = 1 ]; then  # only what the GPU machine will have: its image and the carried wheels
+        export PYTHONPATH="$ROOT/scripts/gpu/image_only:$PYTHONPATH"
+    else
         if ls .whl/*.whl >/dev/null 2>&1; then
             timeout 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
                 --target /tmp/site .whl/*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/site" \

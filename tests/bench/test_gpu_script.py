@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,30 @@ def test_the_gpu_sweep_without_a_gpu_writes_a_bundle_whose_36_rows_say_why(tmp_p
     assert notes["device_check"]["bandwidth"] == {"status": "skipped", "reason": "no CUDA device here"}
     assert (out / "results.html").is_file() and "stock" in (out / "sweep.log").read_text()
     assert json.loads((out / "machine.json").read_text())["checkpoint"]["status"] == "ok"
+
+
+GPU_SCRIPTS = ROOT / "scripts" / "gpu"
+# What a sweep cell imports at module level (the engines load ChatTTS, transformers' Llama and vocos when they run).
+CELL_IMPORTS = ("import bench.cli, chattts_lab.sweep.worker, chattts_lab.engines.lab, chattts_lab.engines.stock, "
+                "ChatTTS, vocos, soundfile, transformers.models.llama.modeling_llama")
+
+
+def _import_as_on_the_gpu(gpu_scripts: Path, code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=f"{gpu_scripts / 'image_only'}{os.pathsep}{ROOT}")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_what_a_gpu_sweep_cell_imports_is_in_the_image_or_carried():
+    """The carried wheels (scripts/gpu/carried.txt) cover what the image lacks; a miss once cost a lease's first try."""
+    run = _import_as_on_the_gpu(GPU_SCRIPTS, CELL_IMPORTS)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_a_wheel_left_out_of_the_carried_list_fails_the_dry_run_here(tmp_path):
+    shutil.copytree(GPU_SCRIPTS / "image_only", tmp_path / "image_only")
+    shutil.copy(GPU_SCRIPTS / "image_packages.txt", tmp_path)
+    carried = (GPU_SCRIPTS / "carried.txt").read_text().splitlines()
+    (tmp_path / "carried.txt").write_text("\n".join(x for x in carried if not x.startswith("pydantic==")))
+
+    run = _import_as_on_the_gpu(tmp_path, "import bench.cli")
+    assert run.returncode != 0 and "No module named 'pydantic'" in run.stderr
