@@ -53,7 +53,8 @@ class SyntheticSpec:
 
 
 def default_cache_dir() -> Path:
-    """Where generated checkpoints live: $CHATTTS_LAB_CACHE, else ~/.cache/chattts_lab."""
+    """Where what the lab generates lives (checkpoints, onnx graphs, the kernels' sources): $CHATTTS_LAB_CACHE,
+    else ~/.cache/chattts_lab."""
     root = os.environ.get("CHATTTS_LAB_CACHE") or os.path.join(Path.home(), ".cache", "chattts_lab")
     return Path(root)
 

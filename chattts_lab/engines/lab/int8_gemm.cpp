@@ -39,8 +39,8 @@ static void int4_gemm(const Int4Gemm& c) {
 
 // x fp32 [..., K] . packed int8 weight (int8_pack) -> y fp32 [..., N], y = (x . W^T) * scales[n];
 // scales: fp32, one per output row, zero-padded to whole blocks of 16 (K a multiple of 16).
-static torch::Tensor int8_linear_at(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& sums,
-                                    const torch::Tensor& scales, int64_t N, void (*gemm)(const Int8Gemm&)) {
+static at::Tensor int8_linear_at(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& sums,
+                                    const at::Tensor& scales, int64_t N, void (*gemm)(const Int8Gemm&)) {
   TORCH_CHECK(x.scalar_type() == at::kFloat, "int8_linear: fp32 activations");
   const auto xc = x.contiguous();
   const int64_t K = xc.size(-1), M = xc.numel() / K, blocks = (N + ROWS - 1) / ROWS;
@@ -54,20 +54,20 @@ static torch::Tensor int8_linear_at(const torch::Tensor& x, const torch::Tensor&
   return y;
 }
 
-torch::Tensor int8_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& sums,
-                          const torch::Tensor& scales, int64_t N) {
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& sums,
+                          const at::Tensor& scales, int64_t N) {
   return int8_linear_at(x, packed, sums, scales, N, int8_gemm);
 }
 
 // The same GEMMs at the portable level, whatever this build's level: what every level is compared with in tests.
-torch::Tensor int8_linear_portable(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& sums,
-                                   const torch::Tensor& scales, int64_t N) {
+at::Tensor int8_linear_portable(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& sums,
+                                   const at::Tensor& scales, int64_t N) {
   return int8_linear_at(x, packed, sums, scales, N, portable::int8_gemm);
 }
 
 // x fp32 [..., K] . int4-packed weight (int4_pack) -> y fp32 [..., N].
-static torch::Tensor int4_linear_at(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& gscales,
-                                    const torch::Tensor& gmins, int64_t N, void (*gemm)(const Int4Gemm&)) {
+static at::Tensor int4_linear_at(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& gscales,
+                                    const at::Tensor& gmins, int64_t N, void (*gemm)(const Int4Gemm&)) {
   TORCH_CHECK(x.scalar_type() == at::kFloat, "int4_linear: fp32 activations");
   const auto xc = x.contiguous();
   const int64_t K = xc.size(-1), M = xc.numel() / K, blocks = (N + ROWS - 1) / ROWS, groups = K / INT4_GROUP;
@@ -80,19 +80,19 @@ static torch::Tensor int4_linear_at(const torch::Tensor& x, const torch::Tensor&
   return y;
 }
 
-torch::Tensor int4_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& gscales,
-                          const torch::Tensor& gmins, int64_t N) {
+at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& gscales,
+                          const at::Tensor& gmins, int64_t N) {
   return int4_linear_at(x, packed, gscales, gmins, N, int4_gemm);
 }
 
-torch::Tensor int4_linear_portable(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& gscales,
-                                   const torch::Tensor& gmins, int64_t N) {
+at::Tensor int4_linear_portable(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& gscales,
+                                   const at::Tensor& gmins, int64_t N) {
   return int4_linear_at(x, packed, gscales, gmins, N, portable::int4_gemm);
 }
 
 // One projection in either packed format, told apart by the packed weights' dtype: int8 (int8_pack: packed, row
 // sums, scales) or int4 (int4_pack: packed uint8, group scales, group mins).
-static torch::Tensor packed_linear(const torch::Tensor& x, const torch::Tensor* w, int64_t N) {
+static at::Tensor packed_linear(const at::Tensor& x, const at::Tensor* w, int64_t N) {
   return w[0].scalar_type() == at::kByte ? int4_linear(x, w[0], w[1], w[2], N) : int8_linear(x, w[0], w[1], w[2], N);
 }
 
@@ -103,16 +103,16 @@ static torch::Tensor packed_linear(const torch::Tensor& x, const torch::Tensor* 
 //   x [B, 1, dim] fp32; layers: 14 tensors per layer (norm1, qkv's 3 packed tensors, o's 3, norm2, gate_up's 3,
 //   down's 3); out: the 4 projections' output sizes; caches: k, v per layer; rot, slot, end, valid as for
 //   decode_attention. Returns the final-normed last hidden state [B, dim].
-torch::Tensor decode_step_packed(torch::Tensor x, const std::vector<torch::Tensor>& layers,
-                                 const std::vector<int64_t>& out, const std::vector<torch::Tensor>& caches,
-                                 const torch::Tensor& rot, int64_t slot, int64_t end, const torch::Tensor& valid,
-                                 double eps, const torch::Tensor& final_norm) {
+at::Tensor decode_step_packed(at::Tensor x, const std::vector<at::Tensor>& layers,
+                                 const std::vector<int64_t>& out, const std::vector<at::Tensor>& caches,
+                                 const at::Tensor& rot, int64_t slot, int64_t end, const at::Tensor& valid,
+                                 double eps, const at::Tensor& final_norm) {
   constexpr size_t PER_LAYER = 14;
   const size_t n_layers = caches.size() / 2;
   TORCH_CHECK(layers.size() == n_layers * PER_LAYER && out.size() == 4, "decode_step_packed: 14 tensors per layer");
   const int64_t B = x.size(0), dim = x.size(-1);
   for (size_t l = 0; l < n_layers; ++l) {
-    const torch::Tensor* w = layers.data() + l * PER_LAYER;
+    const at::Tensor* w = layers.data() + l * PER_LAYER;
     const auto qkv = packed_linear(rms_norm(x, w[0], eps), w + 1, out[0]);
     const auto y = decode_attention(qkv.view({B, -1}), rot, caches[2 * l], caches[2 * l + 1], slot, end, valid);
     const auto sum_normed = add_rms_norm(x, packed_linear(y.view({B, 1, dim}), w + 4, out[1]), w[7], eps);

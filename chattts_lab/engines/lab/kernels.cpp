@@ -9,8 +9,12 @@
 // read is a third of a batch-8 step's memory traffic): values are rounded once when written and
 // widened exactly when read.
 
-#include <torch/extension.h>
+// ATen and torch's pybind11 casters alone, not <torch/extension.h>: its C++ frontend doubled each level's build
+// (37 s against 18 here), and kernels.py compiles one build per level.
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/Exceptions.h>      // torch::wrap_pybind_function: C++ errors as Python exceptions
+#include <torch/csrc/utils/pybind.h>    // at::Tensor <-> torch.Tensor
 
 #include <algorithm>
 #include <cmath>
@@ -114,22 +118,22 @@ static inline void rms_norm_row(const float* r, const float* w, float* o, int64_
   for (int64_t i = 0; i < D; ++i) o[i] = r[i] * inv * w[i];
 }
 
-static void check_fp32(const torch::Tensor& t, const char* what) {
+static void check_fp32(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous(), what, ": contiguous fp32 only");
 }
 
 // An uninitialised tensor of x's shape and dtype with N in its last dimension (kernels' outputs; int8_gemm.cpp too).
-static torch::Tensor rows_of(const torch::Tensor& x, int64_t N) {
+static at::Tensor rows_of(const at::Tensor& x, int64_t N) {
   auto sizes = x.sizes().vec();
   sizes.back() = N;
-  return torch::empty(sizes, x.options());
+  return at::empty(sizes, x.options());
 }
 
 // out = x * rsqrt(mean(x^2) + eps) * w, per row of a contiguous fp32 [N, D].
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   check_fp32(x, "rms_norm");
   check_fp32(w, "rms_norm");
-  auto out = torch::empty_like(x);
+  auto out = at::empty_like(x);
   const int64_t D = x.size(-1), N = x.numel() / D;
   for (int64_t n = 0; n < N; ++n)
     rms_norm_row(x.data_ptr<float>() + n * D, w.data_ptr<float>(), out.data_ptr<float>() + n * D, D, eps);
@@ -137,13 +141,13 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double ep
 }
 
 // The residual add and the next RMSNorm in one pass: (x + delta, rms_norm(x + delta, w)), rows [N, D].
-std::vector<torch::Tensor> add_rms_norm(const torch::Tensor& x, const torch::Tensor& delta, const torch::Tensor& w,
+std::vector<at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& w,
                                         double eps) {
   check_fp32(x, "add_rms_norm");
   check_fp32(delta, "add_rms_norm");
   check_fp32(w, "add_rms_norm");
   TORCH_CHECK(x.numel() == delta.numel(), "add_rms_norm: x and delta differ in size");
-  auto sum = torch::empty_like(x), normed = torch::empty_like(x);
+  auto sum = at::empty_like(x), normed = at::empty_like(x);
   const int64_t D = x.size(-1), N = x.numel() / D, total = N * D;
   const float *px = x.data_ptr<float>(), *pd = delta.data_ptr<float>();
   float* ps = sum.data_ptr<float>();
@@ -154,7 +158,7 @@ std::vector<torch::Tensor> add_rms_norm(const torch::Tensor& x, const torch::Ten
 }
 
 // SwiGLU's middle: gate_up [N, 2F] (gate then up, as one fused projection) -> silu(gate) * up [N, F].
-torch::Tensor silu_mul(const torch::Tensor& gate_up) {
+at::Tensor silu_mul(const at::Tensor& gate_up) {
   check_fp32(gate_up, "silu_mul");
   const int64_t F = gate_up.size(-1) / 2, N = gate_up.numel() / (2 * F);
   auto out = rows_of(gate_up, F);
@@ -404,7 +408,7 @@ static void fp32_rows_block(const float* x, const float* w, float* y, int64_t K,
 // as torch holds it. Why: torch's fp32 GEMV (MKL's, in the PyPI build) read the weights at about 19 GB/s on a
 // Zen 5 machine that reads 55-88; one pass over w per call, every row of x at once, reads at the memory's pace.
 // Larger M (a prompt) stays with torch's GEMM, which is compute-bound there and good at it.
-torch::Tensor fp32_linear_rows(const torch::Tensor& x, const torch::Tensor& w) {
+at::Tensor fp32_linear_rows(const at::Tensor& x, const at::Tensor& w) {
 #if defined(LAB_512) || defined(LAB_256)
 #if defined(LAB_512)
   constexpr int64_t BLOCK = 16;  // output rows a block reduces into one vector
@@ -522,15 +526,15 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
   });
 }
 
-torch::Tensor decode_attention(const torch::Tensor& qkv, const torch::Tensor& rot, torch::Tensor k_cache,
-                               torch::Tensor v_cache, int64_t slot, int64_t end, const torch::Tensor& valid) {
+at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& rot, at::Tensor k_cache,
+                               at::Tensor v_cache, int64_t slot, int64_t end, const at::Tensor& valid) {
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "decode_attention: contiguous caches");
   TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), "decode_attention: k and v caches differ in dtype");
   check_fp32(qkv, "decode_attention");
   check_fp32(rot, "decode_attention");
   const int64_t B = k_cache.size(0), H = k_cache.size(1), T = k_cache.size(2), Dh = k_cache.size(3);
   TORCH_CHECK(slot >= 0 && slot < end && end <= T, "decode_attention: slot/end outside the cache");
-  auto out = torch::empty({B, H * Dh}, qkv.options());
+  auto out = at::empty({B, H * Dh}, qkv.options());
   const bool* pvalid = valid.numel() > 0 ? valid.data_ptr<bool>() : nullptr;
   const int64_t valid_stride = pvalid ? valid.stride(0) : 0;
   if (k_cache.scalar_type() == at::kBFloat16) {

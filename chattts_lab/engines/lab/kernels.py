@@ -9,10 +9,11 @@ runs, so tests compare every level with the same reference in one process.
 
 Optional by design: where there is no compiler (or ninja), where the build fails, or with
 CHATTTS_LAB_KERNELS=off, `load()` returns None and the lab engine runs the same maths as torch ops.
-The build is cached by torch under ~/.cache/torch_extensions (its name carries a hash of the source,
+The build is cached by torch under ~/.cache/torch_extensions (its source, one file, under ~/.cache/chattts_lab/kernels;
+its name carries a hash of the source,
 the torch version, the level's compiler flags and the CPU's model and flags (trackers.env.this_cpu), because it is
 compiled for this CPU, and where that torch is installed: ninja rebuilds a build whose include paths changed, so two
-environments sharing one name would rebuild it in turn, a minute of compiling each time).
+environments sharing one name would rebuild it in turn, about 20 s of compiling each time).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 import torch
 
 from chattts_lab.engines.lab import cpu
+from chattts_lab.synthetic import default_cache_dir
 from chattts_lab.trackers.env import this_cpu
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,26 @@ FUNCTIONS = ["simd", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention",
              "int8_pack", "int8_linear", "int8_linear_portable", "int4_group", "int4_pack", "int4_linear",
              "int4_linear_portable", "decode_step_packed"]
 CFLAGS = ["-O3", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP; the level adds its own (cpu.py)
+
+
+def translation_unit() -> str:
+    """SOURCES as one file, with the Python bindings of FUNCTIONS at the end. Not torch's load_inline: it includes
+    <torch/extension.h>, whose C++ frontend doubled each level's build (kernels.cpp includes ATen alone)."""
+    bindings = "\n".join(f'  m.def("{f}", torch::wrap_pybind_function({f}), "{f}");' for f in FUNCTIONS)
+    sources = "\n".join(path.read_text() for path in SOURCES)
+    return f"{sources}\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{bindings}\n}}\n"
+
+
+def _written(name: str, source: str) -> Path:
+    """The translation unit as a file named for its build. Rewritten only when it differs, and atomically: ninja
+    rebuilds what is newer than its build, and processes that start together may write it at once."""
+    path = default_cache_dir() / "kernels" / f"{name}.cpp"
+    if not path.is_file() or path.read_text() != source:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(source)
+        os.replace(partial, path)
+    return path
 
 
 def _build_name(source: str, level: str, cflags: list[str]) -> str:
@@ -93,13 +115,13 @@ def _load(level: str):
     try:
         # torch warns at import about a missing CUDA toolkit, even for a CPU-only build: not news here
         logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-        from torch.utils.cpp_extension import load_inline
+        from torch.utils.cpp_extension import load as build_and_load
 
-        sources = [path.read_text() for path in SOURCES]
+        source = translation_unit()
+        name = _build_name(source, level, cflags)
         log.info("loading the lab's CPU kernels at level %s (built first where this machine has no cached build: "
-                 "about a minute)", level)
-        return load_inline(name=_build_name("".join(sources), level, cflags), cpp_sources=sources,
-                           functions=FUNCTIONS, extra_cflags=cflags, verbose=False)
+                 "about 20 s)", level)
+        return build_and_load(name=name, sources=[str(_written(name, source))], extra_cflags=cflags, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the torch path computes the same
         log.warning("lab fused CPU kernels unavailable, using torch ops: %s: %s", type(exc).__name__,
                     str(exc).strip().splitlines()[-1] if str(exc).strip() else "")
