@@ -256,7 +256,7 @@ def _stop_ray_cluster() -> None:
 
 
 def pytest_sessionstart(session):
-    """Build the lab's kernels for this CPU once, before any test process starts (about 45 s on a fresh venv; a
+    """Build the lab's kernels for this CPU once, before any test process starts (about 20 s on a fresh venv; a
     no-op when cached): otherwise the first apps started by browser tests wait on the build's lock while the other
     test processes load the machine, and an estimate or a page times out."""
     if hasattr(session.config, "workerinput"):  # an xdist worker: the controller built them already
