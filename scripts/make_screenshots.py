@@ -21,7 +21,7 @@ from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, start_app, stop_app  # noqa
 from tests.support.ui import open_accordion, open_tab, pick_option, set_number, wait_new_audio  # noqa: E402
 
 OUT = ROOT / "docs" / "screenshots"
-SWEEP_TIMEOUT_MS = 3_600_000  # four full-size cells, plus the lab kernels' first build on a new machine
+SWEEP_TIMEOUT_MS = 3_600_000  # six full-size cells (five run), plus the lab kernels' first build on a new machine
 TOKENS = 256  # about 5.5 s of audio: random weights would otherwise run to the 2,048-token cap
 
 

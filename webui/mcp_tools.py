@@ -68,7 +68,7 @@ def list_voices(ctx: AppContext) -> str:
 
 
 def quick_benchmark(ctx: AppContext) -> str:
-    """Measure how fast ChatTTS runs on this machine: the quick sweep (stock against lab engine, fp32 and int8, batch 1), a few minutes. Other work waits meanwhile.
+    """Measure how fast ChatTTS runs on this machine: the quick sweep (stock against lab engine, fp32, int8 and int4, batch 1), a few minutes. Other work waits meanwhile.
 
     Returns:
         A sentence with the speed-up of the fastest configuration over stock fp32 (with its 95 % interval), and a Markdown table with one row per configuration: rtf (wall seconds per audio second; below 1 is faster than real time), step_ms, audio_s_per_s and peak_rss_mb. The result is kept in the app's history, where recommend_configuration reads it.

@@ -379,12 +379,13 @@ def test_the_quick_sweep_is_the_one_described():
     from webui.benchmark.tab import quick_form
 
     form = quick_form()
-    assert says("fills the form with stock against lab at fp32 and int8, batch 1 (four cells: 2 minutes on 2 quiet "
-                "cores with the default weights, 70 s on synthetic-tiny")
-    run = (ROOT / "docs/measurements/2026-12-02-quick-preset.md").read_text(encoding="utf-8")
-    assert "| synthetic (full size) | 1.7-3.8 | **119.7 s**" in run and "| synthetic-tiny | 1.2-1.5 | **69.8 s**" in run
-    assert (form.engines, form.precisions, form.batches) == (("stock", "lab"), ("fp32", "int8"), "1")
-    assert len(re.findall(r"(?i)quick sweep[^.]*minutes", README)) == 1  # its duration, stated once
+    assert says("fills the form with stock against lab at fp32, int8 and int4, batch 1 (six cells, stock int4 a row "
+                "that says stock has none: a minute and a half on 2 quiet cores with the default weights, 35 s on "
+                "synthetic-tiny")
+    run = (ROOT / "docs/measurements/2026-12-04-quick-preset-int4.md").read_text(encoding="utf-8")
+    assert "| synthetic (full size) | **83.4 s**" in run and "| synthetic-tiny | **33.4 s**" in run
+    assert (form.engines, form.precisions, form.batches) == (("stock", "lab"), ("fp32", "int8", "int4"), "1")
+    assert len(re.findall(r"(?i)quick sweep[^.]*minute", README)) == 1  # its duration, stated once
 
 
 def test_the_space_front_matter_matches_the_pins():

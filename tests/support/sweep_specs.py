@@ -6,8 +6,9 @@ from __future__ import annotations
 from bench.cli import build_parser, spec_from_args
 from tests.conftest import TINY
 
-# The quick preset on a CPU that runs fp32 and int8 with both engines (the machines of this project do).
-QUICK_ARGV = ["--engine", "stock,lab", "--precision", "fp32,int8", "--batch", "1", "--tokens", "32", "--repeats", "2",
+# The quick preset on a CPU that runs fp32 and int8 with both engines and int4 with the lab (the machines of this
+# project do).
+QUICK_ARGV = ["--engine", "stock,lab", "--precision", "fp32,int8,int4", "--batch", "1", "--tokens", "32", "--repeats", "2",
               "--warmup", "1", "--min-time", "0", "--fidelity", "off"]
 
 

@@ -74,9 +74,9 @@ class SweepForm:
 
 
 def quick_form() -> SweepForm:
-    """The newcomer's question (how much faster is the lab engine here?) in about two minutes on 2 quiet cores (the
-    default, full-size weights; about 70 s on synthetic-tiny): stock against lab at the precisions a CPU runs well
-    (fp32, int8), batch 1, short clips, no fidelity pass. `quick_label` says how long it takes here."""
+    """The newcomer's question (how much faster is the lab engine here, and at what?): stock against lab at fp32,
+    int8 and int4 (engines.QUICK_SWEEP), batch 1, short clips, no fidelity pass. `quick_label` says how long it
+    takes here."""
     quick_engines, quick_precisions = engine_registry.QUICK_SWEEP
     engines = [e for e in quick_engines if e in runnable_engines()]
     precisions = [p for p in quick_precisions if any(p in precisions_for("cpu", e) for e in engines)]

@@ -220,7 +220,7 @@ def quick_clicked(controls: SweepControls, status: gr.Markdown, request: gr.Requ
     return {**shown, status: localized(QUICK_NOTE, request)}
 
 
-QUICK_NOTE = ("**Quick sweep filled in** (stock against lab, fp32 and int8, batch 1, short clips): the estimate is "
+QUICK_NOTE = ("**Quick sweep filled in** (stock against lab, fp32, int8 and int4, batch 1, short clips): the estimate is "
               "below the settings; press **Run sweep** to start it.")
 
 

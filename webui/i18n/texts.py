@@ -203,9 +203,9 @@ SAID_ZH.update({
     ", {done} measured already": "，{done} 个已测过", "this machine's past sweeps": "本机以往的扫描",
     "the README's reference machine": " README 的参考机器",
     "Fill in the quick sweep (stock vs lab, about {time} here)": "填入快速扫描（stock 对比 lab，本机约需 {time}）",
-    "**Quick sweep filled in** (stock against lab, fp32 and int8, batch 1, short clips): the estimate is below the "
+    "**Quick sweep filled in** (stock against lab, fp32, int8 and int4, batch 1, short clips): the estimate is below the "
     "settings; press **Run sweep** to start it.":
-        "**已填入快速扫描**（stock 对比 lab，fp32 和 int8，批大小 1，短音频）：估计值在设置下方；按 **运行扫描** 开始。",
+        "**已填入快速扫描**（stock 对比 lab，fp32、int8 和 int4，批大小 1，短音频）：估计值在设置下方；按 **运行扫描** 开始。",
     # the banner over synthetic audio (chattts_lab.SYNTHETIC_WARNING)
     "Synthetic (random) weights: the timings are real, the audio is noise.": "合成（随机）权重：计时是真实的，音频是噪声。",
     # the Synthesis tab's runtime (webui/synthesis/handlers.py)
