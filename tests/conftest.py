@@ -121,6 +121,8 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, ready=(200,)) ->
 def start_app(tmp: Path, *extra: str, model: str = TINY, env: dict | None = None) -> tuple[str, subprocess.Popen]:
     """`python app.py --model MODEL --port N *extra`, its outputs and history under `tmp`; `env` adds variables.
     A port taken in the seconds before the app binds it (free_port's pick is a guess) is tried again, elsewhere."""
+    from bench.serving.loadtest import PortTaken  # the library's; imported here, like the fixtures' own imports
+
     for attempt in range(3):
         try:
             return _start_app_once(tmp, extra, model, env)
@@ -129,12 +131,8 @@ def start_app(tmp: Path, *extra: str, model: str = TINY, env: dict | None = None
                 raise
 
 
-class PortTaken(RuntimeError):
-    pass
-
-
 def _start_app_once(tmp: Path, extra, model: str, env: dict | None) -> tuple[str, subprocess.Popen]:
-    from bench.serving.loadtest import free_port  # the library's; imported here, like the fixtures' own imports
+    from bench.serving.loadtest import PORT_TAKEN, PortTaken, free_port
 
     port = free_port()
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",
@@ -150,7 +148,7 @@ def _start_app_once(tmp: Path, extra, model: str, env: dict | None) -> tuple[str
         wait_http(url + "v1/audio/voices", proc, START_TIMEOUT_S, ready=(200, 401))
     except Exception as exc:
         proc.kill()
-        if "Cannot find empty port" in log_path.read_text(errors="replace"):
+        if PORT_TAKEN in log_path.read_text(errors="replace"):
             raise PortTaken(f"port {port} was taken before the app bound it") from exc
         raise
     return url, proc

@@ -155,7 +155,17 @@ class _app:
             self.url = self.spec.url.rstrip("/") + "/"
             self._warm_up()
             return self
-        port = free_port()
+        for attempt in range(3):  # free_port's pick is a guess: a port taken before the app binds it is tried again
+            try:
+                self._start(free_port())
+                break
+            except PortTaken:
+                if attempt == 2:
+                    raise
+        self._warm_up()
+        return self
+
+    def _start(self, port: int) -> None:
         self.log = tempfile.NamedTemporaryFile("w+", prefix="serve-app-", suffix=".log", delete=False)
         cmd = [sys.executable, str(ROOT / "app.py"), "--model", self.spec.model, "--port", str(port),
                "--batching", self.batching, "--max-wait-ms", str(self.spec.max_wait_ms)]
@@ -171,9 +181,17 @@ class _app:
                    CHATTTS_LAB_OUTPUTS=tempfile.mkdtemp(prefix="serve-app-outputs-"))
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{port}/"
-        self._wait_until_up(self.url)
-        self._warm_up()
-        return self
+        try:
+            self._wait_until_up(self.url)
+        except RuntimeError as exc:  # its message holds the log's tail: the process and its log go
+            taken = PORT_TAKEN in self._log_tail()
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+            self._close_log()
+            if taken:
+                raise PortTaken(f"port {port} was taken before the app bound it") from exc
+            raise
 
     def _warm_up(self) -> None:
         """One full batch, outside every level: it waits for the app's preload and pays the first call's costs
@@ -216,8 +234,19 @@ class _app:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-            self.log.close()
-            os.unlink(self.log.name)
+            self._close_log()
+
+    def _close_log(self) -> None:
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+# What Gradio says when the app's port is taken (its launch then exits)
+PORT_TAKEN = "Cannot find empty port"
+
+
+class PortTaken(RuntimeError):
+    """The app's port was taken between free_port's pick and the app's bind: try another."""
 
 
 def free_port() -> int:

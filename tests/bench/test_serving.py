@@ -142,3 +142,20 @@ def test_an_apps_port_is_picked_below_the_ephemeral_range_where_no_outgoing_conn
         assert 20_000 <= port < low
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))  # free, as it said
+
+
+def test_bench_serve_starts_its_app_elsewhere_when_the_picked_port_is_taken_before_the_bind(monkeypatch, tmp_path):
+    """free_port's pick is a guess: something may bind the port in the seconds before the app does (the tests' own
+    apps once lost theirs that way). The app exits with Gradio's "Cannot find empty port"; bench serve tries another."""
+    from bench.serving import loadtest
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        picks = iter([taken.getsockname()[1], free_port()])
+        monkeypatch.setattr(loadtest, "free_port", lambda: next(picks))
+        spec = ServeSpec(model=TINY, tokens=8)
+        with loadtest._app(spec, "request", 1, tmp_path / "lab.sqlite") as app:
+            assert app.url.endswith(f":{app.proc.args[app.proc.args.index('--port') + 1]}/")
+            assert str(taken.getsockname()[1]) not in app.url
+            assert app.proc.poll() is None
