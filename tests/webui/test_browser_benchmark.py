@@ -316,3 +316,13 @@ def test_recommendation_applies_to_the_synthesis_tab(page, finished_sweep):
     open_tab(page, "Synthesis")
     open_accordion(page, "Runtime")
     assert page.locator("#precision input").first.input_value() == "fp32"
+
+
+def test_a_kept_result_is_imported_with_one_click_and_shows_its_machine(page):
+    """docs/results ships real runs from other machines (an NVIDIA H200's CUDA sweep): History offers them, so this
+    machine can be compared with one without finding the file."""
+    open_tab(page, "Benchmark", "History")
+    pick_option(page, "h-kept", "sweep-cuda-nvidia-h200")
+    page.click("#h-kept-import")
+    wait_toast(page, r"Imported sweep\(s\) \d+|already present")
+    page.locator("#h-table").filter(has_text="NVIDIA H200").wait_for(timeout=LONG)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import gradio as gr
 import pandas as pd
@@ -66,6 +67,14 @@ def compare_sweeps(ctx: AppContext, a, b, metric: str, request=None):
         f"- {localized('no configuration ok in both', request)}"]
     speed = localized(Said("**Speed, sweep #{b} against #{a}:**", a=ids[0], b=ids[1]), request)
     return table, fig, "\n".join(envs + ["", speed, *speeds])
+
+
+KEPT_RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"  # bundles committed with the app
+
+
+def kept_results() -> list[tuple[str, str]]:
+    """The bundles kept in docs/results, as dropdown choices: (file name, path)."""
+    return [(path.stem, str(path)) for path in sorted(KEPT_RESULTS.glob("*.json"))]
 
 
 def import_bundle_handler(ctx: AppContext, file, request: gr.Request = None):

@@ -34,8 +34,8 @@ from webui.benchmark.serving_tab import build_serving_tab, empty_figures
 from webui.benchmark.sweep_form import (SweepControls, SweepForm, build_sweep_controls, cli_command, estimate, offered_precisions,
                               PRICE_FIELDS, price_from_form, quick_form, quick_label, spec_from_form)
 from webui.benchmark.sweep_history import (COMPARE_METRICS, HISTORY_COLUMNS, HistoryView, RecommendView, compare_sweeps,
-                                 download_reports, export_bundle_handler, import_bundle_handler, load_sweeps,
-                                 recommended_or_latest)
+                                 download_reports, export_bundle_handler, import_bundle_handler, kept_results,
+                                 load_sweeps, recommended_or_latest)
 from webui.benchmark.sweep_run import SweepView, api_run_sweep, display_frame, stop_handler, sweep_updates, sweep_updates_for
 
 # What app.py and the tests import from here.
@@ -154,6 +154,11 @@ def _history_panel(c: dict) -> None:
     with gr.Row():
         c["bundle_out"] = gr.File(label=t("Bundle (download)"), elem_id="h-bundle-out", height=100)
         c["bundle_in"] = gr.File(label=t("Import a bundle"), file_types=[".json"], elem_id="h-bundle-in", height=100)
+    kept = kept_results()  # real runs on other machines (an H200's CUDA sweep...), to compare this machine with
+    with gr.Row(visible=bool(kept)):
+        c["kept"] = gr.Dropdown(kept, value=kept[0][1] if kept else None, elem_id="h-kept",
+                                label=t("Kept results shipped with the app (docs/results)"))
+        c["kept_import"] = gr.Button(t("Import the kept result"), elem_id="h-kept-import")
 
 
 def _compare_panel(c: dict) -> None:
@@ -291,6 +296,7 @@ def _wire_history(ctx: AppContext, c: dict, view: SweepView, history: HistoryVie
                                     {rec.text, rec.settings}, **private)
     c["export"].click(present.warns(bind(export_bundle_handler, ctx)), c["pick"], c["bundle_out"], **private)
     c["bundle_in"].upload(bind(import_bundle_handler, ctx), c["bundle_in"], c["bundle_in"], **private).then(**refreshed)
+    c["kept_import"].click(bind(import_bundle_handler, ctx), c["kept"], None, **private).then(**refreshed)
 
     def compare_clicked(a, b, metric, request: gr.Request = None):
         cmp_df, fig, envs = compare_sweeps(ctx, a, b, metric, request)

@@ -118,6 +118,8 @@ ZH = {
     "Filter: precision": "筛选：精度",
     "Filter: status": "筛选：状态",
     "Import a bundle": "导入结果包",
+    "Import the kept result": "导入所选结果",
+    "Kept results shipped with the app (docs/results)": "随应用附带的结果（docs/results）",
     "Interleaved passes": "交错轮数",
     "Latency vs batch": "延迟与批大小",
     "Machine price ($ per hour)": "机器价格（美元/小时）",
