@@ -11,8 +11,9 @@ Optional by design: where there is no compiler (or ninja), where the build fails
 CHATTTS_LAB_KERNELS=off, `load()` returns None and the lab engine runs the same maths as torch ops.
 The build is cached by torch under ~/.cache/torch_extensions, its one source file under ~/.cache/chattts_lab/kernels
 (its name carries a hash of the source, the torch version, the level's compiler flags and the CPU's model and flags
-(trackers.env.this_cpu), because it is compiled for this CPU, and where that torch is installed: ninja rebuilds a build whose include paths changed, so two
-environments sharing one name would rebuild it in turn, about 20 s of compiling each time).
+(trackers.env.this_cpu), because it is compiled for this CPU, and where that torch is installed: ninja rebuilds a
+build whose include paths changed, so two environments sharing one name would rebuild it in turn, about 20 s of
+compiling each time).
 """
 
 from __future__ import annotations
