@@ -18,24 +18,22 @@ import re
 import sys
 from pathlib import Path
 
+from packaging.utils import canonicalize_name  # in the image too; prepare_wheels.sh's check uses it as well
+
 GPU = Path(__file__).resolve().parents[1]
-PROJECT = {"bench", "chattts_lab", "scripts", "tests", "__main__"}
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+PROJECT = {"app", "bench", "chattts_lab", "webui", "scripts", "tests", "__main__"}
 
 
 def _names(file: str) -> set[str]:
     """Canonical distribution names, one per line (the first word; '#' lines are comments)."""
     lines = (GPU / file).read_text().splitlines()
     words = (re.split(r"[=<>\s]", line.strip(), maxsplit=1)[0] for line in lines if line.strip()[:1] not in ("", "#"))
-    return {_canonical(w) for w in words}
+    return {canonicalize_name(w) for w in words}
 
 
 def _modules_by_distribution() -> dict[str, list[str]]:
     """Top-level module -> the canonical names of the distributions installed here that provide it."""
-    return {m: [_canonical(d) for d in dists] for m, dists in importlib.metadata.packages_distributions().items()}
+    return {m: [canonicalize_name(d) for d in dists] for m, dists in importlib.metadata.packages_distributions().items()}
 
 
 class ImageOnlyPathFinder(importlib.machinery.PathFinder):
