@@ -31,12 +31,12 @@ from typing import Callable
 
 import numpy as np
 
-from chattts_lab import engines, metrics, torch_thread
+from chattts_lab import engines, torch_thread
 from chattts_lab.serve.batch import Part
 from chattts_lab.serve.jobs import Job, job_output
 from chattts_lab.serve.loop_trace import LoopTrace
 from chattts_lab.serve.policy import SchedulerPolicy
-from chattts_lab.serve.streaming import LoopPace, ahead_s, chunk_due
+from chattts_lab.serve.streaming import LoopPace, ahead_s, due_spans
 from chattts_lab.engines.base import RowDecoder
 from chattts_lab.metrics import SAMPLES_PER_TOKEN
 from chattts_lab.models import LoadedModel, set_threads
@@ -92,8 +92,9 @@ class ContinuousScheduler:
         self._mean_request_s = 5.0  # for Retry-After, updated as requests finish
         self._live_rows: list = []  # the decoder's rows, for failing their callers when a step fails
         self._thread: threading.Thread | None = None
-        self._pace = LoopPace()  # the latest loop iterations: how little audio ahead makes a row send now
+        self._pace = LoopPace()  # the busy spell's latest loop iterations: how little audio ahead makes a row send now
         self._decoder: RowDecoder | None = None  # the busy spell's (the loop thread's own)
+        self._admitting = False  # the loop iteration's: it prefilled or sent a first chunk
         self._trace = LoopTrace.from_env()  # off unless $CHATTTS_LAB_LOOP_TRACE names a file
 
     # ---- any thread
@@ -154,8 +155,14 @@ class ContinuousScheduler:
 
     def _run_while_busy(self, model: LoadedModel) -> None:
         decoder = self._decoder = row_decoder_of(model, self.policy.max_rows)
+        # A new busy spell starts with no rows: the pace of the last one (other rows, other load) says nothing of it.
+        # Kept, the mean of a spell of eight rows behind real time would hold the next spell's first listeners to full
+        # chunks (LoopPace.low_water_s), and their second chunk would come late.
+        self._pace = LoopPace()
         while True:
             began = time.perf_counter()  # an iteration: what every running row waits for between two steps
+            waited = bool(decoder.active)  # (an iteration into an idle loop, which prefills whole prompts, is no pace)
+            self._admitting = False  # whether this iteration works for a newcomer (LoopPace.took)
             self._collect_arrivals()
             self._stop_asked(model, decoder)  # first: a row being prefilled for a caller gone is not filled further
             self._admit(model, decoder)
@@ -166,7 +173,8 @@ class ContinuousScheduler:
             with self._trace.timed("step", rows=len(decoder.active)):
                 ended = decoder.step()
             self._after_step(model, decoder, ended)
-            self._pace.took(time.perf_counter() - began)
+            if waited:
+                self._pace.took(time.perf_counter() - began, self._admitting)
 
     def _collect_arrivals(self) -> None:
         while True:
@@ -230,6 +238,7 @@ class ContinuousScheduler:
         """Prefill the row's next slice while rows generate (they wait for it), else the rest of its prompt. Once
         it is all in, the row generates with the others (and may have ended at its first token)."""
         job, start, began = row.owner, row.prefilled, time.perf_counter()
+        self._admitting = True
         try:
             with memory_errors_of(model, job.part.request):
                 done = decoder.fill(row, PREFILL_SLICE if generating else None)
@@ -291,32 +300,23 @@ class ContinuousScheduler:
     # ---- audio
 
     def _stream(self, model: LoadedModel, decoder: RowDecoder, rows: list) -> None:
-        """Send each streamed row's next chunk when it is due (chunk_due), and the rest at its end: the decoder's
-        streaming spans (new frames with context before them, its last `hold` tokens kept back)."""
-        spans = [span for span in (self._due_span(decoder, row) for row in rows) if span]
+        """Send each streamed row's next chunk when it is due, and the rest at its end, in one decoder call that takes
+        the other active rows' waiting tokens too (streaming.due_spans): the decoder's streaming spans (new frames
+        with context before them, its last `hold` tokens kept back)."""
+        spans, joined = due_spans(rows, decoder.active, self._pace.low_water_s(), decoder.hold)
         if not spans:
             return
         t0 = time.perf_counter()
+        self._admitting |= any(a == 0 for _, a, _ in spans)  # a first chunk
         chunks = decoder.decode_spans(spans)
         self._trace.record("decode", t0, rows=len(spans), tokens=[(b - a) // SAMPLES_PER_TOKEN for _, a, b in spans],
-                           first=sum(1 for _, a, _ in spans if a == 0))
+                           first=sum(1 for _, a, _ in spans if a == 0), joined=joined,
+                           each=[self._trace.row_number(row.meta) for row, _, _ in spans])
         share = (time.perf_counter() - t0) / len(spans)  # the rows' chunks decode together: each bears its share
         for (row, _, upto), audio in zip(spans, chunks):
             row.owner.decode_s += share
             row.meta["sent"] = upto
             self._send(model, row.owner, row.meta["index"], row, audio)
-
-    def _due_span(self, decoder: RowDecoder, row) -> tuple | None:
-        """(row, first sample, end sample) of a streamed row's chunk due now, or None."""
-        if not row.owner.stream:
-            return None
-        n = row.generated
-        sent = row.meta.setdefault("sent", 0)  # samples
-        if not (row.ended or chunk_due(n, sent // SAMPLES_PER_TOKEN, ahead_s(row.meta), self._pace.low_water_s(),
-                                       decoder.hold)):
-            return None
-        upto = metrics.samples_for_tokens(n) if row.ended else SAMPLES_PER_TOKEN * max(0, n - decoder.hold)
-        return (row, sent, upto) if upto > sent else None
 
     def _send(self, model: LoadedModel, job: Job, index: int, row, audio: np.ndarray) -> None:
         """Hand one chunk to the row's caller."""

@@ -7,12 +7,14 @@ import statistics
 import time
 from collections import deque
 
-from chattts_lab.metrics import SAMPLE_RATE, SAMPLES_PER_TOKEN
+from chattts_lab.metrics import SAMPLE_RATE, SAMPLES_PER_TOKEN, samples_for_tokens
 
 FIRST_AT = 24  # tokens before a row's first audio (0.5 s of audio: twice the lab's own stream.FIRST_CHUNK)
 MIN_CHUNK = 12  # tokens: each chunk decodes 14 more and costs a call; at 8, three listeners stalled more
 MAX_CHUNK = 48  # tokens a stream well ahead of its listener sends at a time
+JOIN_AT = MIN_CHUNK // 2  # tokens a row must have waiting to join a call made for another row's chunk (joins_call)
 LOW_WATER_LOOPS, LOW_WATER_MIN_S = 2.5, 0.12  # a stream whose listener is this close to running dry sends now
+PACE_LOOPS = 64  # the latest loop iterations LoopPace weighs: more than a full chunk's, so its mean holds a decode
 
 
 def chunk_due(generated: int, sent: int, ahead_s: float | None, low_water_s: float | None, hold: int) -> bool:
@@ -39,27 +41,80 @@ def chunk_due(generated: int, sent: int, ahead_s: float | None, low_water_s: flo
     return waiting >= MAX_CHUNK or (low_water_s is not None and ahead_s < low_water_s and waiting >= MIN_CHUNK)
 
 
+def joins_call(generated: int, sent: int, ahead_s: float | None, hold: int) -> bool:
+    """Whether a streamed row that is not due itself sends what it has in a decode call that another row's due
+    chunk makes anyway: once it streams (its first chunk sent) and JOIN_AT tokens wait.
+
+    Why: a call costs about 15 ms before its first token, and rows that joined the loop at different steps fall due at
+    different steps, so each paid it alone: with 8 listeners over HTTP, 110 of 156 calls held one row's 12 tokens
+    (18 ms each, 1.5 ms a token) against 0.6 ms a token a row when 8 rows' chunks decode together
+    (docs/measurements/2026-12-04-capacity-trace.md). A row that joins a call is sent audio early (its listener's
+    buffer only grows), and from then on the rows fall due together. Half a small chunk is enough: in a shared call
+    every row is decoded at the widest span's width anyway, and with a full MIN_CHUNK asked a row a few tokens out of
+    step was left out and fell due alone a few steps later, every time (seen: seven rows together, then the eighth
+    alone, for a whole request); a row out of step by fewer than JOIN_AT tokens joins the others when it falls due
+    itself, as they then have JOIN_AT waiting. Fewer would add a row's whole width to a call for a token or two."""
+    return ahead_s is not None and generated - hold - sent >= JOIN_AT
+
+
+def due_spans(rows: list, active: list, low_water_s: float | None, hold: int) -> tuple[list[tuple], int]:
+    """The chunks to decode now, as (row, first sample, end sample): each streamed row of `rows` whose chunk is due
+    (chunk_due, or all it has left at its end), then each other active row that joins their call (joins_call); and
+    how many joined. Rows are the engine's RowDecoder rows, their `meta` holding "sent" (samples)."""
+    spans = [span for span in (_span(row, hold, low_water_s) for row in rows) if span]
+    if not spans:
+        return [], 0
+    due = {id(row) for row, _, _ in spans}
+    joining = [span for span in (_span(row, hold, low_water_s, joining=True) for row in active
+                                 if id(row) not in due and row.ended is None) if span]
+    return spans + joining, len(joining)
+
+
+def _span(row, hold: int, low_water_s: float | None, joining: bool = False) -> tuple | None:
+    if not row.owner.stream:
+        return None
+    n, sent = row.generated, row.meta.setdefault("sent", 0)
+    tokens_sent, ahead = sent // SAMPLES_PER_TOKEN, ahead_s(row.meta)
+    if joining:
+        if not joins_call(n, tokens_sent, ahead, hold):
+            return None
+    elif not (row.ended or chunk_due(n, tokens_sent, ahead, low_water_s, hold)):
+        return None
+    upto = samples_for_tokens(n) if row.ended else SAMPLES_PER_TOKEN * max(0, n - hold)
+    return (row, sent, upto) if upto > sent else None
+
+
 class LoopPace:
     """The continuous-batching loop's latest iterations (admissions, a step and the chunks it decoded), for
     `low_water_s`."""
 
-    def __init__(self, keep: int = 32):
+    def __init__(self, keep: int = PACE_LOOPS):
         self._loops: deque[float] = deque(maxlen=keep)
+        self._steady: deque[float] = deque(maxlen=keep)  # those that admitted no one: a step and shared decodes
 
-    def took(self, seconds: float) -> None:
-        """One loop iteration took this long."""
+    def took(self, seconds: float, admitting: bool = False) -> None:
+        """One loop iteration took this long; `admitting`: it worked for a newcomer (a prefill or slice of its
+        prompt, its first chunk)."""
         self._loops.append(seconds)
+        if not admitting:
+            self._steady.append(seconds)
 
     def low_water_s(self) -> float | None:
         """How little audio ahead makes a listener's row send what it has (chunk_due): LOW_WATER_LOOPS of the
         loop's slowest recent iterations (a newcomer's prefill included: running rows wait for it too). None while
-        the loop's typical (median) iteration takes longer than a token's audio: every listener falls behind
-        whatever is sent, and small chunks would slow every row further (eight rows that start together streamed
-        in 11.9 s with them, against 9.7 s in 48-token chunks). The median, not the mean: the iteration that admits
-        a burst of newcomers prefills them all, and one such said "slower than real time" for the next 32."""
+        the loop's steady iterations take longer than a token's audio on average: every listener falls behind
+        whatever is sent, and small chunks would slow every row further (eight rows that start together streamed in
+        11.9 s with them, against 9.7 s in 48-token chunks).
+
+        The mean, because the chunk decodes fall in some iterations only: five rows stepping in 15 ms with an 80 ms
+        decode every tenth have a median of 15 ms and a mean of 23 ms, and only the mean says they fall behind
+        (and that small chunks, each paying its context, keep them there: docs/measurements/2026-12-04-capacity-trace.md).
+        Of the steady iterations only: a newcomer's slices and first chunk are work it costs once, and with them in
+        the mean five listeners joining at once read as "slower than real time" just after their first chunks, whose
+        next then waited for a full chunk and came 0.1-0.2 s late."""
         if not self._loops:  # before the first iteration: nothing measured yet
             return LOW_WATER_MIN_S
-        if statistics.median(self._loops) > SAMPLES_PER_TOKEN / SAMPLE_RATE:
+        if self._steady and statistics.fmean(self._steady) > SAMPLES_PER_TOKEN / SAMPLE_RATE:
             return None
         return max(LOW_WATER_MIN_S, LOW_WATER_LOOPS * max(self._loops))
 

@@ -325,20 +325,27 @@ def test_a_stream_sends_large_chunks_while_its_listener_is_ahead_and_what_it_has
 
 
 def test_the_low_water_follows_the_loops_slowest_recent_iterations_and_is_gone_when_it_is_slower_than_real_time():
-    from chattts_lab.serve.streaming import LOW_WATER_LOOPS, LOW_WATER_MIN_S, LoopPace
+    from chattts_lab.serve.streaming import LOW_WATER_LOOPS, LOW_WATER_MIN_S, PACE_LOOPS, LoopPace
 
-    pace = LoopPace()
+    pace, window = LoopPace(), PACE_LOOPS
     assert pace.low_water_s() == LOW_WATER_MIN_S  # nothing measured yet
-    for seconds in [0.005] * 31 + [0.1]:  # fast (a token's audio is 21.3 ms), one slow iteration
+    for seconds in [0.005] * (window - 1) + [0.1]:  # fast (a token's audio is 21.3 ms), one slow iteration
         pace.took(seconds)
     assert pace.low_water_s() == pytest.approx(LOW_WATER_LOOPS * 0.1)
-    for seconds in [0.005] * 28 + [0.4] * 4:  # a burst of newcomers' prefills: slow, yet the loop keeps real time
+    for seconds in [0.005] * (window - 1) + [0.4]:  # a long prefill slice or decode: slow, yet once
         pace.took(seconds)
     assert pace.low_water_s() == pytest.approx(LOW_WATER_LOOPS * 0.4)
-    for _ in range(32):  # only the latest 32 count
+    for _ in range(window // 10 + 1):  # quick steps, a long decode every tenth: under real time at the median only
+        for seconds in [0.015] * 9 + [0.095]:
+            pace.took(seconds)
+    assert pace.low_water_s() is None
+    for _ in range(window):  # only the latest count
         pace.took(0.001)
     assert pace.low_water_s() == LOW_WATER_MIN_S
-    for _ in range(32):
+    for _ in range(window // 4):  # newcomers' slices and first chunks: each once, so not a pace for the running rows
+        pace.took(0.05, admitting=True)
+    assert pace.low_water_s() == pytest.approx(LOW_WATER_LOOPS * 0.05)
+    for _ in range(window):
         pace.took(0.03)  # slower than real time: no small chunks at all
     assert pace.low_water_s() is None
 
@@ -413,6 +420,36 @@ def test_chunks_due_together_decode_in_one_call_as_each_decodes_alone(model, mon
         own = decoder.decode_spans([(row, a, b)])[0]
         assert audio.shape == own.shape == (b - a,)
         assert np.abs(audio - own).max() <= SEAM_BOUND * np.abs(own).max()
+
+
+def test_a_due_chunk_takes_every_streaming_rows_waiting_tokens_into_its_call(model, tmp_path, monkeypatch):
+    """Rows that joined at different steps fall due at different steps; a decode call made for one row's due chunk
+    takes what every other streaming row has waiting (serve.streaming.joins_call), so the call's fixed cost is paid
+    once and the rows fall due together from then on: from B's first chunk to B's end, every call holds both rows.
+    Each stream is still its whole clip: the chunks add up to every token's audio."""
+    import json
+
+    from chattts_lab.serve.streaming import LoopPace
+
+    # Chunks by token counts alone (no low water: full chunks after the first), so that which tokens wait when does
+    # not depend on this machine's speed.
+    monkeypatch.setattr(LoopPace, "low_water_s", lambda self: None)
+    trace = tmp_path / "loop.jsonl"
+    monkeypatch.setenv("CHATTTS_LAB_LOOP_TRACE", str(trace))
+    scheduler = ContinuousScheduler(lambda: model, SchedulerPolicy(max_rows=2, max_queue=1))
+    later = {}
+    a = scheduler.submit(Part(request(0, 100), threading.Event(), Listener(
+        at_first=lambda: later.setdefault("b", scheduler.submit(Part(request(1, 60), threading.Event(), Listener())))
+    )))
+    out_a, out_b = a.result(timeout=600), later["b"].result(timeout=600)
+    assert out_a.measurements.tokens == [100] and out_b.measurements.tokens == [60]
+    assert [len(out_a.audio[0]), len(out_b.audio[0])] == [samples_for_tokens(100), samples_for_tokens(60)]
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    decodes = sorted((r for r in records if r["kind"] == "decode"), key=lambda r: r["t"])
+    with_b = [i for i, r in enumerate(decodes) if 2 in r["each"]]
+    assert len(with_b) >= 2  # B's first chunk and its last
+    assert all(sorted(decodes[i]["each"]) == [1, 2] for i in range(with_b[0], with_b[-1] + 1))
+    assert any(r["joined"] for r in decodes)
 
 
 def test_an_engine_that_cannot_admit_rows_gives_no_row_decoder_and_the_scheduler_says_why():
