@@ -121,7 +121,11 @@ def test_onnx_engine_synthesizes_a_batch_with_this_calls_threads():
     out = synthesize(model, SynthesisRequest.of(TEXTS, max_new_token=8, min_new_token=8), threads=1)
     assert out.measurements.tokens == [8, 8] and all(np.isfinite(a).all() for a in out.audio)
     assert out.measurements.effective["onnx_threads"] == 1  # the session follows this call's thread count
-    assert model.engine.gpt_module.session.get_session_options().intra_op_num_threads == 1
+    options = model.engine.gpt_module.session.get_session_options()
+    assert options.intra_op_num_threads == 1
+    # its threads spin between a step's matmuls, and stop when the step returns (the decoder runs between steps)
+    assert [options.get_session_config_entry(f"session.{key}") for key in ("intra_op.allow_spinning",
+                                                                          "force_spinning_stop")] == ["1", "1"]
 
 
 def test_int8_keeps_int8_text_tables_and_torch_runs_one_thread_only_while_the_gpt_generates():

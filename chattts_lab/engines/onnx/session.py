@@ -83,6 +83,9 @@ class OnnxLlama(nn.Module):
         # threads, graph only, interleaved: 7.7 ms per step sleeping, 6.6 spinning). They spin on their own
         # cores: while the GPT generates, torch runs the heads and sampling on one thread (OnnxRuntime.generating).
         options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        # ...but only within a run: once a step returns, they stop at once, so that the chunk decodes torch runs
+        # between steps (decoder and vocoder, on both cores) do not share them with two spinning threads.
+        options.add_session_config_entry("session.force_spinning_stop", "1")
         self.session = self.binding = self._bound = None  # the old session's weights go before the new one loads
         self.session = ort.InferenceSession(str(self.path), options, providers=[provider_for(self.device)])
         release_freed_memory(collect=False)  # the load's own buffers (the parsed model) would otherwise stay resident
