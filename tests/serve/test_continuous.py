@@ -425,8 +425,9 @@ def test_chunks_due_together_decode_in_one_call_as_each_decodes_alone(model, mon
 def test_a_due_chunk_takes_every_streaming_rows_waiting_tokens_into_its_call(model, tmp_path, monkeypatch):
     """Rows that joined at different steps fall due at different steps; a decode call made for one row's due chunk
     takes what every other streaming row has waiting (serve.streaming.joins_call), so the call's fixed cost is paid
-    once and the rows fall due together from then on: from B's first chunk to B's end, every call holds both rows.
-    Each stream is still its whole clip: the chunks add up to every token's audio."""
+    once and the rows fall due together from then on: after B's first chunk (alone: a first audio waits for no one)
+    to B's end, every call holds both rows. Each stream is still its whole clip: the chunks add up to every token's
+    audio."""
     import json
 
     from chattts_lab.serve.streaming import LoopPace
@@ -447,8 +448,9 @@ def test_a_due_chunk_takes_every_streaming_rows_waiting_tokens_into_its_call(mod
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     decodes = sorted((r for r in records if r["kind"] == "decode"), key=lambda r: r["t"])
     with_b = [i for i, r in enumerate(decodes) if 2 in r["each"]]
-    assert len(with_b) >= 2  # B's first chunk and its last
-    assert all(sorted(decodes[i]["each"]) == [1, 2] for i in range(with_b[0], with_b[-1] + 1))
+    assert len(with_b) >= 3  # B's first chunk, a middle one and its last
+    assert decodes[with_b[0]]["each"] == [2] and decodes[with_b[0]]["first"] == 1
+    assert all(sorted(decodes[i]["each"]) == [1, 2] for i in range(with_b[0] + 1, with_b[-1] + 1))
     assert any(r["joined"] for r in decodes)
 
 
