@@ -111,8 +111,8 @@ class LoopPace:
         11.9 s with them, against 9.7 s in 48-token chunks).
 
         The mean, because the chunk decodes fall in some iterations only: five rows stepping in 15 ms with an 80 ms
-        decode every tenth have a median of 15 ms and a mean of 23 ms, and only the mean says they fall behind
-        (and that small chunks, each paying its context, keep them there: docs/measurements/2026-12-04-capacity-trace.md).
+        decode every tenth have a median of 15 ms and a mean of 23 ms, and only the mean says they fall behind (and
+        that small chunks, each paying its context, keep them there: docs/measurements/2026-12-04-capacity-trace.md).
         Of the steady iterations only: a newcomer's slices and first chunk are work it costs once, and with them in
         the mean five listeners joining at once read as "slower than real time" just after their first chunks, whose
         next then waited for a full chunk and came 0.1-0.2 s late."""
