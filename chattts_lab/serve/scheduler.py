@@ -36,7 +36,7 @@ from chattts_lab.serve.batch import Part
 from chattts_lab.serve.jobs import Job, job_output
 from chattts_lab.serve.loop_trace import LoopTrace
 from chattts_lab.serve.policy import SchedulerPolicy
-from chattts_lab.serve.streaming import LoopPace, ahead_s, due_spans
+from chattts_lab.serve.streaming import LoopPace, ahead_s, due_spans, first_chunks
 from chattts_lab.engines.base import RowDecoder
 from chattts_lab.metrics import SAMPLES_PER_TOKEN
 from chattts_lab.models import LoadedModel, set_threads
@@ -307,10 +307,11 @@ class ContinuousScheduler:
         if not spans:
             return
         t0 = time.perf_counter()
-        self._admitting |= any(a == 0 for _, a, _ in spans)  # a first chunk
+        first = first_chunks(spans)
+        self._admitting |= bool(first)  # a newcomer's first audio
         chunks = decoder.decode_spans(spans)
         self._trace.record("decode", t0, rows=len(spans), tokens=[(b - a) // SAMPLES_PER_TOKEN for _, a, b in spans],
-                           first=sum(1 for _, a, _ in spans if a == 0), joined=joined,
+                           first=first, joined=joined,
                            each=[self._trace.row_number(row.meta) for row, _, _ in spans])
         share = (time.perf_counter() - t0) / len(spans)  # the rows' chunks decode together: each bears its share
         for (row, _, upto), audio in zip(spans, chunks):

@@ -66,12 +66,17 @@ def due_spans(rows: list, active: list, low_water_s: float | None, hold: int) ->
     (median) with the others in it against 20 ms alone (lab int8, 2 cores, a capacity run's trace); the others wait
     for their own next call, where the newcomer then joins them."""
     spans = [span for span in (_span(row, hold, low_water_s) for row in rows) if span]
-    if not spans or any(sent == 0 for _, sent, _ in spans):  # a first chunk goes out alone: it is a first audio
+    if not spans or first_chunks(spans):  # a first chunk goes out alone: it is a first audio
         return spans, 0
     due = {id(row) for row, _, _ in spans}
     joining = [span for span in (_span(row, hold, low_water_s, joining=True) for row in active
                                  if id(row) not in due and row.ended is None) if span]
     return spans + joining, len(joining)
+
+
+def first_chunks(spans: list[tuple]) -> int:
+    """How many of the (row, first sample, end sample) spans are their row's first chunk (its first audio)."""
+    return sum(1 for _, first, _ in spans if first == 0)
 
 
 def _span(row, hold: int, low_water_s: float | None, joining: bool = False) -> tuple | None:
