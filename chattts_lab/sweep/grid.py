@@ -20,6 +20,7 @@ from pathlib import Path
 
 from chattts_lab import engines, metrics
 from chattts_lab.said import Said
+from chattts_lab.sweep import launcher
 from chattts_lab.sweep.results import DONE_STATUSES, RunConfig
 from chattts_lab.sweep.axes import bool_list, int_list, str_list  # noqa: F401  the list syntax, where callers look for it
 from chattts_lab.sweep.spec import SpecError, SweepSpec, cell_rule, pairs_with_runnable_cells
@@ -43,7 +44,7 @@ THREADS_EXPONENT = 0.3  # 1 thread vs 2: fp32 about even, int8 1.15x, bf16 1.56x
 TINY_FACTOR = 0.1  # synthetic-tiny keeps 2 of the GPT's 20 layers
 DECODE_S_PER_AUDIO_S = 0.15  # decoder + vocoder + prompt per item: p50 latency minus the steps, README tables
 START_S = 0.1  # a fresh worker, forked with torch and ChatTTS imported (docs/measurements/2026-12-04-worker-start.md)
-SERVER_START_S = 8.0  # the forkserver importing torch and ChatTTS: counted once per sweep (an app keeps it for the next)
+SERVER_START_S = 8.0  # the forkserver importing torch and ChatTTS: counted until this process has started it
 COLD_EXTRA_S = 1.5  # the first call also compiles the text normaliser (numba)
 # A read of the memory bandwidth (roofline.measure_read_bandwidth) and the sweep's own work around it, outside every
 # cell's worker, before this machine has timed any of its own (`read_s_here`): (the sweep's wall time - its cells'
@@ -226,7 +227,7 @@ def estimate_grid(spec: SweepSpec, db_path: str | Path | None = None, resume: in
     passes = spec.interleaved_passes(len(runnable))
     seconds = sum(estimate_cell_s(c, history, passes) for c in runnable)
     seconds += read_s_here(db_path) * _bandwidth_reads(spec, len(runnable), passes, resume is not None)
-    seconds += SERVER_START_S if runnable and not spec.cluster else 0.0
+    seconds += SERVER_START_S if runnable and not spec.cluster and not launcher.server_started() else 0.0
     if spec.fidelity:
         measured = pairs_with_runnable_cells(c for c in cells if c.key not in done)
         seconds += sum(_fidelity_s(spec, *pair, history) for pair in spec.fidelity_pairs() if pair in measured)

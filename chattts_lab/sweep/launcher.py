@@ -28,6 +28,7 @@ from contextlib import contextmanager
 PRELOAD = ["torch", "ChatTTS", "chattts_lab.models", "chattts_lab.synthesis", "chattts_lab.sweep.worker"]
 _context = multiprocessing.get_context("forkserver")
 _context.set_forkserver_preload(PRELOAD)
+_started = False  # whether this process has started its server (it then serves every later sweep of the process)
 
 
 class ForkedWorker:
@@ -40,8 +41,10 @@ class ForkedWorker:
         self_out, child_out = _context.Pipe(duplex=False)
         self.process = _context.Process(target=_run, args=(entry, env, stderr_path, child_in, child_out, os.getpid()),
                                         daemon=True)  # daemon: ended, not waited for, if the sweep exits first
+        global _started
         with _main_script_hidden():
             self.process.start()
+        _started = True
         child_in.close(), child_out.close()  # the worker holds its ends: ours closed, its exit reads as EOF
         self.stdin = _text(self_in, "w")
         self.stdout = _text(self_out, "r")
@@ -63,6 +66,12 @@ class ForkedWorker:
             os.killpg(self.pid, signal.SIGKILL)  # its own session: whatever it started goes too
         except (ProcessLookupError, PermissionError):
             self.process.kill()
+
+
+def server_started() -> bool:
+    """Whether this process's forkserver has been started: a sweep then pays no server start (an app's second sweep,
+    a test after another)."""
+    return _started
 
 
 @contextmanager

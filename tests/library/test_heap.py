@@ -42,6 +42,7 @@ def test_what_is_alive_when_settled_is_skipped_by_later_collections_until_thawed
 def test_a_model_dropped_after_a_server_settled_leaves_nothing_frozen(settled, monkeypatch):
     """Whatever of the model sits in a reference cycle would never be freed while frozen: dropping it thaws."""
     monkeypatch.setattr(models, "MAX_CACHED", 1)
+    models.unload_all()  # a model of its own: one cached by an earlier test may still be held by what that test left
     model = load_model(LoadConfig(model=TINY, precision="fp32", engine="lab", threads=1))
     cycle = Node()
     model.chat.held = cycle  # stands for the model's own cycles

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from bench.cli import build_parser, main
-from chattts_lab.sweep import grid
+from chattts_lab.sweep import grid, launcher
 from chattts_lab.trackers.env import usable_cores
 from chattts_lab.sweep.results import CellResult, Latency, RunConfig
 from chattts_lab.sweep.spec import SweepSpec
@@ -151,17 +151,20 @@ def test_a_grid_whose_every_cell_is_skipped_costs_next_to_nothing_and_starts_no_
     assert int8[0]["status"] == "skipped" and "no cell of this device, engine and precision ran" in int8[0]["reason"]
 
 
-def test_a_resumed_sweep_is_estimated_for_the_cells_it_still_has_to_measure(tmp_path):
+def test_a_resumed_sweep_is_estimated_for_the_cells_it_still_has_to_measure(tmp_path, monkeypatch):
     spec = SweepSpec(model="synthetic-tiny", batches=(1, 2), tokens=(8,), threads=(1,), fidelity=False)
     first, second = spec.expand()
     db = _store(tmp_path / "lab.sqlite", [_row(first, 12.0, [1.0], {}, 0)])
+    monkeypatch.setattr(launcher, "_started", False)  # a fresh process (the suite's may have started its server)
     whole, rest = grid.estimate_grid(spec, db), grid.estimate_grid(spec, db, resume=1)
     assert rest.done == 1 and "1 measured already" in rest.summary()
     # its one cell, the bandwidth read before it (a resumed sweep reads before each cell) and the start of the server
     # its worker is forked from (chattts_lab.sweep.launcher)
-    assert rest.seconds == pytest.approx(grid.estimate_cell_s(second, grid.machine_history(db)) + grid.READ_BANDWIDTH_S
-                                         + grid.SERVER_START_S)
+    cell = grid.estimate_cell_s(second, grid.machine_history(db)) + grid.READ_BANDWIDTH_S
+    assert rest.seconds == pytest.approx(cell + grid.SERVER_START_S)
     assert whole.seconds > rest.seconds
+    monkeypatch.setattr(launcher, "_started", True)  # a process whose server runs (an app's second sweep)
+    assert grid.estimate_grid(spec, db, resume=1).seconds == pytest.approx(cell)
 
 
 def test_the_quick_preset_is_estimated_from_what_its_run_measures(quick_run):
