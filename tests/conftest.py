@@ -92,6 +92,10 @@ def pytest_runtest_teardown(item, nextitem):
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
+    # xdist (3.8) hands out scopes by their count of tests, most first, unless told not to: that put the browser
+    # walks (5 long tests a file) among the last files started, and LONGEST_FIRST went unused.
+    config.option.loadscopereorder = False
+
     class FileScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             name = _test_file(nodeid)
