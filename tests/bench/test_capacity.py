@@ -3,9 +3,6 @@ real app with tiny weights (no assertion on speed: the service level is set so l
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from bench.serving.capacity import (broken_because, capacity_frame, capacity_gain, capacity_sentence,
@@ -14,7 +11,8 @@ from bench.serving.loadtest import ServeSpec
 from bench.serving.summaries import serving_frame
 from chattts_lab.sweep.spec import SpecError
 from chattts_lab.history.bundle import export_bundle, import_bundle
-from tests.conftest import ROOT, TINY
+from tests.conftest import TINY
+from tests.support.cli import bench_here
 
 
 def search(holds_up_to: int, max_users: int = 64) -> list[int]:
@@ -54,15 +52,13 @@ def test_impossible_service_levels_are_refused():
         ServeSpec(capacity=True, stream=False).validate()
 
 
-def test_capacity_end_to_end_is_kept_in_the_history_and_travels_in_a_bundle(tmp_path):
+def test_capacity_end_to_end_is_kept_in_the_history_and_travels_in_a_bundle(tmp_path, capsys):
     db = tmp_path / "history.sqlite"
-    cmd = [sys.executable, "-m", "bench", "serve", "--model", TINY, "--capacity", "--batching", "continuous",
-           "--max-rows", "2", "--max-users", "2", "--requests", "1", "--tokens", "12", "--min-streams", "3",
-           "--confirm", "2", "--slo-ttfa-p99", "600", "--slo-continuity", "0", "--db", str(db)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "this machine holds 2 real-time stream(s) of this configuration" in done.stdout
-    assert "this machine makes with 2 started together" in done.stdout and "Diagnosis: " in done.stdout
+    printed = bench_here(capsys, "serve", "--model", TINY, "--capacity", "--batching", "continuous", "--max-rows",
+                         "2", "--max-users", "2", "--requests", "1", "--tokens", "12", "--min-streams", "3",
+                         "--confirm", "2", "--slo-ttfa-p99", "600", "--slo-continuity", "0", "--db", str(db)).out
+    assert "this machine holds 2 real-time stream(s) of this configuration" in printed
+    assert "this machine makes with 2 started together" in printed and "Diagnosis: " in printed
     levels = serving_frame(db)
     # the floor first (both rows started together), the search (3 streams at least a level), the deciding level
     # again, then Poisson arrivals at 80 % of the 2 streams found
@@ -72,8 +68,8 @@ def test_capacity_end_to_end_is_kept_in_the_history_and_travels_in_a_bundle(tmp_
     assert list(levels["repeat"].fillna(False)) == [False, False, False, True, False]
     assert levels["confirm"].fillna(False).tolist()[-1] and levels["rate"].iloc[-1] == confirm_rate(
         ServeSpec(tokens=12), 2)
-    assert "Measured twice at 2: p99 first audio " in done.stdout
-    assert "Poisson arrivals at 80 % of it for 2 s (" in done.stdout  # confirmed or not: that depends on the machine
+    assert "Measured twice at 2: p99 first audio " in printed
+    assert "Poisson arrivals at 80 % of it for 2 s (" in printed  # confirmed or not: that depends on the machine
     found = capacity_frame(db)
     assert list(found["streams"]) == [2] and list(found["batching"]) == ["continuous"]
     assert list(found["floor_rows"]) == [2] and list(found["floor_streams"]) == [levels["audio_s_per_s"][0]]

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -27,11 +25,6 @@ FAST = ["--model", "synthetic-tiny", "--tokens", "8", "--threads", "1", "--repea
         "--warmup", "0", "--passes", "1", "--fidelity", "off"]
 
 
-def bench(*args):
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
-
-
 def test_the_issues_example_a_0_067_dollar_box_at_rtf_0_26_costs_about_0_017_per_audio_hour():
     assert metrics.usd_per_audio_hour(0.067, 1 / 0.26) == pytest.approx(0.0174, abs=1e-4)
     assert metrics.usd_per_audio_hour(0.067, 0) is None and metrics.usd_per_audio_hour(None, 3.0) is None
@@ -46,15 +39,14 @@ def test_a_price_that_is_not_a_positive_number_is_refused(price):
 
 def test_bench_prints_and_reports_dollars_per_audio_hour_with_the_price_and_its_source(tmp_path, capsys):
     db, out = tmp_path / "lab.sqlite", tmp_path / "out"
-    run = bench(*FAST, "--db", str(db), "--out", str(out), "--format", "md,html,json",
-                "--price", "0.067", "--price-source", "a test's made-up list price")
-    assert run.returncode == 0, run.stderr[-3000:]
+    printed = bench_here(capsys, *FAST, "--db", str(db), "--out", str(out), "--format", "md,html,json",
+                         "--price", "0.067", "--price-source", "a test's made-up list price").out
     (row,) = cells_frame(db).to_dict("records")
     assert row["usd_per_audio_hour"] == pytest.approx(0.067 / row["audio_s_per_s"])
     assert row["price_source"] == "a test's made-up list price"
-    header = next(line for line in run.stdout.splitlines() if line.startswith("| engine"))
+    header = next(line for line in printed.splitlines() if line.startswith("| engine"))
     assert "| audio_s_per_s | usd_per_audio_hour |" in header
-    assert "Machine price $0.067 per hour (source: a test's made-up list price)" in run.stdout
+    assert "Machine price $0.067 per hour (source: a test's made-up list price)" in printed
     for name in ("results.md", "results.html"):
         text = (out / name).read_text()
         assert "usd_per_audio_hour" in text and "made-up list price" in text

@@ -7,6 +7,8 @@ batch limit every level's batches are full and their sizes are certain.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shlex
 import socket
@@ -25,29 +27,54 @@ from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens
 from tests.conftest import ROOT, TINY
 
 
+def first_pick(port: int, picked: list[int]):
+    """A free_port whose first pick is `port`, then free_port's own; each pick is appended to `picked`."""
+    picks = iter([port])
+
+    def pick() -> int:
+        picked.append(next(picks, None) or free_port())
+        return picked[-1]
+    return pick
+
+
 @pytest.fixture(scope="module")
 def serving_run(tmp_path_factory):
+    """`python -m bench serve` (as `bench.cli.main`, in this process: the apps it starts are its own processes) over
+    two batch limits. free_port's first pick is a port something else already listens on, as when a port is taken
+    in the seconds between the pick and the app's bind: the run must start that app elsewhere. (db, what it printed,
+    the ports it picked, the taken one)."""
+    from bench.cli import main
+    from bench.serving import loadtest
+
     db = tmp_path_factory.mktemp("serve") / "history.sqlite"
-    cmd = [sys.executable, "-m", "bench", "serve", "--model", TINY, "--users", "2", "--max-batch", "2,1",
-           "--requests", "2", "--tokens", "8", "--max-wait-ms", "600000", "--batching", "request", "--db", str(db)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return db, done
+    argv = ["serve", "--model", TINY, "--users", "2", "--max-batch", "2,1", "--requests", "2", "--tokens", "8",
+            "--max-wait-ms", "600000", "--batching", "request", "--db", str(db)]
+    picked: list[int] = []
+    with socket.socket() as taken, pytest.MonkeyPatch.context() as patch:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        taken_port = taken.getsockname()[1]
+        patch.setattr(loadtest, "free_port", first_pick(taken_port, picked))
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv)
+    assert code == 0, err.getvalue()[-3000:]
+    return db, out.getvalue(), picked, taken_port
 
 
 def test_every_request_is_served_and_batches_are_as_large_as_the_limit(serving_run):
-    db, done = serving_run
+    db, printed, *_ = serving_run
     levels = serving_frame(db)
     assert list(levels["max_batch"]) == [2, 1] and list(levels["users"]) == [2, 2]
     assert list(levels["ok"]) == [4, 4] and list(levels["errors"]) == [0, 0] and list(levels["lost"]) == [0, 0]
     assert list(levels["batch_sizes"]) == [{"2": 4}, {"1": 4}]  # requests per batch size (JSON keys are text)
     assert levels["audio_s_per_s"].gt(0).all() and levels["ttfa_p90_s"].gt(0).all()
     assert levels["config"].str.contains("lab, int8, cpu").all()  # the app's default with no sweep: lab int8
-    assert "2 users at once, batches of up to 2 against one at a time" in done.stdout
+    assert "2 users at once, batches of up to 2 against one at a time" in printed
 
 
 def test_a_serving_run_is_history_and_travels_in_a_bundle(serving_run, tmp_path):
-    db, _ = serving_run
+    db, *_ = serving_run
     runs = sweeps_frame(db)
     assert list(runs["kind"]) == ["serve"] and list(runs["status"]) == ["finished"]
     with Store(db) as store:
@@ -69,7 +96,7 @@ def test_a_serving_run_is_history_and_travels_in_a_bundle(serving_run, tmp_path)
 
 
 def test_a_bundle_with_a_malformed_serving_note_is_refused(serving_run, tmp_path):
-    db, _ = serving_run
+    db, *_ = serving_run
     data = json.loads(export_bundle(db, tmp_path / "b.json").read_text())
     data["sweeps"][0]["notes"]["serving"]["levels"][0]["latency_p90_s"] = "fast"
     (tmp_path / "bad.json").write_text(json.dumps(data))
@@ -144,18 +171,11 @@ def test_an_apps_port_is_picked_below_the_ephemeral_range_where_no_outgoing_conn
             s.bind(("127.0.0.1", port))  # free, as it said
 
 
-def test_bench_serve_starts_its_app_elsewhere_when_the_picked_port_is_taken_before_the_bind(monkeypatch, tmp_path):
+def test_bench_serve_starts_its_app_elsewhere_when_the_picked_port_is_taken_before_the_bind(serving_run):
     """free_port's pick is a guess: something may bind the port in the seconds before the app does (the tests' own
-    apps once lost theirs that way). The app exits with Gradio's "Cannot find empty port"; bench serve tries another."""
-    from bench.serving import loadtest
-
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        picks = iter([taken.getsockname()[1], free_port()])
-        monkeypatch.setattr(loadtest, "free_port", lambda: next(picks))
-        spec = ServeSpec(model=TINY, tokens=8)
-        with loadtest._app(spec, "request", 1, tmp_path / "lab.sqlite") as app:
-            assert app.url.endswith(f":{app.proc.args[app.proc.args.index('--port') + 1]}/")
-            assert str(taken.getsockname()[1]) not in app.url
-            assert app.proc.poll() is None
+    apps once lost theirs that way). The app exits with Gradio's "Cannot find empty port"; bench serve tries another.
+    The serving run's first app was given a taken port; every request of its levels was still served."""
+    db, _, picked, taken = serving_run
+    assert picked[0] == taken and taken not in picked[1:]
+    assert len(picked) == 3  # the first level's app once more, elsewhere, then the second level's
+    assert list(serving_frame(db)["ok"]) == [4, 4]

@@ -25,6 +25,7 @@ from chattts_lab.history.store import Store
 from chattts_lab.synthesis import synthesize, synthesize_stream
 
 from tests.conftest import CPU_PRECISION_TABLE, ROOT, TINY, x86_64_only
+from tests.support.cli import bench_here
 
 TOKENS = 16
 TEXTS = ["Hello there, this is a test.", "A second text, longer than the first one by a little."]
@@ -205,14 +206,11 @@ def test_a_missing_cuda_provider_is_a_reason_not_a_crash():
     assert "CUDAExecutionProvider" in unsupported_reason("onnx", torch.device("cuda"), "fp32")
 
 
-def test_cli_sweep_runs_an_onnx_cell_and_keeps_the_unsupported_one(tmp_path):
+def test_cli_sweep_runs_an_onnx_cell_and_keeps_the_unsupported_one(tmp_path, capsys):
     db, out = tmp_path / "lab.sqlite", tmp_path / "out"
-    run = subprocess.run(
-        [sys.executable, "-m", "bench", "--model", TINY, "--engine", "onnx", "--precision", "fp32,bf16",
-         "--tokens", "8", "--threads", "1", "--repeats", "1", "--min-time", "0", "--warmup", "0",
-         "--fidelity", "off", "--db", str(db), "--out", str(out), "--format", "json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    bench_here(capsys, "--model", TINY, "--engine", "onnx", "--precision", "fp32,bf16", "--tokens", "8", "--threads",
+               "1", "--repeats", "1", "--min-time", "0", "--warmup", "0", "--fidelity", "off", "--db", str(db),
+               "--out", str(out), "--format", "json")
     cells = {c["precision"]: c for c in json.loads((out / "results.json").read_text())["cells"]}
     assert cells["fp32"]["status"] == "ok", cells["fp32"]
     assert (cells["fp32"]["engine"], cells["fp32"]["dtype_gpt"], cells["fp32"]["threads_effective"]) == ("onnx", "float32", 1)

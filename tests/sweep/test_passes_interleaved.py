@@ -18,6 +18,7 @@ import sys
 import psutil
 import pytest
 
+from tests.support.cli import bench_here
 from tests.support.fake_workers import running_workers
 from chattts_lab.history.compare import speed_ratio, sweep_comparison
 from chattts_lab.sweep.spec import SweepSpec
@@ -39,7 +40,7 @@ def workers() -> list[psutil.Process]:
     return running_workers()
 
 
-def test_each_cell_keeps_one_loaded_worker_and_every_pass_is_recorded(tmp_path):
+def test_each_cell_keeps_one_loaded_worker_and_every_pass_is_recorded(tmp_path, capsys):
     db = tmp_path / "lab.sqlite"
     events = list(run_sweep(SweepSpec(**TWO_CELLS), db, memory_allowance_mb=ROOMY_MB))
     final = events[-1]
@@ -76,13 +77,12 @@ def test_each_cell_keeps_one_loaded_worker_and_every_pass_is_recorded(tmp_path):
     assert [sorted(p["wall_s_by_pass"]) for p in comparisons["passes"]] == [["0", "1", "2"]] * 2
     assert len(comparisons["ratios"]) == 1 and comparisons["ratios"][0]["paired"]
     out = tmp_path / "report"
-    run = subprocess.run([sys.executable, "-m", "bench", "--report", str(final.sweep_id), "--db", str(db),
-                          "--out", str(out), "--format", "json,md"], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    printed = bench_here(capsys, "--report", str(final.sweep_id), "--db", str(db), "--out", str(out),
+                         "--format", "json,md").out
     report = json.loads((out / "results.json").read_text())
     assert report["comparisons"]["pass_orders"] == notes["pass_orders"]
     assert report["comparisons"]["passes"] == comparisons["passes"]
-    assert "Drift across passes" in run.stdout and "95% CI" in run.stdout
+    assert "Drift across passes" in printed and "95% CI" in printed
 
 
 @pytest.mark.slow  # opt-in (-m slow), to keep the default run short: the interleaving itself is the first test's

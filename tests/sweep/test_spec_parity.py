@@ -6,8 +6,6 @@ stores the same spec in a real SQLite file."""
 from __future__ import annotations
 
 import shlex
-import subprocess
-import sys
 from dataclasses import fields
 
 import gradio as gr
@@ -18,7 +16,8 @@ from chattts_lab.trackers.env import usable_cores
 from chattts_lab.options import as_text, spec_argv
 from chattts_lab.sweep.spec import SweepSpec
 from chattts_lab.history.store import Store
-from tests.conftest import ROOT, TINY
+from tests.conftest import TINY
+from tests.support.cli import bench_here
 from tests.support.sweep_specs import QUICK_ARGV, cli_spec
 from webui.benchmark.tab import build_benchmark_tab, cli_command, quick_form, spec_from_form, sweep_updates
 from chattts_lab.serve.context import AppContext
@@ -115,7 +114,7 @@ def _stored_specs(db) -> list[dict]:
         return [store.sweep(s["id"])["spec"] for s in store.sweeps_list()]
 
 
-def test_the_tab_and_the_cli_store_the_same_spec(tab, tmp_path):
+def test_the_tab_and_the_cli_store_the_same_spec(tab, tmp_path, capsys):
     ctx, controls = tab
     # More threads than usable cores: the rule table skips every cell without starting a worker, so both sweeps
     # end at once; what is compared is the spec each stored.
@@ -130,10 +129,8 @@ def test_the_tab_and_the_cli_store_the_same_spec(tab, tmp_path):
     updates = list(sweep_updates(ui_ctx, spec_from_form(TINY, controls.form(form_values(controls, choices))), "t"))
     assert "finished" in updates[-1].status
     cli_db = tmp_path / "cli.sqlite"
-    done = subprocess.run([sys.executable, "-m", "bench", "--model", TINY, "--db", str(cli_db), *argv,
-                           "--format", "json", "--out", str(tmp_path / "cli-report")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    bench_here(capsys, "--model", TINY, "--db", str(cli_db), *argv, "--format", "json", "--out",
+               str(tmp_path / "cli-report"))
     (ui_spec,), (cli_stored,) = _stored_specs(ui_db), _stored_specs(cli_db)
     assert ui_spec == cli_stored
     assert ui_spec["engines"] == ["stock", "lab"] and ui_spec["precisions"] == ["fp32", "int8"]

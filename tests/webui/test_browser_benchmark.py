@@ -8,8 +8,6 @@ import csv
 import io
 import json
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 
 import pytest
@@ -18,8 +16,9 @@ from playwright.sync_api import expect
 from chattts_lab.history.compare import timed_by_pass
 from chattts_lab.history.report import TABLE_COLUMNS
 from chattts_lab.history.store import Store
+from chattts_lab.sweep.runner import SweepFinished, run_sweep
 from chattts_lab.sweep.spec import SweepSpec
-from tests.conftest import ROOT, SCREENSHOTS
+from tests.conftest import SCREENSHOTS
 from tests.support.sweep_specs import QUICK_ARGV, cli_spec
 from tests.support.ui import (LONG, close_toasts, finished_sweep_id, no_error_badges, open_accordion, open_tab,
                               pick_option, set_text, table_rows, wait_for_row, wait_toast)
@@ -56,14 +55,14 @@ class ResultsTable(HTMLParser):
 
 @pytest.fixture(scope="module")
 def finished_sweep(app_dir) -> str:
-    """A finished sweep in the app's own history file, measured by `python -m bench` on the tiny weights, so the
-    history and recommendation tests do not depend on which browser test ran first. Returns its "#N " label."""
-    cmd = [sys.executable, "-m", "bench", "--model", "synthetic-tiny", "--db", str(app_dir / "history.sqlite"),
-           "--batch", "1", "--tokens", "8", "--repeats", "1", "--min-time", "0", "--warmup", "0",
-           "--fidelity", "off", "--yes", "--out", str(app_dir / "seed-report")]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return "#" + re.search(r"^sweep (\d+) finished", done.stdout + done.stderr, re.M).group(1) + " "
+    """A finished sweep in the app's own history file, measured on the tiny weights as `python -m bench` measures
+    these choices (its spec from the command line's parser; run here, its cell in a worker process), so the history
+    and recommendation tests do not depend on which browser test ran first. Returns its "#N " label."""
+    spec = cli_spec(["--batch", "1", "--tokens", "8", "--repeats", "1", "--min-time", "0", "--warmup", "0",
+                     "--fidelity", "off"])
+    final = list(run_sweep(spec, app_dir / "history.sqlite"))[-1]
+    assert isinstance(final, SweepFinished) and final.status == "finished", final
+    return f"#{final.sweep_id} "
 
 
 def check_gain_sentence(sentence: str, rows: list[dict[str, str]]) -> None:
