@@ -3,8 +3,8 @@ block to their last, the same arithmetic as stock's in another memory layout.
 
 Stock runs each ConvNeXt block's depthwise convolution on (B, C, T) and its norm and two projections on (B, T, C),
 transposing twice a block: strided copies, a norm on a strided view, a residual added across layouts. In a streamed
-chunk's decode (few frames, many blocks: 12 in the decoder, 8 in Vocos) with int8 projections, these and the
-convolutions took more time than the projections (docs/measurements/2026-12-04-decode-layout.md). Here the blocks
+chunk's decode with int8 projections, the copies and the depthwise convolutions in (B, C, T) were a fifth of the
+call (docs/measurements/2026-12-04-decode-layout.md: 1.12-1.19x faster without them). Here the blocks
 stay time-major throughout: the depthwise convolution runs as a channels-last 2-D convolution on the time-major
 tensor itself (no copy), the norm and projections read it contiguously, and the layout changes twice a stack.
 
