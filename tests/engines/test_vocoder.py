@@ -5,12 +5,13 @@ Real ChatTTS decoder and Vocos on tiny synthetic weights."""
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from chattts_lab.engines.lab import cpu, vocoder
+from chattts_lab.engines.lab import cpu, time_major, vocoder
 from chattts_lab.models import LoadConfig, load_model, unload_all
 from tests.conftest import TINY, x86_64_only
 
@@ -59,10 +60,29 @@ def test_int8_projections_decode_close_to_fp32(fp32_decoding):
     assert decoder.effective_dtype.startswith("int8 projections (lab-int8 ")
 
 
+def test_the_time_major_decode_is_stock_s_in_another_layout(fp32_decoding):
+    """The decoder and Vocos backbone run time-major (engines/lab/time_major.py): stock's audio within fp32 rounding,
+    for rows of different lengths in one call; off again, stock's own forwards."""
+    decoder, vocos = (copy.deepcopy(m) for m in fp32_decoding)
+    chat = SimpleNamespace(decoder=decoder, vocos=vocos)
+    torch.manual_seed(1)
+    hiddens = torch.randn(3, 768, 37)
+    hiddens[2, :, 20:] = 0  # a shorter row, zero-padded as _decode_to_wavs pads it
+    want = decode(decoder, vocos, hiddens)
+    time_major.set_installed(chat)
+    assert time_major.installed(chat)
+    got = decode(decoder, vocos, hiddens)
+    assert got.shape == want.shape and np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    time_major.set_installed(chat, False)
+    assert not time_major.installed(chat) and "forward" not in decoder.__dict__
+
+
 def test_served_projections_say_what_ran():
     """Lab int8 records the decoder's and vocoder's projection format and kernel; lab fp32 keeps ChatTTS's fp32."""
     unload_all()
-    eff = load_model(LoadConfig(model=TINY, precision="int8", engine="lab", threads=1)).effective
+    model = load_model(LoadConfig(model=TINY, precision="int8", engine="lab", threads=1))
+    eff = model.effective
+    assert time_major.installed(model.chat)  # on CPUs, whatever the precision
     convert = vocoder.projection_format(torch.device("cpu"))
     if vocoder.many_rows_int8() is not None:
         assert eff["dtype_decoder"].startswith("int8 projections (") and eff["dtype_decoder"] == eff["dtype_vocos"]
@@ -74,6 +94,7 @@ def test_served_projections_say_what_ran():
     unload_all()
     lab_fp32 = load_model(LoadConfig(model=TINY, precision="fp32", engine="lab", threads=1))
     assert lab_fp32.effective["dtype_decoder"] == lab_fp32.effective["dtype_vocos"] == "float32"
+    assert time_major.installed(lab_fp32.chat)
     unload_all()
 
 

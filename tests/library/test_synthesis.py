@@ -25,6 +25,7 @@ from chattts_lab import (
 )
 from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.synthesis import SYNTHETIC_WARNING, encode_sample_audio, speaker_from_seed
+from chattts_lab import synthesis
 
 from tests.conftest import CPU_PRECISION_TABLE, TINY, x86_64_only
 
@@ -78,6 +79,16 @@ def test_same_seeds_give_same_audio_and_other_seeds_differ(tiny_model):
     assert np.array_equal(a, b)
     assert not np.array_equal(a, c)
     assert speaker_from_seed(tiny_model, 7) == speaker_from_seed(tiny_model, 7) != speaker_from_seed(tiny_model, 8)
+
+
+def test_a_seeds_speaker_is_remembered_as_drawn_and_only_so_many(tiny_model, monkeypatch):
+    first = speaker_from_seed(tiny_model, 11)
+    synthesis._speakers.clear()
+    assert speaker_from_seed(tiny_model, 11) == first  # drawn again, the same string
+    monkeypatch.setattr(synthesis, "SPEAKERS_KEPT", 2)
+    for seed in (12, 13, 14):
+        speaker_from_seed(tiny_model, seed)
+    assert list(synthesis._speakers[tiny_model.chat]) == [13, 14]  # the oldest go
 
 
 def voiced(model, voice: Voice) -> np.ndarray:

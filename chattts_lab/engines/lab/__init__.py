@@ -21,7 +21,7 @@ import torch
 from chattts_lab.engines.base import Engine
 from chattts_lab.said import Said
 from chattts_lab.engines.precisions import PRECISION
-from chattts_lab.engines.lab import cpu, kernels
+from chattts_lab.engines.lab import cpu, kernels, time_major
 from chattts_lab.engines.lab.engine import (Heads, LabRuntime, drop_stock_code_heads, lab_generate,
                                     quantize_text_tables)
 from chattts_lab.engines.lab.linear import int4_available, int8_kernels
@@ -86,10 +86,13 @@ def _compute_dtype(device: torch.device, precision: str) -> torch.dtype:
 def trim_around_the_gpt(chat, precision: str, gpt_folder: str) -> None:
     """What every engine that replaces ChatTTS's GPT generator (lab, onnx) does to the rest of ChatTTS, once its
     `Heads` hold the code heads: drop stock's, decode in int8 (or bf16) projections under int8/int4 where that
-    pays, and keep the DVAE (voice clips only) on disk until first use."""
+    pays, run the decoder and Vocos time-major on CPUs (the same audio, fewer copies), and keep the DVAE (voice
+    clips only) on disk until first use."""
     drop_stock_code_heads(chat)
     if PRECISION[precision].quantized:  # recorded as the rows' dtype_decoder / dtype_vocos
         install_quantized_decoding(chat, torch.device(chat.device))
+    if torch.device(chat.device).type == "cpu":  # (where it was measured: docs/measurements/2026-12-04-decode-layout.md)
+        time_major.set_installed(chat)
     load_dvae_on_demand(chat, gpt_folder)  # synthesis never calls it: 58 MB less resident
 
 
