@@ -23,7 +23,6 @@ Poisson arrivals at `confirm_load_pct` % of it for `confirm_s` seconds (`confirm
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
@@ -32,7 +31,7 @@ from chattts_lab.said import Said
 from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens, usd_per_audio_hour
 from chattts_lab.requests import CONTINUOUS, REQUEST_LEVEL, SCHEDULINGS
 from bench.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
-                                          _measured_level, _save)
+                                          _measured_level, _save, run_to_end)
 from bench.serving.summaries import NOTE, summarize_level
 
 FLOOR_REACHED_PCT = 85  # a capacity at this share of its floor is limited by the machine, not by scheduling
@@ -113,7 +112,7 @@ class _CapacityRun:
     def measure(self, app, level: dict, level_spec: ServeSpec) -> Iterator:
         """One level run, summarized and stored (requests too)."""
         yield LevelStarted(len(self.summaries), level)
-        records, rss = asyncio.run(_measured_level(app, level_spec, level))
+        records, rss = run_to_end(_measured_level(app, level_spec, level))
         summary = summarize_level(level, records) | rss
         summary["slo_broken"] = broken_because(summary, self.spec)
         self.requests.extend({"level": len(self.summaries), **r} for r in records)

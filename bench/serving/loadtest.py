@@ -17,6 +17,7 @@ and every request in its `serving` note, so bundles export and import it like an
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import random
 import socket
@@ -39,6 +40,17 @@ from bench.serving.summaries import NOTE, summarize_level
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUEST_DEADLINE_S = 900.0  # a request with no answer by then is lost
+
+
+def run_to_end(coro):
+    """`asyncio.run(coro)`, also from a thread that already runs an event loop (a notebook; a test process that drove
+    a browser), where asyncio.run refuses: there on a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -97,7 +109,7 @@ def run_serving(spec: ServeSpec, db_path, should_stop: Callable[[], bool] = lamb
                     if (level["batching"], level["max_batch"]) != (batching, max_batch) or should_stop():
                         continue
                     yield LevelStarted(index, _as_served(level, served))
-                    records, rss = asyncio.run(_measured_level(app, spec, level))
+                    records, rss = run_to_end(_measured_level(app, spec, level))
                     summary = summarize_level(_as_served(level, served), records) | rss
                     summaries.append(summary)
                     requests += [{"level": index, **r} for r in records]
@@ -204,7 +216,7 @@ class _app:
             return await asyncio.gather(*(_request(self.url, self.spec, texts[i % len(texts)], -1, t0)
                                           for i in range(count)))
 
-        failed = [r["error"] for r in asyncio.run(batch()) if r["status"] != "ok"]
+        failed = [r["error"] for r in run_to_end(batch()) if r["status"] != "ok"]
         if failed:
             raise RuntimeError(f"the app could not serve its first requests: {failed[0]}; {self._log_tail()}")
         heap.settle()  # this client imports torch as well: its full collections would delay the arrivals it times

@@ -7,6 +7,7 @@ batch limit every level's batches are full and their sizes are certain.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -17,7 +18,7 @@ import sys
 
 import pytest
 
-from bench.serving.loadtest import ServeSpec, free_port
+from bench.serving.loadtest import ServeSpec, free_port, run_to_end
 from bench.serving.summaries import batching_gain, serving_frame
 from chattts_lab.sweep.spec import SpecError
 from chattts_lab.history.bundle import BundleError, export_bundle, import_bundle, read_bundle
@@ -179,3 +180,17 @@ def test_bench_serve_starts_its_app_elsewhere_when_the_picked_port_is_taken_befo
     assert picked[0] == taken and taken not in picked[1:]
     assert len(picked) == 3  # the first level's app once more, elsewhere, then the second level's
     assert list(serving_frame(db)["ok"]) == [4, 4]
+
+
+def test_a_serving_run_s_requests_run_from_a_thread_that_already_runs_an_event_loop():
+    """`python -m bench serve` called where an event loop runs (a notebook, a test process that drove a browser):
+    asyncio.run alone refuses there."""
+    async def answer():
+        return 42
+
+    async def caller():  # a running loop, calling the benchmark's synchronous code
+        return run_to_end(answer())
+
+    assert run_to_end(answer()) == 42
+    assert asyncio.run(caller()) == 42
+
