@@ -195,6 +195,47 @@ def test_fused_attention_of_64_dim_heads_computes_softmax_attention(dtype, level
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 if dtype == torch.float32 else 2e-2)
 
 
+@pytest.mark.parametrize("level", ALL_LEVELS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("Dh", [64, 32])
+def test_rows_behind_the_longest_read_only_their_own_slots(Dh, dtype, level):
+    """In a continuous batch a step writes every row's keys and values at the longest row's next slot, and a row
+    behind attends to its own slots and that one (continuous.RowDecoder._step's mask). The kernel scores only those:
+    the masked slots between hold NaN here, which any read of them would carry into the output."""
+    fused = kernels_at(level)
+    torch.manual_seed(0)
+    B, H, T = 4, 2, 64
+    slot, lengths = 50, [50, 1, 17, 33]  # the longest row's own next slot is the step's; partial groups of 16 and 8
+    qkv, angle = torch.randn(B, 3 * H * Dh), torch.rand(B, Dh // 2) * 3
+    rot = torch.stack([angle.cos(), angle.sin()], -1).contiguous()
+    slots = torch.arange(slot + 1)
+    valid = (slots[None] < torch.tensor(lengths)[:, None]) | (slots[None] == slot)
+    k, v = torch.randn(B, H, T, Dh).to(dtype), torch.randn(B, H, T, Dh).to(dtype)
+    want = _attention_reference(qkv, rot, k, v, slot, slot + 1, valid)
+    for b, n in enumerate(lengths):
+        k[b, :, n:slot], v[b, :, n:slot] = float("nan"), float("nan")
+    got = fused.decode_attention(qkv, rot, k, v, slot, slot + 1, valid)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 if dtype == torch.float32 else 2e-2)
+
+
+@pytest.mark.parametrize("level", [None, *ALL_LEVELS])  # None: torch's indexing, where the kernels are not loaded
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_behind_move_the_steps_keys_and_values_to_their_own_slots(dtype, level):
+    """continuous.copy_behind does what the indexing it replaced did, in every cache, and nothing else."""
+    from chattts_lab.engines.lab.continuous import copy_behind
+
+    fused = kernels_at(level) if level else None
+    torch.manual_seed(0)
+    caches = [torch.randn(5, 3, 40, 16).to(dtype) for _ in range(4)]
+    want = [c.clone() for c in caches]
+    rows, own, s = torch.tensor([1, 2, 4]), torch.tensor([7, 0, 38]), 39
+    for c in want:
+        c[rows, :, own] = c[rows, :, s]
+    copy_behind(caches, rows, own, s, fused)
+    for got, expected in zip(caches, want):
+        assert torch.equal(got, expected)
+
+
 def test_fused_kernels_can_be_switched_off(monkeypatch):
     from chattts_lab.engines.lab import kernels
 

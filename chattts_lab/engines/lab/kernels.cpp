@@ -441,12 +441,30 @@ at::Tensor fp32_linear_rows(const at::Tensor& x, const at::Tensor& w) {
 //   k_cache, v_cache [B, H, T, Dh], fp32 or bf16: this step's rotated k and v are written at `slot`;
 //   valid [B, >=end] bool or an empty tensor: which cache slots each item may attend to.
 // Returns softmax(q.k / sqrt(Dh)) . v over slots [0, end) as [B, H*Dh] fp32.
+// Per item: where its valid slots are a prefix [0, n) and then only `slot` (a continuous batch's row behind the
+// longest: its own slots, then the slot this step writes for the whole batch), n; else -1 (every slot is scored, the
+// masked ones -inf). The prefix form reads only the item's own slots, not the masked ones up to the longest row's.
+static std::vector<int64_t> own_prefixes(const bool* valid, int64_t stride, int64_t B, int64_t slot, int64_t end) {
+  std::vector<int64_t> own(B, -1);
+  for (int64_t b = 0; valid && b < B; ++b) {
+    const bool* v = valid + b * stride;
+    int64_t n = 0;
+    while (n < end && v[n]) ++n;
+    if (n >= slot || !v[slot]) continue;
+    bool others = false;
+    for (int64_t t = n; t < end && !others; ++t) others = v[t] && t != slot;
+    if (!others) own[b] = n;
+  }
+  return own;
+}
+
 template <typename T>
 static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po, const bool* pvalid,
                    int64_t valid_stride, int64_t B, int64_t H, int64_t T_, int64_t Dh, int64_t slot, int64_t end) {
   const float scale = 1.f / std::sqrt(static_cast<float>(Dh));
+  const std::vector<int64_t> own = own_prefixes(pvalid, valid_stride, B, slot, end);
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t stop) {
-    std::vector<float> q(Dh), k(Dh), p(end);
+    std::vector<float> q(Dh), k(Dh), p(end + 1);
     for (int64_t bh = begin; bh < stop; ++bh) {
       const int64_t b = bh / H, h = bh % H;
       const float* src = pqkv + b * 3 * H * Dh;
@@ -466,20 +484,26 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
         vbase[slot * Dh + j] = static_cast<T>(vs[j]);
       }
 
-      const bool* valid = pvalid ? pvalid + b * valid_stride : nullptr;
+      // scored: slots [0, span) (masked ones -inf), then with an own prefix the step's slot as p[span]
+      const bool* valid = own[b] >= 0 ? nullptr : pvalid ? pvalid + b * valid_stride : nullptr;
+      const int64_t span = own[b] >= 0 ? own[b] : end, scored = span + (own[b] >= 0);
       float top = -std::numeric_limits<float>::infinity();
 #if defined(LAB_512) || defined(LAB_256)
       if (Dh == 64) {
-        top = scores64(q.data(), kbase, valid, end, scale, p.data());
+        top = scores64(q.data(), kbase, valid, span, scale, p.data());
       } else
 #endif
-      for (int64_t t = 0; t < end; ++t) {
+      for (int64_t t = 0; t < span; ++t) {
         if (valid && !valid[t]) {
           p[t] = -std::numeric_limits<float>::infinity();
           continue;
         }
         p[t] = dot(q.data(), kbase + t * Dh, Dh) * scale;
         top = std::max(top, p[t]);
+      }
+      if (scored > span) {
+        p[span] = dot(q.data(), kbase + slot * Dh, Dh) * scale;
+        top = std::max(top, p[span]);
       }
       float sum = 0.f;
       int64_t t = 0;
@@ -488,7 +512,7 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
       // position, head and layer took about a third of the step's attention. A masked score, -inf, becomes 0.
       const __m512 shift = _mm512_set1_ps(top);
       __m512 acc = _mm512_setzero_ps();
-      for (; t + 16 <= end; t += 16) {
+      for (; t + 16 <= scored; t += 16) {
         const __m512 e = Sleef_expf16_u10(_mm512_sub_ps(_mm512_loadu_ps(p.data() + t), shift));
         _mm512_storeu_ps(p.data() + t, e);
         acc = _mm512_add_ps(acc, e);
@@ -497,7 +521,7 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
 #elif defined(LAB_256)
       const __m256 shift = _mm256_set1_ps(top);
       __m256 acc = _mm256_setzero_ps();
-      for (; t + 8 <= end; t += 8) {
+      for (; t + 8 <= scored; t += 8) {
         const __m256 e = Sleef_expf8_u10(_mm256_sub_ps(_mm256_loadu_ps(p.data() + t), shift));
         _mm256_storeu_ps(p.data() + t, e);
         acc = _mm256_add_ps(acc, e);
@@ -506,22 +530,22 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
       _mm256_store_ps(lanes, acc);
       for (float lane : lanes) sum += lane;
 #endif
-      for (; t < end; ++t) {
+      for (; t < scored; ++t) {
         p[t] = std::isinf(p[t]) ? 0.f : std::exp(p[t] - top);
         sum += p[t];
       }
       float* o = po + b * H * Dh + h * Dh;
 #if defined(LAB_512) || defined(LAB_256)
       if (Dh == 64) {
-        weighted_sum64(p.data(), vbase, end, 1.f / sum, o);
-        continue;
-      }
+        weighted_sum64(p.data(), vbase, span, 1.f / sum, o);
+      } else
 #endif
-      std::fill(o, o + Dh, 0.f);
-      for (int64_t t = 0; t < end; ++t) {
-        if (p[t] == 0.f) continue;
-        axpy(o, p[t] / sum, vbase + t * Dh, Dh);
+      {
+        std::fill(o, o + Dh, 0.f);
+        for (int64_t t = 0; t < span; ++t)
+          if (p[t] != 0.f) axpy(o, p[t] / sum, vbase + t * Dh, Dh);
       }
+      if (scored > span) axpy(o, p[span] / sum, vbase + slot * Dh, Dh);
     }
   });
 }
@@ -546,4 +570,28 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& rot, at::Te
            out.data_ptr<float>(), pvalid, valid_stride, B, H, T, Dh, slot, end);
   }
   return out;
+}
+
+// Continuous batching (continuous.RowDecoder._copy_behind): a step wrote every row's keys and values at the longest
+// row's next slot `from`; each row of `rows` moves them to its own next slot `to[i]`, in every cache [B, H, T, Dh].
+// One call for the 40 caches of a step, where torch's indexing took 1-5 ms a step at 6 rows (two ops a cache).
+void copy_behind(const std::vector<at::Tensor>& caches, const at::Tensor& rows, const at::Tensor& to, int64_t from) {
+  TORCH_CHECK(rows.scalar_type() == at::kLong && to.scalar_type() == at::kLong && rows.numel() == to.numel(),
+              "copy_behind: int64 rows and slots, one slot a row");
+  const auto r = rows.contiguous(), t = to.contiguous();
+  const int64_t *pr = r.data_ptr<int64_t>(), *pt = t.data_ptr<int64_t>();
+  for (const auto& cache : caches) {
+    TORCH_CHECK(cache.dim() == 4 && cache.is_contiguous(), "copy_behind: contiguous [B, H, T, Dh] caches");
+    const int64_t B = cache.size(0), H = cache.size(1), T = cache.size(2), line = cache.size(3) * cache.element_size();
+    TORCH_CHECK(from >= 0 && from < T, "copy_behind: slot outside the cache");
+    auto* base = static_cast<char*>(cache.data_ptr());
+    for (int64_t i = 0; i < r.numel(); ++i) {
+      TORCH_CHECK(pr[i] >= 0 && pr[i] < B && pt[i] >= 0 && pt[i] < T, "copy_behind: row or slot outside the cache");
+      if (pt[i] == from) continue;
+      for (int64_t h = 0; h < H; ++h) {
+        char* head = base + (pr[i] * H + h) * T * line;
+        std::memcpy(head + pt[i] * line, head + from * line, line);
+      }
+    }
+  }
 }

@@ -39,7 +39,7 @@ SOURCES = [Path(__file__).with_name(name) for name in
            ("kernels.cpp", "gemm_formats.cpp", "gemm_pack.cpp", "gemm_portable.cpp", "gemm_avx512.cpp", "gemm_avx2.cpp", "int8_gemm.cpp")]
 FUNCTIONS = ["simd", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention", "fp32_linear_rows", "int8_isa",
              "int8_pack", "int8_linear", "int8_linear_portable", "int4_group", "int4_pack", "int4_linear",
-             "int4_linear_portable", "decode_step_packed"]
+             "int4_linear_portable", "decode_step_packed", "copy_behind"]
 CFLAGS = ["-O3", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP; the level adds its own (cpu.py)
 
 
