@@ -26,16 +26,16 @@ from chattts_lab.engines.lab.linear import FbgemmInt8Linear, PackedInt4Linear, P
 SHAPES = [(512, 2048), (2048, 512), (768, 768), (768, 3072)]  # (in, out)
 
 
-def best_ms(calls, x, repeats):
-    """The best CPU time of each call, in interleaved rounds."""
+def best_ms(calls, x, repeats, clock=time.thread_time):
+    """The best time of each call by `clock` (CPU time of the calling thread unless told), in interleaved rounds."""
     for call in calls:
         call(x)  # warm: packs, caches, fbgemm's first-call dispatch
     best = [float("inf")] * len(calls)
     for _ in range(repeats):
         for i, call in enumerate(calls):
-            start = time.thread_time()
+            start = clock()
             call(x)
-            best[i] = min(best[i], time.thread_time() - start)
+            best[i] = min(best[i], clock() - start)
     return [b * 1e3 for b in best]
 
 

@@ -19,9 +19,12 @@ from chattts_lab.models import LoadConfig, load_model, unload_all
 from chattts_lab.requests import Sampling, SynthesisRequest
 from chattts_lab.synthesis import synthesize
 
-if "--fp32-projections" in sys.argv:
-    vocoder.projection_format = lambda device: None
 TEXT = "The quick brown fox jumps over the lazy dog, twice before dinner."
+
+
+def request() -> SynthesisRequest:
+    """The 128-token batch-1 call these probes time (scripts/probes/outside_gpt_floor.py counts its work)."""
+    return SynthesisRequest.of(TEXT, max_new_token=128, min_new_token=128, sampling=Sampling(audio_seed=1))
 
 
 def time_leaf_modules(chat) -> dict:
@@ -36,11 +39,12 @@ def time_leaf_modules(chat) -> dict:
     return spent
 
 
-for config in sys.argv[1].split(","):
+def time_config(config: str) -> None:
+    """One engine:precision: the stages of the call (median of 3 after a warm-up) and its slowest leaf modules."""
     engine, precision = config.split(":")
     model = load_model(LoadConfig(model="synthetic", precision=precision, engine=engine, threads=2))
     spent = time_leaf_modules(model.chat)
-    req = SynthesisRequest.of(TEXT, max_new_token=128, min_new_token=128, sampling=Sampling(audio_seed=1))
+    req = request()
     synthesize(model, req)
     spent.clear()
     runs = [synthesize(model, req).measurements for _ in range(3)]
@@ -51,3 +55,14 @@ for config in sys.argv[1].split(","):
     for (part, kind), seconds in sorted(spent.items(), key=lambda kv: -kv[1])[:8]:
         print(f"  {part:8s} {kind:20s} {seconds / 3 * 1e3:7.1f} ms a call")
     unload_all()
+
+
+def main():
+    if "--fp32-projections" in sys.argv:
+        vocoder.projection_format = lambda device: None
+    for config in sys.argv[1].split(","):
+        time_config(config)
+
+
+if __name__ == "__main__":
+    main()
