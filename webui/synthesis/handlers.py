@@ -39,9 +39,9 @@ def _result(ctx: AppContext, out: SynthesisOutput, model, extra: dict | None = N
 async def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request):
     """Generate button: yields updates of the player, the stream, the measurements and the banner. A mistake is a
     warning that closes by itself, and the results on screen stay (an error would cover each with a red badge)."""
-    form, settings = Form.read(ui, values), values[ui.runtime]
-    session = session_of(request)
+    form, session = Form.read(ui, values), session_of(request)
     try:
+        settings = ui.settings_shown(values)  # what the controls show (a combination that cannot run: a warning)
         # In a thread: a sample-audio voice is encoded by the model, which may be busy with a sweep.
         reqs = await asyncio.to_thread(build_requests, ctx, settings, form, values[ui.imported_code])
         # What the request waits for, where its result will be; the player alone shows Gradio's timer.
