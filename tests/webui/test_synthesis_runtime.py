@@ -1,22 +1,23 @@
 """What is shown runs: the Synthesis tab's events that run the model decide their configuration from the runtime
 controls as the event sent them, and from the `runtime` state only where it matches them.
 
-A person's pick settles (writes `runtime`) outside Gradio's queue, so it may land after a queued "Use the fastest" has
-set the controls and the state together: the controls then show the fastest configuration while the state holds the
-earlier pick. No test can time that; these hold the rule that makes it harmless (`SynthesisTab.settings_shown`), that
-every event which reads the state also reads the controls, and that a combination the controls show but that cannot
-run here is refused with its reason, never replaced by the state's. The tab is built and its real handlers called
-with a values dict, without a browser (the browser flows are tests/webui/test_browser_flows.py)."""
+A person's pick used to settle (write `runtime`) in a second, chained event outside Gradio's queue, which could land
+after a queued "Use the fastest" had set the controls and the state together: the controls then showed the fastest
+configuration while the state and the note held the earlier pick. No test can time that; these hold the rules that
+make it impossible: a pick sets controls, state and note in one event; every event which reads the state also reads
+the controls and runs on what they show (`SynthesisTab.settings_shown`); and a combination the controls show but
+that cannot run here is refused with its reason, never replaced by the state's. The tab is built and its real
+handlers called with a values dict, without a browser (the browser flows are tests/webui/test_browser_flows.py)."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 
 import gradio as gr
 import pytest
 
 from tests.conftest import TINY
+from tests.support.event_loop import run_in_fresh_loop
 
 UNKNOWN_PRECISION = "int3"  # refused on every device by every engine: the registry names the reason
 
@@ -124,7 +125,7 @@ def test_generate_warns_of_what_the_controls_show_and_runs_nothing_else(tab):
         return [update async for update in generate(ctx, ui, values, None)]
 
     with pytest.warns(UserWarning, match=f"unknown precision '{UNKNOWN_PRECISION}'"):
-        made = asyncio.run(updates())
+        made = run_in_fresh_loop(updates())  # a browser test before this one leaves a loop running
     assert made == [{ui.metrics: "as it was"}]
 
 
@@ -144,3 +145,20 @@ def test_a_voice_card_refuses_what_the_controls_show_when_it_cannot_run(tab):
     values = values_sent_to(demo, "export_card", ui) | {ui.precision: UNKNOWN_PRECISION}
     with pytest.raises(gr.Error, match=f"unknown precision '{UNKNOWN_PRECISION}'"):
         export_card(ctx, ui, values)
+
+
+def test_every_event_that_sets_the_state_sets_it_with_the_note_and_is_no_chained_second_step(tab):
+    """A pick sets the narrowed controls, the state and the note in one event: a second event chained after it
+    (`.then`) could land after a queued "Use the fastest" and leave the state and the note on the earlier pick
+    while the controls show the fastest configuration."""
+    _, ui, demo = tab
+    writers = [fn for fn in demo.fns.values() if fn.fn is not None and ui.runtime in fn.outputs]
+    names = {getattr(fn.fn, "__wrapped__", fn.fn).__name__ for fn in writers}
+    assert {"change_device", "change_engine", "update_settings", "apply_settings"} <= names, names
+    controls = {c._id for c in (ui.device, ui.engine, ui.precision, ui.threads)}
+    for fn in writers:
+        name = getattr(fn.fn, "__wrapped__", fn.fn).__name__
+        assert {ui.chosen, ui.in_use} <= set(fn.outputs), f"{name} sets `runtime` without the note"
+        if fn.trigger_after is not None:
+            parent = demo.fns[fn.trigger_after]
+            assert not {target for target, _ in parent.targets} & controls, f"{name} settles a pick as a second step"

@@ -98,11 +98,11 @@ class SynthesisTab:
         return {self.runtime, self.device, self.engine, self.precision, self.threads}
 
     def settings_shown(self, values: dict) -> RuntimeSettings:
-        """What an event runs on: what the runtime controls show. A pick's settle runs outside the queue and may land
-        after a queued "Use the fastest" (or a refresh) has set the controls, leaving `runtime` on the earlier pick;
-        so the state is used only where it matches the controls (it keeps a thread count of None, automatic, which
-        the slider shows as max_threads(): the same cached model), else the controls' own settings, as a settle
-        makes them. A combination that cannot run here raises ValueError with the reason, never runs something else."""
+        """What an event runs on: what the runtime controls show. Every event that sets the controls sets the state
+        with them, but a pick refused with its reason leaves the control showing it and the state as it was; so the
+        state is used only where it matches the controls (it keeps a thread count of None, automatic, which the
+        slider shows as max_threads(): the same cached model), else the controls' own settings, as a pick makes
+        them. A combination that cannot run here raises ValueError with the reason, never runs something else."""
         shown = values[self.device], values[self.precision], values[self.threads], values[self.engine]
         state = values[self.runtime]
         if state is not None and _shows(state, *shown):

@@ -204,18 +204,16 @@ def _wire_voices(ctx: AppContext, ui: SynthesisTab) -> None:
 
 def _wire_runtime(ui: SynthesisTab) -> None:
     # On a person's pick only (`.input`): Apply, "Use the fastest" and a refresh after a sweep set the controls, the
-    # state and the note together, and a `.change` listener would then call their choice the person's own.
-    # The settle runs outside the queue, so it may land after a queued "Use the fastest" and leave `runtime` on the
-    # earlier pick: every event that runs the model takes the controls too (`ui.runtime_shown()`) and runs on what
-    # they show (`SynthesisTab.settings_shown`), the state only where it matches them.
-    choice = {ui.device, ui.engine, ui.precision}
-    settle = dict(fn=bind(update_settings, ui), inputs=choice | {ui.threads},
-                  outputs={ui.runtime, ui.chosen, ui.in_use},
-                  queue=False, **PRIVATE)
-    ui.device.input(bind(change_device, ui), choice, {ui.engine, ui.precision}, queue=False, **PRIVATE).then(**settle)
-    ui.engine.input(bind(change_engine, ui), choice, ui.precision, queue=False, **PRIVATE).then(**settle)
+    # state and the note together, and a `.change` listener would then call their choice the person's own. A pick
+    # too is one event that sets all three (handlers.change_device), so whichever lands last leaves them agreeing;
+    # and every event that runs the model takes the controls as well (`ui.runtime_shown()`) and runs on what they
+    # show (`SynthesisTab.settings_shown`), the state only where it matches them.
+    choice = {ui.device, ui.engine, ui.precision, ui.threads}
+    settled = {ui.runtime, ui.chosen, ui.in_use}
+    ui.device.input(bind(change_device, ui), choice, {ui.engine, ui.precision} | settled, queue=False, **PRIVATE)
+    ui.engine.input(bind(change_engine, ui), choice, {ui.precision} | settled, queue=False, **PRIVATE)
     for control in (ui.precision, ui.threads):
-        control.input(**settle)
+        control.input(bind(update_settings, ui), choice, settled, queue=False, **PRIVATE)
     ui.use_fastest.click(bind(apply_settings, ui), ui.fastest, ui.runtime_controls(), **PRIVATE)
 
 
