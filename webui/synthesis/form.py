@@ -13,7 +13,7 @@ from chattts_lab.requests import MAX_BATCH
 from chattts_lab.voices import split_sentences
 from chattts_lab.serve import speech
 from chattts_lab.serve.context import AppContext
-from chattts_lab.serve.runtime import RuntimeSettings
+from chattts_lab.serve.runtime import RuntimeSettings, max_threads, settings_from
 
 VOICE_MODES = ("Seed / preset", "Speaker string", "Sample audio")
 USER_ERRORS = (InvalidRequest, ModelUnavailable, ValueError)
@@ -93,6 +93,22 @@ class SynthesisTab:
     def runtime_controls(self) -> set:
         return {self.device, self.engine, self.precision, self.threads, self.runtime, self.chosen, self.in_use}
 
+    def runtime_shown(self) -> set:
+        """The inputs of every event that runs the model: the `runtime` state and the controls that show it."""
+        return {self.runtime, self.device, self.engine, self.precision, self.threads}
+
+    def settings_shown(self, values: dict) -> RuntimeSettings:
+        """What an event runs on: what the runtime controls show. Every event that sets the controls sets the state
+        with them, but a pick refused with its reason leaves the control showing it and the state as it was; so the
+        state is used only where it matches the controls (it keeps a thread count of None, automatic, which the
+        slider shows as max_threads(): the same cached model), else the controls' own settings, as a pick makes
+        them. A combination that cannot run here raises ValueError with the reason, never runs something else."""
+        shown = values[self.device], values[self.precision], values[self.threads], values[self.engine]
+        state = values[self.runtime]
+        if state is not None and _shows(state, *shown):
+            return state
+        return settings_from(*shown)
+
 
 @dataclass(frozen=True)
 class Form:
@@ -124,6 +140,13 @@ class Form:
         """The form from an event whose inputs were a set of components (Gradio passes a dict keyed by
         component): each field comes from the component of the same name in `ui`."""
         return Form(**{f.name: values[getattr(ui, f.name)] for f in fields(Form)})
+
+
+def _shows(state: RuntimeSettings, device: str, precision: str, threads, engine: str) -> bool:
+    """Whether the runtime controls show `state` (its automatic thread count is the slider's max_threads())."""
+    automatic = max_threads()
+    return ((state.device, state.precision, state.engine) == (device, precision, engine)
+            and (state.threads or automatic) == (int(threads) if threads else automatic))
 
 
 def _seed(value) -> int | None:

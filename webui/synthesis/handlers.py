@@ -39,9 +39,9 @@ def _result(ctx: AppContext, out: SynthesisOutput, model, extra: dict | None = N
 async def generate(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Request):
     """Generate button: yields updates of the player, the stream, the measurements and the banner. A mistake is a
     warning that closes by itself, and the results on screen stay (an error would cover each with a red badge)."""
-    form, settings = Form.read(ui, values), values[ui.runtime]
-    session = session_of(request)
+    form, session = Form.read(ui, values), session_of(request)
     try:
+        settings = ui.settings_shown(values)  # what the controls show (a combination that cannot run: a warning)
         # In a thread: a sample-audio voice is encoded by the model, which may be busy with a sweep.
         reqs = await asyncio.to_thread(build_requests, ctx, settings, form, values[ui.imported_code])
         # What the request waits for, where its result will be; the player alone shows Gradio's timer.
@@ -149,27 +149,40 @@ def interrupt(request: gr.Request = None):
 
 # Device and engine choices narrow the lists after them. These run on a person's pick only (`.input`, not
 # `.change`): a change made by Apply or "Use the fastest" sets all the controls at once and must not be reset.
-def change_device(ui: SynthesisTab, values: dict):
+# Each pick is one event that sets the narrowed controls, the `runtime` state and the note together, so whichever
+# event lands last (a pick, "Use the fastest", a refresh) leaves the three agreeing: a second event chained with
+# `.then` could land after a queued "Use the fastest" and put the earlier pick back into the state alone.
+def change_device(ui: SynthesisTab, values: dict, request: gr.Request = None):
     device, engine = values[ui.device], values[ui.engine]
     engines = engines_for(device)
     engine = engine if engine in engines else engines[0]
+    precision = _kept_precision(device, engine, values[ui.precision])
     return {ui.engine: gr.update(choices=engines, value=engine),
-            ui.precision: _precision_choices(device, engine, values[ui.precision])}
+            ui.precision: gr.update(choices=precisions_for(device, engine), value=precision),
+            **_picked(ui, device, precision, values[ui.threads], engine, request)}
 
 
-def change_engine(ui: SynthesisTab, values: dict):
-    return _precision_choices(values[ui.device], values[ui.engine], values[ui.precision])
+def change_engine(ui: SynthesisTab, values: dict, request: gr.Request = None):
+    device, engine = values[ui.device], values[ui.engine]
+    precision = _kept_precision(device, engine, values[ui.precision])
+    return {ui.precision: gr.update(choices=precisions_for(device, engine), value=precision),
+            **_picked(ui, device, precision, values[ui.threads], engine, request)}
 
 
-def _precision_choices(device: str, engine: str, precision: str):
-    """The precisions `engine` runs on `device`, keeping the one chosen when it still runs."""
+def _kept_precision(device: str, engine: str, precision: str) -> str:
+    """The precision chosen when `engine` still runs it on `device`, else the first that it runs."""
     choices = precisions_for(device, engine)
-    return gr.update(choices=choices, value=precision if precision in choices else choices[0])
+    return precision if precision in choices else choices[0]
 
 
 def update_settings(ui: SynthesisTab, values: dict, request: gr.Request = None):
+    """A pick of precision or threads: the state and the note follow the controls."""
+    return _picked(ui, values[ui.device], values[ui.precision], values[ui.threads], values[ui.engine], request)
+
+
+def _picked(ui: SynthesisTab, device: str, precision: str, threads, engine: str, request=None) -> dict:
     try:
-        settings = settings_from(values[ui.device], values[ui.precision], values[ui.threads], values[ui.engine])
+        settings = settings_from(device, precision, threads, engine)
     except ValueError as exc:  # what cannot run here is refused with the reason, never replaced
         raise gr.Error(str(exc), duration=present.WARNING_S) from None
     return {ui.runtime: settings, ui.chosen: True, ui.in_use: in_use_note(settings, ON_THIS_PAGE, request)}

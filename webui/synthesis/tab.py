@@ -180,15 +180,15 @@ def _wire(ctx: AppContext, ui: SynthesisTab) -> None:
 
 
 def _synthesis_inputs(ui: SynthesisTab) -> set:
-    return {ui.runtime, ui.imported_code} | ui.form()
+    return ui.runtime_shown() | {ui.imported_code} | ui.form()
 
 
 def _wire_voices(ctx: AppContext, ui: SynthesisTab) -> None:
     model_work = dict(concurrency_id=MODEL_QUEUE, **PRIVATE)
     ui.dice.click(bind(roll_dice, ui), None, {ui.voice_seed, ui.voice_mode, ui.preset}, queue=False, **PRIVATE)
     ui.preset.change(bind(pick_preset, ui), ui.preset, {ui.voice_seed, ui.voice_mode}, queue=False, **PRIVATE)
-    ui.show_speaker.click(bind(show_speaker, ctx, ui), {ui.runtime, ui.voice_seed}, {ui.speaker, ui.voice_mode},
-                          **model_work)
+    ui.show_speaker.click(bind(show_speaker, ctx, ui), ui.runtime_shown() | {ui.voice_seed},
+                          {ui.speaker, ui.voice_mode}, **model_work)
     # Queued, as every handler that may warn: Gradio shows toasts only for queued events.
     ui.sample_audio.upload(bind(sample_uploaded, ui), ui.sample_audio,
                            {ui.sample_audio, ui.voice_mode, ui.imported_code}, concurrency_limit=None, **PRIVATE)
@@ -204,15 +204,16 @@ def _wire_voices(ctx: AppContext, ui: SynthesisTab) -> None:
 
 def _wire_runtime(ui: SynthesisTab) -> None:
     # On a person's pick only (`.input`): Apply, "Use the fastest" and a refresh after a sweep set the controls, the
-    # state and the note together, and a `.change` listener would then call their choice the person's own.
-    choice = {ui.device, ui.engine, ui.precision}
-    settle = dict(fn=bind(update_settings, ui), inputs=choice | {ui.threads},
-                  outputs={ui.runtime, ui.chosen, ui.in_use},
-                  queue=False, **PRIVATE)
-    ui.device.input(bind(change_device, ui), choice, {ui.engine, ui.precision}, queue=False, **PRIVATE).then(**settle)
-    ui.engine.input(bind(change_engine, ui), choice, ui.precision, queue=False, **PRIVATE).then(**settle)
+    # state and the note together, and a `.change` listener would then call their choice the person's own. A pick
+    # too is one event that sets all three (handlers.change_device), so whichever lands last leaves them agreeing;
+    # and every event that runs the model takes the controls as well (`ui.runtime_shown()`) and runs on what they
+    # show (`SynthesisTab.settings_shown`), the state only where it matches them.
+    choice = {ui.device, ui.engine, ui.precision, ui.threads}
+    settled = {ui.runtime, ui.chosen, ui.in_use}
+    ui.device.input(bind(change_device, ui), choice, {ui.engine, ui.precision} | settled, queue=False, **PRIVATE)
+    ui.engine.input(bind(change_engine, ui), choice, {ui.precision} | settled, queue=False, **PRIVATE)
     for control in (ui.precision, ui.threads):
-        control.input(**settle)
+        control.input(bind(update_settings, ui), choice, settled, queue=False, **PRIVATE)
     ui.use_fastest.click(bind(apply_settings, ui), ui.fastest, ui.runtime_controls(), **PRIVATE)
 
 

@@ -44,12 +44,16 @@ def show_speaker(ctx: AppContext, ui: SynthesisTab, values: dict, request: gr.Re
     seed = values[ui.voice_seed]
     if seed is None:
         raise present.error("set a voice seed first", request)
-    return {ui.speaker: speech.speaker_for_seed(ctx, values[ui.runtime], int(seed)), ui.voice_mode: VOICE_MODES[1]}
+    try:
+        settings = ui.settings_shown(values)
+    except ValueError as exc:  # what the controls show cannot run here: said, never replaced
+        raise present.error(str(exc), request) from None
+    return {ui.speaker: speech.speaker_for_seed(ctx, settings, int(seed)), ui.voice_mode: VOICE_MODES[1]}
 
 
 def _card_from_form(ctx: AppContext, ui: SynthesisTab, values: dict) -> VoiceCard:
     """The voice card for the controls' values as this event sent them."""
-    settings, imported_code, form = values[ui.runtime], values[ui.imported_code], Form.read(ui, values)
+    settings, imported_code, form = ui.settings_shown(values), values[ui.imported_code], Form.read(ui, values)
     voice = _voice(ctx, settings, form, imported_code)
     req = build_request(ctx, settings, replace(form, text="card", split=False), imported_code)
     card = VoiceCard(
