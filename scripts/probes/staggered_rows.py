@@ -11,7 +11,7 @@ import sys
 import time
 
 sys.path.insert(0, os.getcwd())
-from chattts_lab import SynthesisRequest  # noqa: E402
+from chattts_lab import SynthesisRequest, torch_thread  # noqa: E402
 from chattts_lab.models import LoadConfig, load_model  # noqa: E402
 from chattts_lab.synthesis import chattts_params, warm_up  # noqa: E402
 
@@ -78,4 +78,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    torch_thread.run(main)  # where the app runs model work: one OpenMP pool (chattts_lab/torch_thread.py)

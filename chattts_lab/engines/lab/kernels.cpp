@@ -574,7 +574,7 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& rot, at::Te
 
 // Continuous batching (continuous.RowDecoder._copy_behind): a step wrote every row's keys and values at the longest
 // row's next slot `from`; each row of `rows` moves them to its own next slot `to[i]`, in every cache [B, H, T, Dh].
-// One call for the 40 caches of a step, where torch's indexing took 1-5 ms a step at 6 rows (two ops a cache).
+// One call for the 40 caches of a step, where torch's indexing took 1.3 ms a step at 6 rows (two ops a cache).
 void copy_behind(const std::vector<at::Tensor>& caches, const at::Tensor& rows, const at::Tensor& to, int64_t from) {
   TORCH_CHECK(rows.scalar_type() == at::kLong && to.scalar_type() == at::kLong && rows.numel() == to.numel(),
               "copy_behind: int64 rows and slots, one slot a row");
