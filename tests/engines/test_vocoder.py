@@ -77,6 +77,21 @@ def test_the_time_major_decode_is_stock_s_in_another_layout(fp32_decoding):
     assert not time_major.installed(chat) and "forward" not in decoder.__dict__
 
 
+@pytest.mark.parametrize("dilation", [1, 2, 3])
+@pytest.mark.parametrize("frames", [1, 8, 37, 74])
+def test_a_time_major_depthwise_convolution_is_the_conv1d_it_stands_for(frames, dilation):
+    """time_major.depthwise on (B, T, C), dilated ones by phase where T allows (every d-th frame convolved
+    undilated), else as one dilated convolution: what the Conv1d computes on (B, C, T)."""
+    torch.manual_seed(frames + dilation)
+    conv = torch.nn.Conv1d(16, 16, 7, padding=3 * dilation, dilation=dilation, groups=16)
+    x = torch.randn(2, frames, 16)
+    with torch.no_grad():
+        want = conv(x.transpose(1, 2)).transpose(1, 2)
+        got = time_major.depthwise(x.contiguous(), conv)
+    assert got.shape == want.shape and got.is_contiguous()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_served_projections_say_what_ran():
     """Lab int8 records the decoder's and vocoder's projection format and kernel; lab fp32 keeps ChatTTS's fp32."""
     unload_all()
