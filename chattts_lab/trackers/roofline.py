@@ -68,7 +68,7 @@ def read_gbps(device: str | torch.device = "cpu", nbytes: int | None = None, rep
     A streaming sum reads every byte once in order and writes nothing, the access pattern of a decode
     step's weight reads, so it measures the limit that step runs into. Every way of reading gives a
     lower bound, and no single reader reaches the memory's limit on every CPU: numpy's float64 sum
-    read about 1.7x as fast as torch's sum on an AVX2 build machine, and about 25 % slower on a Zen 5
+    read about 1.7x as fast as torch's sum on an AVX2 build machine, and about 25 % slower on a Zen 4
     one (its chain of adds, not memory, being the limit there). So on CPU both read the same array, split
     over all the cores this process may use (one core rarely reaches a machine's DRAM bandwidth), and
     the faster reader's median counts; the method names it and the other's figure. On CUDA it is

@@ -130,7 +130,7 @@ constexpr int64_t MANY_ROWS = 16;
 // Many rows without VNNI, where a byte product costs four instructions (`vpsignb`, `vpmaddubsw`, `vpmaddwd`,
 // `vpaddd`) and the instruction count bounds the time: tiles of 2 rows x 2 blocks (8 accumulators of 8 outputs),
 // each row's |x| computed once per call rather than once per tile and block. A thread walks its blocks' rows tile by
-// tile, so a pair of blocks (32 * K weight bytes) stays in cache while every row passes it. One thread, Zen 5 held
+// tile, so a pair of blocks (32 * K weight bytes) stays in cache while every row passes it. One thread, Zen 4 held
 // to AVX2: 0.85-1.0x the time of the decode-step tiles (4 rows x 1 block) at 16-256 rows
 // (docs/measurements/2026-12-04-avx2-many-rows.md). With AVX-VNNI (one `vpdpbusd` a product) the same tiles were
 // slower than the decode-step ones (a pair of blocks at K = 2048 outgrows L1): that level keeps them.

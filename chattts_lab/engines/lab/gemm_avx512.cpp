@@ -57,7 +57,7 @@ static void micro(const uint8_t* q, int64_t K, const int8_t* w, int64_t b0, cons
   }
 }
 
-// Full-size GPT, one step's 80 int8 projections, 2 threads, Zen 5, interleaved against tiles of 2 blocks x 8 rows:
+// Full-size GPT, one step's 80 int8 projections, 2 threads, Zen 4, interleaved against tiles of 2 blocks x 8 rows:
 // one block per tile took 0.80x the time at 2 rows, 0.81x at 4, 0.69x at 8 (4.8 -> 3.4 ms), 0.82x at 440.
 static void int8_gemm(const Int8Gemm& c) {
   const QuantizedRows<uint8_t> x(c.x, c.M, c.K, false, quantize_row);

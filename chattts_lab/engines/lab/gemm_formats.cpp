@@ -19,7 +19,7 @@ constexpr int64_t ROWS = 16;   // output rows per packed block
 constexpr int64_t INT4_GROUP = 128;
 // How far ahead of its reads a micro-kernel prefetches each block's weights, in 64-byte lines (4 KB). With more
 // than one row of x, the multiplies between one line and the next leave the hardware prefetchers behind. Full-size
-// GPT, one step's 80 projections, 2 threads, Zen 5 with AVX-512 VNNI, interleaved with the kernel without it:
+// GPT, one step's 80 projections, 2 threads, Zen 4 with AVX-512 VNNI, interleaved with the kernel without it:
 // 0.93x the time at 2 rows, 0.90x at 4, 0.66-0.69x at 8 (7.0 -> 4.8 ms), 0.99x at 440. 16 or 128 lines ahead did
 // worse at 8 rows in back-to-back runs. A prefetch past the end of the weights is harmless: prefetches never fault.
 constexpr int PREFETCH_LINES = 64;

@@ -406,7 +406,7 @@ static void fp32_rows_block(const float* x, const float* w, float* y, int64_t K,
 
 // y [M, N] = x [M, K] . w [N, K]^T in fp32, for the few rows of a decode step (M <= 8, K a multiple of 32), with w
 // as torch holds it. Why: torch's fp32 GEMV (MKL's, in the PyPI build) read the weights at about 19 GB/s on a
-// Zen 5 machine that reads 55-88; one pass over w per call, every row of x at once, reads at the memory's pace.
+// Zen 4 machine that reads 55-88; one pass over w per call, every row of x at once, reads at the memory's pace.
 // Larger M (a prompt) stays with torch's GEMM, which is compute-bound there and good at it.
 at::Tensor fp32_linear_rows(const at::Tensor& x, const at::Tensor& w) {
 #if defined(LAB_512) || defined(LAB_256)

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 class FloatLinear(nn.Module):
     """Float weights as torch holds them. On an AVX2 or AVX-512 CPU in fp32, a decode step's few rows (at most
     `FP32_ROWS_MAX`) go through the lab's own fp32 kernel (`kernels.cpp`'s fp32_linear_rows): torch's fp32 GEMV
-    (MKL's in the PyPI build) read the weights at about 19 GB/s on a Zen 5 machine that reads 55-88, the lab's
+    (MKL's in the PyPI build) read the weights at about 19 GB/s on a Zen 4 machine that reads 55-88, the lab's
     kernel at 80 (full-size GPT, one step's 80 projections, batch 1, 2 threads: 36 -> 9.5 ms; batch 8: 65 -> 29).
     A prompt's many rows stay with torch's GEMM."""
 

@@ -4,7 +4,7 @@ Both are stacks of ConvNeXt blocks whose two pointwise projections (the decoder'
 Vocos's 512 -> 1536 -> 512, per frame) are nearly all of their work: about 19 GFLOP for 128 tokens (256
 frames). Unlike a decode step they are compute-bound (every weight is reused for every frame of every item),
 so their cost grows with the frames. int8 is the only faster arithmetic on an AVX2 CPU, and with VNNI 2x bf16's:
-one projection of 256 frames, one thread, Zen 5: fp32 7.6 ms, bf16 2.8, the lab's int8 (VNNI) 1.2; held to
+one projection of 256 frames, one thread, Zen 4: fp32 7.6 ms, bf16 2.8, the lab's int8 (VNNI) 1.2; held to
 AVX2: fp32 7.2, the lab's AVX2 int8 5.9-8.0 (then shaped for a decode step's few rows; its many-row tiles since
 are 0.85-1.0x that: docs/measurements/2026-12-04-avx2-many-rows.md), fbgemm's int8 2.8 (not used: see
 `many_rows_int8`). A streamed chunk's decode also reads every
