@@ -2,9 +2,8 @@
 R (default 3) streamed 256-token requests one after another; prints (user, request, first audio s, worst stall s,
 total stall s, chunks, first arrivals). Full-size synthetic weights, lab P=int8, 2 threads.
 Run from the checkout: U=3 R=2 python scripts/probes/listeners.py  (see 2026-12-02-engine-thread.md)"""
-import sys, os, time, threading, random
+import sys, os, time, threading
 sys.path.insert(0, os.getcwd())
-import numpy as np
 from chattts_lab import SynthesisRequest
 from chattts_lab.models import LoadConfig, load_model
 from chattts_lab.synthesis import warm_up

@@ -6,7 +6,6 @@ Full-size synthetic weights, lab int8, 2 threads, 64 tokens, 3 calls each; run f
 See docs/measurements/2026-12-02-openmp-pools.md for the numbers and the explanation."""
 import sys, time, os, threading
 sys.path.insert(0, os.getcwd())
-import torch
 from chattts_lab import SynthesisRequest
 from chattts_lab.models import LoadConfig, load_model
 from chattts_lab.synthesis import warm_up, synthesize

@@ -435,12 +435,6 @@ at::Tensor fp32_linear_rows(const at::Tensor& x, const at::Tensor& w) {
 #endif
 }
 
-// One decode step of attention for every (item, head):
-//   qkv [B, 3*H*Dh]: the fused projection of this step's token (q and k rows rotary-paired);
-//   rot [B, Dh/2, 2]: cos and sin (times rope scaling) at each item's position;
-//   k_cache, v_cache [B, H, T, Dh], fp32 or bf16: this step's rotated k and v are written at `slot`;
-//   valid [B, >=end] bool or an empty tensor: which cache slots each item may attend to.
-// Returns softmax(q.k / sqrt(Dh)) . v over slots [0, end) as [B, H*Dh] fp32.
 // Per item: where its valid slots are a prefix [0, n) and then only `slot` (a continuous batch's row behind the
 // longest: its own slots, then the slot this step writes for the whole batch), n; else -1 (every slot is scored, the
 // masked ones -inf). The prefix form reads only the item's own slots, not the masked ones up to the longest row's.
@@ -458,6 +452,12 @@ static std::vector<int64_t> own_prefixes(const bool* valid, int64_t stride, int6
   return own;
 }
 
+// One decode step of attention for every (item, head):
+//   qkv [B, 3*H*Dh]: the fused projection of this step's token (q and k rows rotary-paired);
+//   rot [B, Dh/2, 2]: cos and sin (times rope scaling) at each item's position;
+//   k_cache, v_cache [B, H, T, Dh], fp32 or bf16: this step's rotated k and v are written at `slot`;
+//   valid [B, >=end] bool or an empty tensor: which cache slots each item may attend to.
+// Returns softmax(q.k / sqrt(Dh)) . v over slots [0, end) as [B, H*Dh] fp32.
 template <typename T>
 static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po, const bool* pvalid,
                    int64_t valid_stride, int64_t B, int64_t H, int64_t T_, int64_t Dh, int64_t slot, int64_t end) {
