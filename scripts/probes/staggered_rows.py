@@ -1,5 +1,6 @@
 """A continuous-batching step when rows are of different ages, as in a serving loop, against rows that started
-together (2026-12-05): full-size synthetic weights, E=lab (default) or onnx, P=int8 (default) or another precision, 2 threads. K rows (default 6): "staggered"
+together (2026-12-05): full-size synthetic weights, E=lab (default) or onnx, P=int8 (default) or another precision,
+2 threads. K rows (default 6): "staggered"
 admits one every GAP steps (default 40), so the oldest holds about K*GAP more slots than the youngest; "together"
 admits all at once and steps until their mean length is the staggered rows' mean. Then N steps of each are timed
 (R rounds, alternating), and split into the model's forward, the copy of the behind rows' keys and values to their
