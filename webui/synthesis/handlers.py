@@ -153,26 +153,21 @@ def interrupt(request: gr.Request = None):
 # event lands last (a pick, "Use the fastest", a refresh) leaves the three agreeing: a second event chained with
 # `.then` could land after a queued "Use the fastest" and put the earlier pick back into the state alone.
 def change_device(ui: SynthesisTab, values: dict, request: gr.Request = None):
-    device, engine = values[ui.device], values[ui.engine]
-    engines = engines_for(device)
-    engine = engine if engine in engines else engines[0]
-    precision = _kept_precision(device, engine, values[ui.precision])
-    return {ui.engine: gr.update(choices=engines, value=engine),
-            ui.precision: gr.update(choices=precisions_for(device, engine), value=precision),
-            **_picked(ui, device, precision, values[ui.threads], engine, request)}
+    engines = engines_for(values[ui.device])
+    engine = values[ui.engine] if values[ui.engine] in engines else engines[0]
+    return {ui.engine: gr.update(choices=engines, value=engine), **_engine_picked(ui, values, engine, request)}
 
 
 def change_engine(ui: SynthesisTab, values: dict, request: gr.Request = None):
-    device, engine = values[ui.device], values[ui.engine]
-    precision = _kept_precision(device, engine, values[ui.precision])
-    return {ui.precision: gr.update(choices=precisions_for(device, engine), value=precision),
+    return _engine_picked(ui, values, values[ui.engine], request)
+
+
+def _engine_picked(ui: SynthesisTab, values: dict, engine: str, request=None) -> dict:
+    """The precisions `engine` runs on the device (the one chosen kept where it still runs), and the pick settled."""
+    device, choices = values[ui.device], precisions_for(values[ui.device], engine)
+    precision = values[ui.precision] if values[ui.precision] in choices else choices[0]
+    return {ui.precision: gr.update(choices=choices, value=precision),
             **_picked(ui, device, precision, values[ui.threads], engine, request)}
-
-
-def _kept_precision(device: str, engine: str, precision: str) -> str:
-    """The precision chosen when `engine` still runs it on `device`, else the first that it runs."""
-    choices = precisions_for(device, engine)
-    return precision if precision in choices else choices[0]
 
 
 def update_settings(ui: SynthesisTab, values: dict, request: gr.Request = None):
