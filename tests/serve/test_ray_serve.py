@@ -37,6 +37,10 @@ from chattts_lab.serve.rayserve import parse_args, plan_from_args  # noqa: E402
 
 N = 4  # audio tokens per clip
 LONG = 96  # per clip of the requests of which a replica is killed: a batch of two such clips runs for seconds
+# a listener who hangs up after the first audio: long enough that the hang-up reaches the replica before the clip
+# could end on its own, however loaded the machine (at LONG, a fresh clone's run once saw the clip end first, and the
+# replica rightly logged no hang-up); the rows stop at the hang-up, so the length costs nothing when it works
+HANG_UP_TOKENS = 1024
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")  # no digits: the normaliser
 REPLICA_LOG = "serve/replica_chattts_*.log"  # the Synthesizer replicas' and the SpeechIngress's
 STOPPED: list[bool] = []  # test_stop_takes_the_application_down ran `--stop`
@@ -88,7 +92,7 @@ def hang_up_mid_stream(url: str, cluster, word: str) -> None:
     has logged that its rows stop (its Serve log line carries the request's id)."""
     request_id = f"leave-{word}-{uuid.uuid4().hex[:8]}"
     body = {"model": "tts-1", "input": f"Request {word}.", "voice": "Aria", "stream": True, "response_format": "pcm",
-            "min_new_token": LONG, "max_new_token": LONG}
+            "min_new_token": HANG_UP_TOKENS, "max_new_token": HANG_UP_TOKENS}
     with httpx.stream("POST", url + "v1/audio/speech", json=body, headers={"X-Request-ID": request_id},
                       timeout=WAIT_S) as r:
         assert r.status_code == 200
