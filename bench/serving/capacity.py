@@ -35,6 +35,9 @@ from bench.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, 
 from bench.serving.summaries import NOTE, summarize_level
 
 FLOOR_REACHED_PCT = 85  # a capacity at this share of its floor is limited by the machine, not by scheduling
+# a lone listener served less than this many seconds of audio a second has too little headroom for a stall-free
+# stream: seen on a 2-core AVX2-only EPYC, lab int8 at 0.90 (every stream stalled), int4 at 1.04 (1 of 20)
+LONE_HEADROOM = 1.25
 
 
 @dataclass
@@ -203,7 +206,7 @@ def _result(spec: ServeSpec, batching, max_batch: int, tried: dict[int, bool], s
               "slo_ttfa_p99_s": spec.slo_ttfa_p99_s, "slo_continuity_pct": spec.slo_continuity_pct,
               "curve": [{"users": s["users"], "ttfa_p99_s": s["ttfa_p99_s"], "continuity_pct": s["continuity_pct"],
                          "held": s["slo_broken"] is None} for s in sorted(mine, key=lambda s: s["users"])],
-              **floor_figures(held, floor)}
+              **floor_figures(held, floor), "lone_speed": (at.get(1) or {}).get("audio_s_per_s")}
     return result | {"diagnosis": floor_diagnosis(result)}
 
 
@@ -225,6 +228,11 @@ def floor_diagnosis(result: dict) -> str | None:
         return Said("with every row started together this machine makes {floor:.1f} real-time streams of this "
                     "configuration: it cannot keep one listener fed, whatever the scheduling; a faster engine or "
                     "precision raises the floor", floor=floor)
+    lone = result.get("lone_speed")
+    if result["streams"] == 0 and lone is not None and lone < LONE_HEADROOM:
+        return Said("one listener alone is served {lone:.2f} s of audio a second here, where real time needs 1 and "
+                    "a stall-free stream needs headroom: a lone stream's steps and chunk decodes are too slow, "
+                    "whatever the scheduling; a faster engine or precision raises it", lone=lone)
     if pct >= FLOOR_REACHED_PCT:
         return Said("the capacity is at the machine's floor: more streams need a faster step (the floor raised), "
                     "not better scheduling")

@@ -75,6 +75,7 @@ def test_capacity_end_to_end_is_kept_in_the_history_and_travels_in_a_bundle(tmp_
     assert list(found["floor_rows"]) == [2] and list(found["floor_streams"]) == [levels["audio_s_per_s"][0]]
     assert found["floor_pct"][0] == pytest.approx(100 * 2 / found["floor_streams"][0])
     assert found["diagnosis"][0] == floor_diagnosis(found.iloc[0].to_dict())
+    assert found["lone_speed"][0] == levels["audio_s_per_s"][1]  # the one-user level's, beside the floor
     assert found["confirm"][0]["requests"] == levels["requests"].iloc[-1] and found["confirm"][0]["held"] in (True, False)
     assert found["repeat_held"][0]  # a service level every level meets
     other = tmp_path / "other.sqlite"
@@ -92,6 +93,11 @@ def test_capacity_is_a_share_of_the_floor_measured_with_it_and_the_diagnosis_say
                                            "continuity")
     slow = near | {"streams": 0, "floor_streams": 0.6, "floor_pct": 0.0}
     assert "cannot keep one listener fed" in floor_diagnosis(slow)
+    # 8 rows together make 1.5 streams' audio, yet one listener alone is served slower than real time (a 2-core
+    # AVX2-only EPYC, lab int8): the stalls are the stream's own speed, not scheduling
+    lone_slow = near | {"streams": 0, "floor_streams": 1.5, "floor_pct": 0.0, "broke_at": 1, "lone_speed": 0.9}
+    assert floor_diagnosis(lone_slow).startswith("one listener alone is served 0.90 s of audio a second here")
+    assert "lost to scheduling" in floor_diagnosis(lone_slow | {"lone_speed": 1.6})
     sentence = capacity_sentence(near | {"diagnosis": floor_diagnosis(near)})
     assert "holds 5 real-time stream(s)" in sentence and "91 % of the 5.5 this machine makes with 8 started together" \
         in sentence and "Diagnosis: the capacity is at the machine's floor" in sentence

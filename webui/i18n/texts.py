@@ -45,6 +45,11 @@ SAID_ZH = {
     "cannot keep one listener fed, whatever the scheduling; a faster engine or precision raises the floor":
         "所有行同时开始时，本机只能生成 {floor:.1f} 路此配置的实时流：无论怎样调度都无法满足一个收听者；"
         "更快的引擎或精度才能提高下限",
+    "one listener alone is served {lone:.2f} s of audio a second here, where real time needs 1 and a stall-free "
+    "stream needs headroom: a lone stream's steps and chunk decodes are too slow, whatever the scheduling; a faster "
+    "engine or precision raises it":
+        "单个收听者在本机每秒只得到 {lone:.2f} 秒音频，而实时需要 1 秒、无卡顿的流还需要余量："
+        "单路流的生成步骤和分块解码本身就太慢，与调度无关；更快的引擎或精度才能改善",
     "the capacity is at the machine's floor: more streams need a faster step (the floor raised), not better scheduling":
         "容量已达到本机的下限：要支撑更多的流需要更快的单步（提高下限），而不是更好的调度",
     " (at {users} streams: {why})": "（{users} 路流时：{why}）",
