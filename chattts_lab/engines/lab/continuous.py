@@ -255,7 +255,7 @@ class RowDecoder:
         history = torch.zeros(num_vq, n, dtype=torch.long, device=device)
         temperature = prompt.temperature.to(device).view(-1, 1)
         sampler = Sampler(prompt.processors, temperature, num_vq, self.heads.vocab, prompt.eos, prompt.min_new_token,
-                          prompt.manual_seed, self.chat.gpt.generator, history)
+                          prompt.manual_seed, self.chat.gpt.generator, history, fused=self.engine.sampling_kernels)
         return Row(prompt, sampler, torch.zeros(n, num_vq, dtype=torch.long, device=device),
                    torch.empty(n, self.model.shape.dim, device=device), history, prompt.length, owner=owner)
 

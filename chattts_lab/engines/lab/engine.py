@@ -18,6 +18,7 @@ from torch.nn.utils import parametrize
 
 from chattts_lab.engines.base import EngineRuntime
 from chattts_lab.engines.precisions import PRECISION
+from chattts_lab.engines.lab import kernels
 from chattts_lab.engines.lab.linear import Int8Embedding, make_linear
 from chattts_lab.engines.lab.model import Shape
 from chattts_lab.engines.lab.sampler import Sampler
@@ -122,6 +123,8 @@ class LabRuntime(EngineRuntime):
         self.notes: list[str] = []
         self.stream_first_chunk: int | None = None  # set by lab streaming: yield the first chunk this early
         self.recorder = None  # the call's StageRecorder while one runs (see reporting_steps_to)
+        # ChatTTS's logits chain in one call of the lab's kernels (sampling.cpp) on CPU, for the onnx engine too
+        self.sampling_kernels = kernels.load() if device.type == "cpu" else None
 
     @property
     def kernels(self) -> str:
@@ -129,7 +132,11 @@ class LabRuntime(EngineRuntime):
         model = self.gpt_module
         glue = f"fused-decode {model.fused.simd()}" if model.fused is not None else "torch-ops"
         cache = str(model.cache_dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float", "fp")
-        return f"{model.layers[0].qkv.kernel}; {glue}; kv-cache {cache}"
+        return f"{model.layers[0].qkv.kernel}; {glue}; {self.sampling}; kv-cache {cache}"
+
+    @property
+    def sampling(self) -> str:
+        return "sampling fused" if self.sampling_kernels is not None else "sampling torch-ops"
 
     @property
     def gpt_dtype(self) -> str:
@@ -232,7 +239,7 @@ def _sampler(chat, engine: LabRuntime, out: _Buffers, *, temperature, eos_token,
     return Sampler(processors=logits_processors, temperature=temperature, rows=rows,
                    vocab=engine.heads.text_vocab if infer_text else engine.heads.vocab, eos=eos_token,
                    min_new_token=min_new_token, manual_seed=manual_seed, generator=chat.gpt.generator,
-                   history=out.history)
+                   history=out.history, fused=engine.sampling_kernels)
 
 
 @torch.inference_mode()

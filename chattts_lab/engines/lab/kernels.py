@@ -1,8 +1,8 @@
 """The lab engine's C++ CPU kernels, built on first use with the local C++ compiler, for one dispatch level
 (cpu.py's LEVELS: avx512_vnni, avx_vnni, avx2, portable): the fused decode step's glue and fp32 rows
-(`kernels.cpp`), the packed int8 and int4 GEMMs (`gemm_formats.cpp`, one file per level: `gemm_avx512.cpp`,
-`gemm_avx2.cpp`, `gemm_portable.cpp`) and the one-call step (`int8_gemm.cpp`). The sources are one translation
-unit, in SOURCES' order.
+(`kernels.cpp`), ChatTTS's logits chain (`sampling.cpp`), the packed int8 and int4 GEMMs (`gemm_formats.cpp`,
+one file per level: `gemm_avx512.cpp`, `gemm_avx2.cpp`, `gemm_portable.cpp`) and the one-call step
+(`int8_gemm.cpp`). The sources are one translation unit, in SOURCES' order.
 
 `load()` builds the level this CPU runs best (or the one CHATTTS_LAB_ISA forces); `load(level)` any level the CPU
 runs, so tests compare every level with the same reference in one process.
@@ -36,10 +36,11 @@ log = logging.getLogger(__name__)
 
 # one translation unit, in this order: the glue first (the GEMM files use its helpers), the step last
 SOURCES = [Path(__file__).with_name(name) for name in
-           ("kernels.cpp", "gemm_formats.cpp", "gemm_pack.cpp", "gemm_portable.cpp", "gemm_avx512.cpp", "gemm_avx2.cpp", "int8_gemm.cpp")]
+           ("kernels.cpp", "sampling.cpp", "gemm_formats.cpp", "gemm_pack.cpp", "gemm_portable.cpp",
+            "gemm_avx512.cpp", "gemm_avx2.cpp", "int8_gemm.cpp")]
 FUNCTIONS = ["simd", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention", "fp32_linear_rows", "int8_isa",
              "int8_pack", "int8_linear", "int8_linear_portable", "int4_group", "int4_pack", "int4_linear",
-             "int4_linear_portable", "decode_step_packed", "copy_behind"]
+             "int4_linear_portable", "decode_step_packed", "copy_behind", "sampling_filter"]
 CFLAGS = ["-O3", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP; the level adds its own (cpu.py)
 
 

@@ -7,6 +7,10 @@ expressions without their Python layers, so the tokens stay identical to stock's
 repetition penalty, top-P, top-K (in ChatTTS's order), the min-new-token EOS mask, softmax over the
 whole vocabulary, then `torch.multinomial` with the same generator use (re-seeded every step when seeded).
 Processors it does not recognise are called as stock calls them, with the token history.
+
+On CPU, ChatTTS's usual chain (penalty, then top-P and top-K) runs as one call of the lab's kernels
+(`sampling.cpp`), with the same values: the penalty's factors come from a table that torch.pow filled at the
+very positions the torch path computes them at.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ def _stock_processors() -> tuple[type, type, type]:
 
 class Sampler:
     def __init__(self, processors, temperature: torch.Tensor, rows: int, vocab: int, eos: int,
-                 min_new_token: int, manual_seed, generator: torch.Generator, history: torch.Tensor):
-        """history: [rows, max_new] buffer the caller fills with each step's tokens (for unknown processors)."""
+                 min_new_token: int, manual_seed, generator: torch.Generator, history: torch.Tensor, fused=None):
+        """history: [rows, max_new] buffer the caller fills with each step's tokens (for unknown processors).
+        fused: the lab's kernels (kernels.load()) to run ChatTTS's usual chain in one call, or None (torch ops)."""
         self.temperature = temperature  # [rows, 1]
         self.eos, self.min_new_token = eos, min_new_token
         self.manual_seed, self.generator = manual_seed, generator
@@ -64,6 +69,21 @@ class Sampler:
                 kinds.append("other")
         if kinds not in (["penalty", "top_p_top_k"], ["top_p_top_k"]):
             self.chain = None
+        self.fused = fused if self.chain is not None and temperature.device.type == "cpu" else None
+        if self.fused is not None:
+            self._fused_arguments(rows)
+
+    def _fused_arguments(self, rows: int) -> None:
+        """What `sampling_filter` takes besides the logits, made once: the penalty's counts and its factor for every
+        count the window allows (torch.pow at the positions `_penalty` computes it at, so the factors are its own),
+        1 - top_p in float32 as `_top_p_top_k` compares it, and top-K, one a row."""
+        c = self.chain
+        factors = lambda: torch.stack([torch.pow(c["penalty"], torch.full_like(self.freq, n))  # noqa: E731
+                                       for n in range(self.window + 1)])
+        self.penalty_tables = ([self.freq], [factors()]) if self.window else ([], [])
+        self.limit = torch.full((rows,), 1 - c["top_p"], dtype=torch.float32)
+        self.top_k = torch.full((rows,), c["top_k"], dtype=torch.long)
+        self.early_rows = {early: torch.full((rows,), early) for early in (False, True)}
 
     def _penalty(self, penalty: float):
         def apply(logits, i):
@@ -125,10 +145,14 @@ class Sampler:
     def sample(self, logits: torch.Tensor, i: int) -> torch.Tensor:
         """logits: [rows, vocab] fp32 for step i -> token ids [rows, 1]."""
         logits = logits / self.temperature
-        for step in self.steps:
-            logits = step(logits, i)
-        if i < self.min_new_token:
-            logits[:, self.eos] = -torch.inf
+        if self.fused is not None:
+            logits = self.fused.sampling_filter(logits, *self.penalty_tables, self.limit, self.top_k,
+                                                self.chain["keep"], self.eos, self.early_rows[i < self.min_new_token])
+        else:
+            for step in self.steps:
+                logits = step(logits, i)
+            if i < self.min_new_token:
+                logits[:, self.eos] = -torch.inf
         return self.draw(F.softmax(logits, dim=-1))
 
     def draw(self, scores: torch.Tensor) -> torch.Tensor:
@@ -160,6 +184,21 @@ def sample_rows(samplers: list[Sampler], logits: torch.Tensor, steps: list[int])
         return None
     q = logits.size(1)
     x = logits.reshape(-1, logits.size(-1)) / torch.cat([s.temperature for s in samplers])
+    early = [i < s.min_new_token for s, i in zip(samplers, steps)]
+    if all(s.fused is not None for s in samplers):
+        tables = [s.penalty_tables for s in samplers]
+        x = samplers[0].fused.sampling_filter(
+            x, [f for counts, _ in tables for f in counts], [a for _, alphas in tables for a in alphas],
+            torch.cat([s.limit for s in samplers]), torch.cat([s.top_k for s in samplers]), chains[0]["keep"],
+            samplers[0].eos, torch.cat([s.early_rows[e] for s, e in zip(samplers, early)]))
+    else:
+        x = _filter_rows(samplers, chains, x, q, early)
+    scores = F.softmax(x, dim=-1).view(len(samplers), q, -1)
+    return [s.draw(scores[j]) for j, s in enumerate(samplers)]
+
+
+def _filter_rows(samplers: list[Sampler], chains: list[dict], x: torch.Tensor, q: int, early: list[bool]):
+    """sample_rows' chain as torch ops: per-row settings as per-row columns, every op row-wise."""
     per_row = lambda values, dtype: torch.tensor(values, dtype=dtype).repeat_interleave(q).view(-1, 1)  # noqa: E731
     if chains[0].get("penalty") is not None:
         alpha = torch.pow(per_row([c["penalty"] for c in chains], torch.float32), torch.cat([s.freq for s in samplers]))
@@ -171,10 +210,8 @@ def sample_rows(samplers: list[Sampler], logits: torch.Tensor, steps: list[int])
     kept &= torch.arange(k) < per_row([c["top_k"] for c in chains], torch.long)
     kept[:, : chains[0]["keep"]] = True
     x = x.masked_fill(x < top.gather(1, kept.sum(-1, keepdim=True) - 1), -torch.inf)
-    early = per_row([i < s.min_new_token for s, i in zip(samplers, steps)], torch.bool).view(-1)
-    x[early, samplers[0].eos] = -torch.inf
-    scores = F.softmax(x, dim=-1).view(len(samplers), q, -1)
-    return [s.draw(scores[j]) for j, s in enumerate(samplers)]
+    x[per_row(early, torch.bool).view(-1), samplers[0].eos] = -torch.inf
+    return x
 
 
 def _top_p_then_top_k(first, second) -> bool:

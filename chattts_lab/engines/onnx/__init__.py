@@ -82,7 +82,7 @@ class OnnxRuntime(LabRuntime):
 
     @property
     def kernels(self) -> str:
-        return f"onnxruntime {self.gpt_module.provider}"
+        return f"onnxruntime {self.gpt_module.provider}; {self.sampling}"
 
     def gpt_weight_bytes(self) -> int:
         return self.gpt_module.weight_bytes  # its weights live in the session, as the .onnx file holds them
