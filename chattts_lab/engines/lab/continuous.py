@@ -255,7 +255,7 @@ class RowDecoder:
         history = torch.zeros(num_vq, n, dtype=torch.long, device=device)
         temperature = prompt.temperature.to(device).view(-1, 1)
         sampler = Sampler(prompt.processors, temperature, num_vq, self.heads.vocab, prompt.eos, prompt.min_new_token,
-                          prompt.manual_seed, self.chat.gpt.generator, history, fused=self.engine.sampling_kernels)
+                          prompt.manual_seed, self.chat.gpt.generator, history, fused=self.engine.cpu_kernels)
         return Row(prompt, sampler, torch.zeros(n, num_vq, dtype=torch.long, device=device),
                    torch.empty(n, self.model.shape.dim, device=device), history, prompt.length, owner=owner)
 
@@ -318,8 +318,7 @@ class RowDecoder:
         """Rows shorter than the longest had this step's keys/values written at slot s: move them to their own."""
         behind = (lengths < s).nonzero().flatten()
         if len(behind):
-            copy_behind([c for kv in self._caches for c in kv], behind, lengths[behind], s,
-                        getattr(self.model, "fused", None))
+            copy_behind([c for kv in self._caches for c in kv], behind, lengths[behind], s, self.engine.cpu_kernels)
 
     @torch.inference_mode()
     def release(self, row: Row) -> None:

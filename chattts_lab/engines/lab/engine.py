@@ -123,8 +123,9 @@ class LabRuntime(EngineRuntime):
         self.notes: list[str] = []
         self.stream_first_chunk: int | None = None  # set by lab streaming: yield the first chunk this early
         self.recorder = None  # the call's StageRecorder while one runs (see reporting_steps_to)
-        # ChatTTS's logits chain in one call of the lab's kernels (sampling.cpp) on CPU, for the onnx engine too
-        self.sampling_kernels = kernels.load() if device.type == "cpu" else None
+        # the lab's kernels for the work around the model on CPU, for the onnx engine too: ChatTTS's logits chain in
+        # one call (sampling.cpp) and a continuous batch's cache moves (continuous.copy_behind)
+        self.cpu_kernels = kernels.load() if device.type == "cpu" else None
 
     @property
     def kernels(self) -> str:
@@ -136,7 +137,7 @@ class LabRuntime(EngineRuntime):
 
     @property
     def sampling(self) -> str:
-        return "sampling fused" if self.sampling_kernels is not None else "sampling torch-ops"
+        return "sampling fused" if self.cpu_kernels is not None else "sampling torch-ops"
 
     @property
     def gpt_dtype(self) -> str:
@@ -239,7 +240,7 @@ def _sampler(chat, engine: LabRuntime, out: _Buffers, *, temperature, eos_token,
     return Sampler(processors=logits_processors, temperature=temperature, rows=rows,
                    vocab=engine.heads.text_vocab if infer_text else engine.heads.vocab, eos=eos_token,
                    min_new_token=min_new_token, manual_seed=manual_seed, generator=chat.gpt.generator,
-                   history=out.history, fused=engine.sampling_kernels)
+                   history=out.history, fused=engine.cpu_kernels)
 
 
 @torch.inference_mode()
