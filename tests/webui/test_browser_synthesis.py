@@ -113,8 +113,9 @@ def test_voice_card_exports_and_reimports_the_same_voice(page, tmp_path):
     page.wait_for_selector("#generate", timeout=LONG)
     page.locator("#card-in input[type=file]").set_input_files(str(card_file))
     wait_toast(page, "Imported voice 'test-voice'")
-    assert page.locator("#speaker textarea").input_value() == card["speaker"]
-    assert page.locator("#voice-mode input[value='Speaker string']").is_checked()
+    # the toast is shown while the event runs, the fields when it returns: wait for them (a loaded run saw '')
+    expect(page.locator("#speaker textarea")).to_have_value(card["speaker"], timeout=LONG)
+    expect(page.locator("#voice-mode input[value='Speaker string']")).to_be_checked(timeout=LONG)
     generate(page, text, tokens=16, min_tokens=16)
     reimported = wait_new_audio(page)
     assert np.array_equal(samples(page, reimported), original)  # the card reproduces the voice, sample for sample
