@@ -109,7 +109,7 @@ class Row:
     length: int  # cache slots it holds: prompt (so far, while being filled) + tokens fed back (= its next position)
     steps: int = 0  # tokens sampled (its EOS included)
     ended: str | None = None  # "eos" or "max_new_token" once it has ended
-    next_input: torch.Tensor | None = None  # [1, 1, dim]: the last token's embedding, fed at the next step
+    next_ids: torch.Tensor | None = None  # [1, num_vq]: the last token, embedded with the other rows' at the next step
     prefill_s: float = 0.0
     owner: object = None  # the caller's handle (the scheduler's job)
     meta: dict = field(default_factory=dict)
@@ -281,7 +281,7 @@ class RowDecoder:
         elif row.steps >= row.prompt.max_new_token:
             row.ended = "max_new_token"
         else:
-            row.next_input = self.heads.embed_code(idx.view(1, -1))
+            row.next_ids = idx.view(1, -1)
 
     @torch.inference_mode()
     def step(self) -> list[Row]:
@@ -301,7 +301,7 @@ class RowDecoder:
         slots = torch.arange(s + 1, device=device)
         valid = (slots[None] < lengths[:, None]) | (slots[None] == s)
         self._bind(0, n)
-        x = torch.cat([r.next_input for r in rows])
+        x = self.heads.embed_code(torch.cat([r.next_ids for r in rows]))  # one call for every row: [n, 1, dim]
         hidden = self.model(x, lengths.view(n, 1), s, valid.view(n, 1, 1, s + 1))
         self._copy_behind(rows, lengths, s)
         logits = self.heads.code_logits(hidden).view(n, -1, self.heads.vocab)
