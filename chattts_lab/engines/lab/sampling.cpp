@@ -3,7 +3,7 @@
 // divided by the temperature. Softmax and the draw stay torch's, so the draw uses the generator as stock does.
 //
 // Why: as torch ops the chain is about 25 calls on a [4, 626] tensor, each costing its dispatch more than its
-// arithmetic: 0.6-0.8 ms of a 10.7 ms one-row int8 step on a 2-core AVX2-only EPYC, more at 8 rows.
+// arithmetic: 0.75-0.85 ms of a 10.65 ms one-row int8 step on a 2-core AVX2-only EPYC, more at 8 rows.
 //
 // Numerics: the penalty's factor is looked up in a table that torch.pow made at the same positions (`alphas`:
 // table[n][row][v] = pow(penalty, n) for each count n), so the penalised logits are the torch path's, bit for bit;
