@@ -95,15 +95,21 @@ class StageRecorder:
         decode_from = self._prefill_end if self._prefill_end is not None and self._prefill_end >= t0 else t0
         self.times.decode_s += t1 - decode_from
 
+    @contextmanager
+    def timed(self, stage: str):
+        """Add the time spent inside to `stage` (one of STAGES)."""
+        t0 = self.clock.now()
+        try:
+            yield
+        finally:
+            setattr(self.times, stage, getattr(self.times, stage) + self.clock.now() - t0)
+
     def _wrap_timed(self, fn, stage: str):
         recorder = self
 
         def timed(*args, **kwargs):
-            t0 = recorder.clock.now()
-            try:
+            with recorder.timed(stage):
                 return fn(*args, **kwargs)
-            finally:
-                setattr(recorder.times, stage, getattr(recorder.times, stage) + recorder.clock.now() - t0)
 
         return timed
 

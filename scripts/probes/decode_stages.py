@@ -2,11 +2,12 @@
 the decoder's and vocoder's ConvNeXt projections, on full-size synthetic weights, lab int8, 2 threads:
 
 1. a 128-token batch-1 call: its stages (median and best of 3 calls after a warm-up);
-2. the decoder and vocoder of 128 tokens alone, and a streamed chunk decode (`decode_spans`, as the continuous loop
-   calls it: LEFT_CONTEXT tokens before, HOLD after) per call size, 1/2/4/8 rows x 16/32/64 new tokens, and the
-   fixed cost per call that a least-squares line through them gives (ms = fixed + per_token x tokens decoded in
-   the call). These in CPU time on one thread (best of 5): on a machine others share, wall time on two threads
-   measured the neighbours (the line's fixed cost came out negative), CPU time of one thread the work;
+2. the decoder and vocoder of 128 tokens alone, and a streamed chunk decode (`decode_chunks` started afresh:
+   LEFT_CONTEXT tokens before, HOLD after, as the continuous loop decoded chunks until 2026-12-05) per call size,
+   1/2/4/8 rows x 16/32/64 new tokens, and the fixed cost per call that a least-squares line through them gives
+   (ms = fixed + per_token x tokens decoded in the call). These in CPU time on one thread (best of 5): on a machine
+   others share, wall time on two threads measured the neighbours (the line's fixed cost came out negative), CPU
+   time of one thread the work;
 3. with --profile, torch.profiler's top operators of a 128-token decode and of a 1-row 16-token chunk.
 
     python scripts/probes/decode_stages.py fp32,bf16,int8 [--profile] [--no-call]
@@ -25,7 +26,8 @@ import numpy as np
 import torch
 
 import chattts_lab.engines.lab.vocoder as vocoder
-from chattts_lab.engines.lab.stream import HOLD, LEFT_CONTEXT, decode_spans
+from chattts_lab.engines.lab.chunk_decode import decode_chunks
+from chattts_lab.engines.lab.stream import HOLD, LEFT_CONTEXT
 from chattts_lab.metrics import SAMPLES_PER_TOKEN
 from chattts_lab.models import LoadConfig, load_model, unload_all
 from chattts_lab.requests import Sampling, SynthesisRequest
@@ -67,8 +69,8 @@ def chunk_table(chat) -> None:
         line = []
         for new in (16, 32, 64):
             a = SAMPLES_PER_TOKEN * 100
-            spans = [(hiddens, 300, a, a + SAMPLES_PER_TOKEN * new)] * rows
-            ms = best_cpu_ms(lambda: decode_spans(chat, spans, LEFT_CONTEXT))
+            spans = [(hiddens, 300, a, a + SAMPLES_PER_TOKEN * new, None)] * rows  # afresh: LEFT_CONTEXT again
+            ms = best_cpu_ms(lambda: decode_chunks(chat, spans, LEFT_CONTEXT, HOLD))
             sizes.append(rows * (new + LEFT_CONTEXT + HOLD))
             costs.append(ms)
             line.append(f"{new} tokens {ms:6.1f} ms")

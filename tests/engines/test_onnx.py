@@ -156,9 +156,9 @@ def test_rows_step_with_torch_on_one_thread_and_their_audio_decodes_with_the_cal
 
     model = load("onnx", "int4", threads=2)
     heads, chat, seen = model.engine.heads, model.chat, {"gpt": [], "audio": []}
-    code_logits, decode = heads.code_logits, chat._decode_to_wavs
+    code_logits = heads.code_logits
     heads.code_logits = lambda hidden: (seen["gpt"].append(torch.get_num_threads()), code_logits(hidden))[1]
-    chat._decode_to_wavs = lambda *a: (seen["audio"].append(torch.get_num_threads()), decode(*a))[1]
+    vocoding = chat.vocos.head.out.register_forward_hook(lambda *_: seen["audio"].append(torch.get_num_threads()))
 
     def rows() -> int:
         set_threads(2)
@@ -176,7 +176,8 @@ def test_rows_step_with_torch_on_one_thread_and_their_audio_decodes_with_the_cal
     try:
         assert torch_thread.run(rows) == 2
     finally:
-        del heads.code_logits, chat._decode_to_wavs
+        del heads.code_logits
+        vocoding.remove()
     assert len(seen["gpt"]) == 2 + 7 and set(seen["gpt"]) == {1}  # two prefills, then 7 steps of both rows
     assert seen["audio"] and set(seen["audio"]) == {2}
 

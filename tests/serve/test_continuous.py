@@ -272,14 +272,21 @@ def streamed_and_whole(model, req: SynthesisRequest) -> tuple[np.ndarray, np.nda
 # SEAM_BOUND is fp32 decoding's: under int8/int4 the decoder's and vocoder's projections run in int8 (vocoder.py)
 @pytest.mark.parametrize("row_model", FLOAT_ROWS, ids="-".join, indirect=True)
 def test_a_streamed_clip_is_the_whole_clip_within_the_seam_bound(row_model, monkeypatch):
-    """Chunks join without clicks: each decodes LEFT_CONTEXT tokens before its new ones, more than the decoder's
-    and vocoder's convolutions reach, so the joined chunks are the whole clip's decode within float rounding
-    (docs/serving.md states the bound). Without that context the seams break the bound by orders of magnitude."""
+    """Chunks join without clicks: each continues its row's decoder and vocoder frames from the last chunk
+    (engines/lab/chunk_decode.py), so the joined chunks are the whole clip's decode within float rounding
+    (docs/serving.md states the bound), with no context decoded again. A chunk that continues nothing starts
+    LEFT_CONTEXT tokens early instead; with neither, the seams break the bound by orders of magnitude."""
+    from chattts_lab.engines.lab import continuous
     from chattts_lab.engines.lab.stream import SEAM_BOUND
 
     req = request(0, 200)
     streamed, whole, chunks = streamed_and_whole(row_model, req)
     assert chunks >= 5 and len(streamed) == len(whole) == samples_for_tokens(200)
+    assert np.abs(streamed - whole).max() <= SEAM_BOUND * np.abs(whole).max()
+    carried = continuous.decode_chunks
+    monkeypatch.setattr(continuous, "decode_chunks", lambda chat, spans, left, hold: carried(
+        chat, [(h, n, a, b, None) for h, n, a, b, _ in spans], left, hold))  # every chunk starts afresh
+    streamed, whole, _ = streamed_and_whole(row_model, req)
     assert np.abs(streamed - whole).max() <= SEAM_BOUND * np.abs(whole).max()
     monkeypatch.setattr(RowDecoder, "left_context", 0)
     streamed, whole, _ = streamed_and_whole(row_model, req)
@@ -389,11 +396,11 @@ def test_a_burst_is_counted_as_it_arrives_before_the_loop_admits_anyone(model):
 
 
 
-def test_chunks_due_together_decode_in_one_call_as_each_decodes_alone(model, monkeypatch):
+def test_chunks_due_together_decode_in_one_call_as_each_decodes_alone(model):
     """The rows' chunks due at one step decode in one decoder and vocoder call (a call's fixed cost is paid once, not
     per row), padded to the widest span; each row's audio is what it gets decoded alone, within the seam bound: a
-    middle chunk (the widest), a row's first chunk (padded after it), a row's last chunk (padded before it: its true
-    end is heard), and a whole short clip (both ends heard: a call of its own)."""
+    middle chunk (the widest), a row's first chunk, a row's last chunk (its true end is heard), a whole short clip
+    (both ends heard), and then the next chunks of two of them, continuing their frames."""
     from chattts_lab.engines.lab.stream import SEAM_BOUND
     from chattts_lab.metrics import SAMPLES_PER_TOKEN as T
 
@@ -409,18 +416,24 @@ def test_chunks_due_together_decode_in_one_call_as_each_decodes_alone(model, mon
     assert last.ended and whole.ended and not (middle.ended or first.ended)
     assert middle.generated - 8 > max(first.generated, last.generated)  # the others are padded to its width
     hold = decoder.hold
-    spans = [(middle, 10 * T, (middle.generated - hold) * T), (first, 0, (first.generated - hold) * T),
+    spans = [(middle, 10 * T, (middle.generated - 2 * hold) * T), (first, 0, (first.generated - 2 * hold) * T),
              (last, 10 * T, samples_for_tokens(last.generated)), (whole, 0, samples_for_tokens(whole.generated))]
-    calls = []
-    decode = model.chat._decode_to_wavs
-    monkeypatch.setattr(model.chat, "_decode_to_wavs", lambda parts, *a: calls.append(len(parts)) or decode(parts, *a))
-    together = decoder.decode_spans(spans)
-    assert calls == [3, 1]
-    for (row, a, b), audio in zip(spans, together):
-        own = decoder.decode_spans([(row, a, b)])[0]
+    following = [(middle, b, (middle.generated - hold) * T) for _, _, b in spans[:1]] + [
+        (first, b, (first.generated - hold) * T) for _, _, b in spans[1:2]]
+    vocoder_batches = []
+    hook = model.chat.vocos.head.out.register_forward_hook(lambda _, args, __: vocoder_batches.append(len(args[0])))
+    try:
+        together = decoder.decode_spans(spans) + decoder.decode_spans(following)
+    finally:
+        hook.remove()
+    assert vocoder_batches == [4, 2]
+    for row in (middle, first, last, whole):
+        row.chunk = None  # decoded alone from here
+    alone = [decoder.decode_spans([span])[0] for span in spans[:2]] + [
+        decoder.decode_spans([span])[0] for span in spans[2:] + following]
+    for (row, a, b), audio, own in zip(spans + following, together, alone):
         assert audio.shape == own.shape == (b - a,)
         assert np.abs(audio - own).max() <= SEAM_BOUND * np.abs(own).max()
-
 
 def test_a_due_chunk_takes_every_streaming_rows_waiting_tokens_into_its_call(model, tmp_path, monkeypatch):
     """Rows that joined at different steps fall due at different steps; a decode call made for one row's due chunk

@@ -49,7 +49,8 @@ import numpy as np
 import torch
 
 from chattts_lab.engines.lab.sampler import Sampler, sample_rows
-from chattts_lab.engines.lab.stream import HOLD, LEFT_CONTEXT, decode_spans, prepare_text
+from chattts_lab.engines.lab.chunk_decode import ChunkState, decode_chunks
+from chattts_lab.engines.lab.stream import HOLD, LEFT_CONTEXT, prepare_text
 from chattts_lab.metrics import samples_for_tokens
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class Row:
     ended: str | None = None  # "eos" or "max_new_token" once it has ended
     next_ids: torch.Tensor | None = None  # [1, num_vq]: the last token, embedded with the other rows' at the next step
     prefill_s: float = 0.0
+    chunk: ChunkState | None = None  # where its audio's next chunk continues the decoder's and vocoder's frames
     owner: object = None  # the caller's handle (the scheduler's job)
     meta: dict = field(default_factory=dict)
 
@@ -153,7 +155,7 @@ class RowDecoder:
     (The interface a scheduler drives: chattts_lab.engines.base.RowDecoder.)"""
 
     hold = HOLD  # a chunk's last tokens wait for their right context (engines/lab/stream.py)
-    left_context = LEFT_CONTEXT  # tokens re-decoded before a chunk's new ones, so that chunks join without seams
+    left_context = LEFT_CONTEXT  # tokens decoded before a chunk that continues no row's frames (chunk_decode.py)
 
     def __init__(self, engine, chat, rows: int, slots: int = SLOT_STEP):
         self.engine, self.chat, self.rows = engine, chat, rows
@@ -354,10 +356,14 @@ class RowDecoder:
         return capture_prompt(self.chat, text, params_code)
 
     def decode_spans(self, spans: list[tuple[Row, int, int]]) -> list[np.ndarray]:
-        """Samples [a, b) of each (row, a, b)'s audio, all rows in one decoder and vocoder call, each decoded from
-        `left_context` tokens before a (the lab's streaming spans), so that a row's chunks join into its whole clip
-        within stream.SEAM_BOUND."""
-        return decode_spans(self.chat, [(row.hiddens, row.generated, a, b) for row, a, b in spans], self.left_context)
+        """Samples [a, b) of each (row, a, b)'s audio, all rows in one decoder and vocoder call, each as if decoded
+        alone. A span that starts where the row's last one ended continues its frames (chunk_decode.py); any other
+        starts `left_context` tokens before a. A row's chunks join into its whole clip within stream.SEAM_BOUND."""
+        decoded = decode_chunks(self.chat, [(row.hiddens, row.generated, a, b, row.chunk) for row, a, b in spans],
+                                self.left_context, self.hold)
+        for (row, _, _), (_, state) in zip(spans, decoded):
+            row.chunk = state
+        return [audio for audio, _ in decoded]
 
     def audio(self, row: Row) -> np.ndarray:
         """The row's whole clip, decoded at once."""

@@ -2,10 +2,11 @@
 
 Stock `Chat._infer(stream=True)` re-decodes the whole prefix for every chunk and drops its first two
 chunks, so the first audio waits for 72 steps and decoding grows quadratically. Here each chunk decodes
-its new tokens plus `left` tokens of context (the decoder's and vocoder's convolutions need them), keeps
-back the last `hold` tokens (whose right context has not been generated yet) for the next chunk, and
-the first chunk comes after `first_chunk` steps. The concatenated chunks have exactly (2N-1)*256
-samples per text, like a full decode, and differ from it only by the context cut at chunk starts.
+its new tokens once, the decoder's and vocoder's convolutions continuing each text's frames from the last
+chunk (chunk_decode.py), keeps back the last `hold` tokens (whose right context has not been generated yet)
+for the next chunk, and the first chunk comes after `first_chunk` steps. The concatenated chunks have
+exactly (2N-1)*256 samples per text, like a full decode, and differ from it only where a chunk's carried
+frames were computed before their right context existed (within SEAM_BOUND).
 """
 
 from __future__ import annotations
@@ -14,18 +15,17 @@ import logging
 from typing import Iterator
 
 import numpy as np
-import torch
 
+from chattts_lab.engines.lab.chunk_decode import decode_chunks
 from chattts_lab.metrics import SAMPLES_PER_TOKEN, samples_for_tokens
 
 log = logging.getLogger(__name__)
 
 FIRST_CHUNK = 12  # steps before the first audio (~0.25 s of audio)
-# Tokens re-decoded before each chunk. The decoder's and vocoder's convolutions reach fewer than 8 tokens back: with 8,
-# a streamed clip is its whole decode within rounding (scripts/probes/seam_bound.py: full-size weights at lab
-# int8, 256 tokens, the continuous loop's chunk schedule: the same largest difference, 0.02 % of the clip's peak, at 8,
-# 12, 16 and 24 tokens, so not from the seams; 10x that with 4, 77 % with none. Tiny weights at fp32: 1e-6 of the
-# peak, the tested bound below). Each token of context costs decode time in every chunk.
+# Tokens decoded before a chunk that continues no carried frames (one decoded alone from the middle of a clip). The
+# decoder's and vocoder's convolutions reach fewer than 8 tokens back: with 8, such a chunk joins its clip within
+# rounding (scripts/probes/seam_bound.py: full-size weights at lab int8, 256 tokens: the same largest difference,
+# 0.02 % of the clip's peak, at 8, 12, 16 and 24 tokens; 10x that with 4, 77 % with none).
 LEFT_CONTEXT = 8
 HOLD = 6  # trailing tokens kept back until their right context exists
 SEAM_BOUND = 1e-4  # fp32: the largest difference between a streamed clip and its whole decode, a fraction of its peak
@@ -38,19 +38,20 @@ def stream_infer(chat, engine, texts: list[str], params_refine, params_code, ski
     text = prepare_texts(chat, texts, params_refine, skip_refine_text, do_text_normalization)
     emitted = 0  # samples already sent, the same for every text
     hiddens, lengths, sent = None, None, []
+    states = [None] * len(text)  # each text's decoder and vocoder frames, carried from chunk to chunk
     with engine.first_chunk(first_chunk):
         for result in chat._infer_code(text, True, chat.device, True, params_code):
             hiddens, lengths = result.hiddens, [int(h.shape[0]) for h in result.hiddens]
             upto = SAMPLES_PER_TOKEN * max(0, max(lengths) - hold)
             if upto > emitted:
-                sent.append(_decode_span(chat, hiddens, lengths, emitted, upto, left))
+                sent.append(_decode_chunk(chat, engine, hiddens, lengths, emitted, upto, states, left, hold))
                 emitted = upto
                 yield sent[-1]
     if hiddens is None:
         return
     end = samples_for_tokens(max(lengths))  # the last chunk: everything left, to the true end
     if end > emitted:
-        sent.append(_decode_span(chat, hiddens, lengths, emitted, end, left))
+        sent.append(_decode_chunk(chat, engine, hiddens, lengths, emitted, end, states, left, hold))
         yield sent[-1]
     recorder = engine.recorder
     if recorder is not None and sent:  # the call's whole audio is what was sent
@@ -71,50 +72,10 @@ def prepare_text(chat, text: str, params_refine, skip_refine_text: bool, normali
     return prepare_texts(chat, [text], params_refine, skip_refine_text, normalize)[0]
 
 
-def _decode_span(chat, hiddens, lengths, a: int, b: int, left: int) -> np.ndarray:
-    """Samples [a, b) of the full decode of each text, decoding tokens from `left` before sample a onwards."""
-    return np.stack(decode_spans(chat, [(h, n, a, b) for h, n in zip(hiddens, lengths)], left))
-
-
-def decode_spans(chat, spans: list[tuple], left: int) -> list[np.ndarray]:
-    """Samples [a, b) of each (hiddens, tokens, a, b)'s full decode, in as few calls of the decoder and vocoder as
-    keep each span's audio what it gets decoded alone (a call costs about 15 ms before its first token, so rows
-    whose chunks are due together share one).
-
-    A span decodes from `left` tokens before its sample a to HOLD tokens after b where they exist. In one call every
-    span takes the widest span's width: first with more of its own tokens before it (more left context only
-    helps), then with zeros. Zeros are no text's audio: at a text's true start or end they change what is heard
-    there (the convolutions and the vocoder's overlap-add read them as frames), so they go where the span has
-    context to spare: after a span that keeps HOLD tokens back, before a span that reaches its text's end. A span
-    with no room on either side (a whole short clip) decodes in a call of its own."""
-    cuts = [_cut(n, a, b, left) for _, n, a, b in spans]
-    width = max(last - first for first, last in cuts)
-    out = [np.zeros(b - a, dtype=np.float32) for _, _, a, b in spans]
-    if width == 0:
-        return out
-    shared, own = [], []  # (span index, part padded to width, tokens before its sample 0), and spans decoded alone
-    for i, ((hiddens, n, a, b), (first, last)) in enumerate(zip(spans, cuts)):
-        first = max(0, last - width)  # widen with its own tokens first
-        part, pad = hiddens[first:last], width - (last - first)
-        ends = b >= samples_for_tokens(n)
-        if pad and ends and a // SAMPLES_PER_TOKEN < left:  # its start and its end are both heard
-            own.append(i)
-            continue
-        zeros = part.new_zeros(pad, part.shape[1])
-        shared.append((i, torch.cat([zeros, part] if ends else [part, zeros]), first - pad if ends else first))
-    calls = [shared] + [[(i, spans[i][0][cuts[i][0] : cuts[i][1]], cuts[i][0])] for i in own]
-    for call in filter(None, calls):
-        wavs = np.asarray(chat._decode_to_wavs([part for _, part, _ in call], True))  # (it empties its list)
-        for wav, (i, _, start) in zip(wavs, call):
-            _, n, a, b = spans[i]
-            got = wav[a - start * SAMPLES_PER_TOKEN : b - start * SAMPLES_PER_TOKEN]
-            out[i][: got.shape[0]] = got
-            out[i][max(0, samples_for_tokens(n) - a):] = 0  # a text that ended before b: silence after its own end
-    return out
-
-
-def _cut(n: int, a: int, b: int, left: int) -> tuple[int, int]:
-    """The tokens [first, last) that decode samples [a, b) of a text of n tokens: `left` tokens of context before
-    a, HOLD after b where they exist."""
-    first = min(max(0, a // SAMPLES_PER_TOKEN - left), n)
-    return first, min(n, -(-b // SAMPLES_PER_TOKEN) + HOLD)
+def _decode_chunk(chat, engine, hiddens, lengths, a: int, b: int, states: list, left: int, hold: int) -> np.ndarray:
+    """Samples [a, b) of every text's audio (zero past a text's end), each continuing its text's `states` (which
+    it updates); the call's stage clocks (`engine.recorder`) count the decoder's and vocoder's time."""
+    decoded = decode_chunks(chat, [(h, n, a, b, s) for h, n, s in zip(hiddens, lengths, states)], left, hold,
+                            engine.recorder)
+    states[:] = [state for _, state in decoded]
+    return np.stack([audio for audio, _ in decoded])

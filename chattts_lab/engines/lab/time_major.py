@@ -49,11 +49,12 @@ def _dilated_by_phase(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     return y.permute(0, 2, 3, 1).reshape(b, t, c)
 
 
-def convnext_blocks(blocks, x: torch.Tensor) -> torch.Tensor:
+def convnext_blocks(blocks, x: torch.Tensor, convolve=depthwise) -> torch.Tensor:
     """ChatTTS's or Vocos's ConvNeXt blocks (unconditioned) on a time-major x (B, T, C): what their forwards compute
-    on x transposed, transposed back."""
+    on x transposed, transposed back. `convolve(x, conv)` runs each block's depthwise convolution (a streamed chunk's
+    carries its frames from the last chunk: engines/lab/chunk_decode.py)."""
     for block in blocks:
-        y = block.norm(depthwise(x, block.dwconv))
+        y = block.norm(convolve(x, block.dwconv))
         y = block.pwconv2(block.act(block.pwconv1(y)))
         scale = block.weight if hasattr(block, "weight") else block.gamma  # ChatTTS's name, Vocos's
         if scale is not None:
