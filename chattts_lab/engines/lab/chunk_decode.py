@@ -51,14 +51,14 @@ class ChunkState:
 
 
 def decode_chunks(chat, spans: list[tuple], left: int, hold: int,
-                  recorder=None) -> list[tuple[np.ndarray, ChunkState]]:
+                  recorder=None) -> list[tuple[np.ndarray, ChunkState | None]]:
     """Samples [a, b) of each (hiddens, tokens, a, b, state or None), in one call of the decoder and vocoder, and
     each row's state for a chunk from b on. `left`: tokens decoded before a where the span continues no state;
     `hold`: tokens after b decoded for their right context (where they exist). `recorder` (a call's
     trackers.stages.StageRecorder, or None) is told the decoder's and vocoder's times."""
     rows = [_RowCall(h, n, a, b, state, left, hold) for h, n, a, b, state in spans]
-    if all(r.end == r.start for r in rows):
-        return [(np.zeros(r.b - r.a, dtype=np.float32), r.keep_nothing()) for r in rows]
+    if all(r.end == r.start for r in rows):  # every text ended before these samples: silence, nothing to continue
+        return [(np.zeros(r.b - r.a, dtype=np.float32), None) for r in rows]
     timed = recorder.timed if recorder is not None else lambda stage: nullcontext()
     istft = chat.vocos.head.istft
     with torch.inference_mode():
@@ -107,9 +107,6 @@ class _RowCall:
         return ChunkState(self.b, self.keep, kept, spectra[at - SPECTRA_KEPT : at].clone(),
                           self.first_spectrum)
 
-    def keep_nothing(self) -> ChunkState | None:
-        return self.state
-
 
 class _Call:
     """The rows of one call, padded to the widest: each row's frames [start, end) at positions 0..width-1."""
@@ -143,8 +140,8 @@ class _Call:
         if len(set(self.keep_at)) == 1:  # frame keep - p sits at keep - start in `full`
             kept = full.narrow(1, self.keep_at[0], p).clone()
         else:
-            at = torch.tensor(self.keep_at)[:, None] + torch.arange(p)[None, :]
-            kept = full[torch.arange(b)[:, None], at.to(x.device)]
+            at = torch.tensor(self.keep_at, device=x.device)[:, None] + torch.arange(p, device=x.device)[None, :]
+            kept = full[torch.arange(b, device=x.device)[:, None], at]
         for i in range(b):
             self.kept[i].append(kept[i])
         self.site += 1
