@@ -8,12 +8,13 @@ layer saw them, and the complex spectra of the last frames before it. The next c
 boundary to its last token plus HOLD (held-back tokens, computed again next time with their right context), with
 each convolution reading the kept frames where the whole decode reads earlier frames and zeros where it would read
 past the row's end. So a chunk costs its new tokens and HOLD, not LEFT_CONTEXT more: a shared decode of 8 rows'
-12-token chunks took 74 ms with 8 tokens of context re-decoded and 58 ms with none (lab int4, Zen 4, 2 threads;
-docs/measurements/2026-12-05-carried-decode.md).
+12-token chunks took 79 ms with 8 tokens of context decoded again and 61 ms carrying the frames (lab int4, Zen 4,
+2 threads; scripts/probes/chunk_decode_cost.py, docs/measurements/2026-12-05-carried-decode.md).
 
 What it changes in the audio: the kept frames were computed while the row's right context ended HOLD tokens after
 them, as the re-decoded context was computed with its left context cut; both differ from the whole decode within
-stream.SEAM_BOUND (measured in that note, held by tests/serve/test_continuous.py). A chunk that continues no state
+stream.SEAM_BOUND (measured in that note; held by tests/engines/test_chunk_decode.py and
+tests/serve/test_continuous.py). A chunk that continues no state
 (none kept, or its start is not where the state ends) starts afresh LEFT_CONTEXT tokens before its first sample,
 with zeros before that: what every chunk did before this module.
 
