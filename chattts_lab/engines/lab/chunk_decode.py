@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from chattts_lab.engines.lab.time_major import convnext_blocks
+from chattts_lab.engines.lab.time_major import by_phase, convnext_blocks
 from chattts_lab.metrics import SAMPLES_PER_STEP_PAIR as HOP, SAMPLES_PER_TOKEN, samples_for_tokens
 
 FRAMES_PER_TOKEN = SAMPLES_PER_TOKEN // HOP  # 2 mel frames a token
@@ -154,14 +154,9 @@ class _Call:
         return F.conv1d(full.transpose(1, 2), conv.weight, conv.bias).transpose(1, 2)
 
     def depthwise(self, x: torch.Tensor, conv: torch.nn.Conv1d) -> torch.Tensor:
-        """A 'same'-padded depthwise Conv1d, as time_major.depthwise runs it (channels-last, dilated ones by phase),
-        on the padded input with no padding of its own."""
-        (d,), (p,) = conv.dilation, conv.padding
-        full = self.padded_input(x, p)
-        b, t, c = full.shape
-        image = full.view(b, t // d, d, c).permute(0, 3, 1, 2)  # (B, C, T/d, d), channels-last memory: no copy
-        y = F.conv2d(image, conv.weight.unsqueeze(3), conv.bias, groups=conv.groups)
-        return y.permute(0, 2, 3, 1).reshape(b, t - 2 * p, c)
+        """A 'same'-padded depthwise Conv1d on time-major new frames, by phase as time_major runs the dilated ones,
+        on the padded input with no padding of its own (whole tokens of 2 frames and p = 6: a multiple of dilation 2)."""
+        return by_phase(self.padded_input(x, conv.padding[0]), conv, 0)
 
 
 def _mel(chat, call: _Call) -> torch.Tensor:

@@ -42,11 +42,18 @@ def _dilated_by_phase(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
     convolved down its T/d axis with the kernel as it is. The same sums in the same order; oneDNN's dilated
     channels-last kernel took 2.0 ms a call on AVX2 against 0.09 ms for this (the DVAE decoder's 12 blocks,
     docs/measurements/2026-12-05-outside-gpt-floor.md)."""
-    (d,), (pad,) = conv.dilation, conv.padding
+    return by_phase(x, conv, conv.padding[0])
+
+
+def by_phase(x: torch.Tensor, conv: nn.Conv1d, pad: int) -> torch.Tensor:
+    """Depthwise `conv` over each of time's phases (see _dilated_by_phase) of a time-major x (B, T, C), T a multiple
+    of the dilation, padded with `pad` zeros at each end instead of the convolution's own padding (0: x brings its
+    own context, as a streamed chunk's does): (B, T + 2 * (pad - conv.padding), C)."""
+    (d,), (p,) = conv.dilation, conv.padding
     b, t, c = x.shape
     image = x.view(b, t // d, d, c).permute(0, 3, 1, 2)  # (B, C, T/d, d) in channels-last memory
     y = F.conv2d(image, conv.weight.unsqueeze(3), conv.bias, padding=(pad // d, 0), groups=conv.groups)
-    return y.permute(0, 2, 3, 1).reshape(b, t, c)
+    return y.permute(0, 2, 3, 1).reshape(b, t + 2 * (pad - p), c)
 
 
 def convnext_blocks(blocks, x: torch.Tensor, convolve=depthwise) -> torch.Tensor:
