@@ -27,7 +27,7 @@ from chattts_lab.serve import zerogpu
 from webui.common import present
 from webui.i18n.texts import localized, t
 from chattts_lab.serve.context import AppContext
-from webui.common.events import MODEL_QUEUE, bind, session_of
+from webui.common.events import MODEL_QUEUE, LatestWins, bind, session_of
 from chattts_lab.serve.runtime import devices
 from webui.benchmark.quality_panel import build_quality_panel
 from webui.benchmark.serving_tab import build_serving_tab, empty_figures
@@ -178,13 +178,21 @@ def _compare_panel(c: dict) -> None:
 # Handlers that need the tab's components (bound with `bind`).
 
 
+# The form's estimate is filled by its own changes and by the refreshes after a run or the quick preset, all
+# unqueued; the one sent last is the one shown.
+FORM_ESTIMATES = LatestWins()
+
+
 def estimate_changed(ctx: AppContext, controls: SweepControls, values: dict, request: gr.Request = None):
-    return estimate(ctx, controls.form(values), request)
+    ticket = FORM_ESTIMATES.arrived(request)
+    return FORM_ESTIMATES.shown(request, ticket, estimate(ctx, controls.form(values), request))
 
 
 def estimates_refreshed(ctx: AppContext, controls: SweepControls, quick: gr.Button, estimate_md: gr.Markdown,
                         values: dict, request: gr.Request = None) -> dict:
-    return {quick: localized(quick_label(ctx), request), estimate_md: estimate(ctx, controls.form(values), request)}
+    ticket = FORM_ESTIMATES.arrived(request)
+    return {quick: localized(quick_label(ctx), request),
+            estimate_md: FORM_ESTIMATES.shown(request, ticket, estimate(ctx, controls.form(values), request))}
 
 
 def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, values: dict, request: gr.Request):
@@ -256,7 +264,8 @@ def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView,
         control.change(bind(estimate_changed, ctx, controls), controls.inputs(), c["estimate"], queue=False,
                        **private)
     # Unqueued, as the form's own estimate is: from the queue, the form's values taken when a (refused) run ended
-    # could land after the person typed new ones, and show the old values' estimate under the new ones.
+    # could land after the person typed new ones, and show the old values' estimate under the new ones. Unqueued
+    # requests still run side by side, so FORM_ESTIMATES shows the one sent last.
     refresh_estimates = dict(fn=bind(estimates_refreshed, ctx, controls, c["quick"], c["estimate"]),
                              inputs=controls.inputs(), outputs={c["quick"], c["estimate"]}, queue=False, **private)
     # The button's figure and the form's come from one reading of the history (sweeps may have ended since the load).

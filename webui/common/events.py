@@ -1,10 +1,12 @@
 """How the tabs wire their handlers to Gradio's events: `bind` (a handler with its first arguments bound, its
-signature kept for Gradio), the concurrency groups model work runs in, and each session's stop flags."""
+signature kept for Gradio), the concurrency groups model work runs in, each session's stop flags, and the
+last-sent-wins rule for displays that several unqueued events fill."""
 
 from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import threading
 from dataclasses import dataclass
 
@@ -70,3 +72,35 @@ class StopFlags:
 
     def done(self, session: str) -> None:
         self._flags.pop(session, None)
+
+
+class LatestWins:
+    """Last sent wins, for one display that several unqueued events fill from the form's values.
+
+    Gradio runs unqueued events at once, side by side, so a request carrying older values (say, the refresh that
+    follows a refused run, sent before the person typed) can end after a newer one and put the old values' result
+    back under the new ones. Each request takes a ticket as it arrives; one that a later request of the same session
+    has overtaken by the time it ends shows nothing (`gr.skip()`): the newer one shows its own."""
+
+    KEPT_SESSIONS = 1000  # the oldest session's ticket is forgotten past this (a forgotten one just shows again)
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._tickets = itertools.count()
+        self._latest: dict = {}
+
+    def arrived(self, request: gr.Request | None) -> int:
+        with self._lock:
+            ticket = next(self._tickets)
+            session = session_of(request)
+            self._latest.pop(session, None)  # re-inserted last: the dict stays in order of use
+            self._latest[session] = ticket
+            if len(self._latest) > self.KEPT_SESSIONS:
+                del self._latest[next(iter(self._latest))]
+            return ticket
+
+    def shown(self, request: gr.Request | None, ticket: int, value):
+        """`value`, or `gr.skip()` where a later request of this session arrived meanwhile."""
+        with self._lock:
+            overtaken = self._latest.get(session_of(request), ticket) != ticket
+        return gr.skip() if overtaken else value
