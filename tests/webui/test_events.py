@@ -1,5 +1,6 @@
-"""The last-sent-wins rule for the Sweep form's estimate: unqueued requests run side by side, and one carrying the
-form's older values must not land over a newer one's result (a refused run's refresh once did, in CI)."""
+"""The last-sent-wins rule for displays that unqueued events fill (the Sweep form's estimate, its filters, the runtime
+picks): unqueued requests run side by side, and one carrying the form's older values must not land over a newer one's
+result (a refused run's refresh once did, in CI)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,10 @@ def test_forgotten_sessions_are_bounded_and_a_forgotten_one_still_shows():
         wins.arrived(request(f"s{n}"))
     assert len(wins._latest) == LatestWins.KEPT_SESSIONS
     assert wins.shown(request("first"), first, "shown") == "shown"
+
+
+def test_an_overtaken_handler_that_answers_with_a_dict_updates_nothing():
+    wins = LatestWins()
+    older = wins.arrived(request("a"))
+    wins.arrived(request("a"))
+    assert wins.shown(request("a"), older, {"note": "old"}) == {}

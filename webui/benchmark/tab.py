@@ -179,8 +179,8 @@ def _compare_panel(c: dict) -> None:
 
 
 # The form's estimate is filled by its own changes and by the refreshes after a run or the quick preset, all
-# unqueued; the one sent last is the one shown.
-FORM_ESTIMATES = LatestWins()
+# unqueued; the one sent last is the one shown. So are the filters' table and plots.
+FORM_ESTIMATES, FILTERS = LatestWins(), LatestWins()
 
 
 def estimate_changed(ctx: AppContext, controls: SweepControls, values: dict, request: gr.Request = None):
@@ -193,6 +193,11 @@ def estimates_refreshed(ctx: AppContext, controls: SweepControls, quick: gr.Butt
     ticket = FORM_ESTIMATES.arrived(request)
     return {quick: localized(quick_label(ctx), request),
             estimate_md: FORM_ESTIMATES.shown(request, ticket, estimate(ctx, controls.form(values), request))}
+
+
+def filters_changed(view: SweepView, df, devs, precs, statuses, request: gr.Request = None) -> dict:
+    ticket = FILTERS.arrived(request)
+    return FILTERS.shown(request, ticket, view.filtered(df, devs, precs, statuses, request))
 
 
 def run_clicked(ctx: AppContext, controls: SweepControls, view: SweepView, values: dict, request: gr.Request):
@@ -287,7 +292,7 @@ def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView,
     c["stop"].click(stop_handler, None, None, queue=False, **private)
     filters = [view.results, c["f_devices"], c["f_precisions"], c["f_status"]]
     for f in filters[1:]:
-        f.change(view.filtered, filters, {view.table, view.filter_note, *view.plots.values()}, queue=False, **private)
+        f.change(bind(filters_changed, view), filters, {view.table, view.filter_note, *view.plots.values()}, queue=False, **private)
     c["reports_btn"].click(present.warns(bind(download_reports, ctx)), [view.results, view.sweep_id], c["reports"],
                            **private)
     c["recommend"].click(**recommended)

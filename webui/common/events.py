@@ -100,7 +100,10 @@ class LatestWins:
             return ticket
 
     def shown(self, request: gr.Request | None, ticket: int, value):
-        """`value`, or `gr.skip()` where a later request of this session arrived meanwhile."""
+        """`value`, or no update where a later request of this session arrived meanwhile (`{}` for a handler that
+        answers with a dict of updates, else `gr.skip()`)."""
         with self._lock:
             overtaken = self._latest.get(session_of(request), ticket) != ticket
-        return gr.skip() if overtaken else value
+        if not overtaken:
+            return value
+        return {} if isinstance(value, dict) else gr.skip()

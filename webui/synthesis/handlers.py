@@ -18,7 +18,7 @@ from chattts_lab.voices import VoiceCard, resolve_voice, split_sentences
 from chattts_lab.serve import speech
 from chattts_lab.serve import zerogpu
 from webui.common import present
-from webui.common.events import session_of
+from webui.common.events import LatestWins, session_of
 from chattts_lab.serve.context import AppContext
 from webui.i18n.texts import localized, wants_chinese
 from chattts_lab.serve.runtime import (CHOSEN, ON_THIS_PAGE, RuntimeSettings, ServingChoice, describe, engines_for,
@@ -152,14 +152,22 @@ def interrupt(request: gr.Request = None):
 # Each pick is one event that sets the narrowed controls, the `runtime` state and the note together, so whichever
 # event lands last (a pick, "Use the fastest", a refresh) leaves the three agreeing: a second event chained with
 # `.then` could land after a queued "Use the fastest" and put the earlier pick back into the state alone.
+# The runtime controls' picks settle outside the queue, side by side, and "Use the fastest" or Apply may set them
+# meanwhile: of these, the one sent last is the one that shows (a pick's older values, ending later, shows nothing).
+RUNTIME_PICKS = LatestWins()
+
+
 def change_device(ui: SynthesisTab, values: dict, request: gr.Request = None):
+    ticket = RUNTIME_PICKS.arrived(request)
     engines = engines_for(values[ui.device])
     engine = values[ui.engine] if values[ui.engine] in engines else engines[0]
-    return {ui.engine: gr.update(choices=engines, value=engine), **_engine_picked(ui, values, engine, request)}
+    return RUNTIME_PICKS.shown(request, ticket, {ui.engine: gr.update(choices=engines, value=engine),
+                                                 **_engine_picked(ui, values, engine, request)})
 
 
 def change_engine(ui: SynthesisTab, values: dict, request: gr.Request = None):
-    return _engine_picked(ui, values, values[ui.engine], request)
+    ticket = RUNTIME_PICKS.arrived(request)
+    return RUNTIME_PICKS.shown(request, ticket, _engine_picked(ui, values, values[ui.engine], request))
 
 
 def _engine_picked(ui: SynthesisTab, values: dict, engine: str, request=None) -> dict:
@@ -172,7 +180,9 @@ def _engine_picked(ui: SynthesisTab, values: dict, engine: str, request=None) ->
 
 def update_settings(ui: SynthesisTab, values: dict, request: gr.Request = None):
     """A pick of precision or threads: the state and the note follow the controls."""
-    return _picked(ui, values[ui.device], values[ui.precision], values[ui.threads], values[ui.engine], request)
+    ticket = RUNTIME_PICKS.arrived(request)
+    return RUNTIME_PICKS.shown(request, ticket, _picked(ui, values[ui.device], values[ui.precision],
+                                                        values[ui.threads], values[ui.engine], request))
 
 
 def _picked(ui: SynthesisTab, device: str, precision: str, threads, engine: str, request=None) -> dict:
@@ -190,6 +200,7 @@ def in_use_note(settings: RuntimeSettings, why: str, request=None) -> str:
 
 def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None, request: gr.Request = None):
     """Put recommended settings into the runtime controls (and the per-user state)."""
+    ticket = RUNTIME_PICKS.arrived(request)
     if not settings:
         raise present.error("No recommendation yet: run a sweep in the Benchmark tab first.", request)
     try:
@@ -200,7 +211,8 @@ def apply_settings(ui: SynthesisTab, settings: RuntimeSettings | dict | None, re
                            precision=s.precision, threads=Said("{n} {thread}", n=s.threads,
                                                                thread="thread" if s.threads == 1 else "threads"),
                            engine=s.engine), request)
-    return {**_controls_showing(ui, s), ui.chosen: True, ui.in_use: in_use_note(s, ON_THIS_PAGE, request)}
+    return RUNTIME_PICKS.shown(request, ticket, {**_controls_showing(ui, s), ui.chosen: True,
+                                                 ui.in_use: in_use_note(s, ON_THIS_PAGE, request)})
 
 
 def _controls_showing(ui: SynthesisTab, s: RuntimeSettings) -> dict:

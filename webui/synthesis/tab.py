@@ -205,7 +205,8 @@ def _wire_voices(ctx: AppContext, ui: SynthesisTab) -> None:
 def _wire_runtime(ui: SynthesisTab) -> None:
     # On a person's pick only (`.input`): Apply, "Use the fastest" and a refresh after a sweep set the controls, the
     # state and the note together, and a `.change` listener would then call their choice the person's own. A pick
-    # too is one event that sets all three (handlers.change_device), so whichever lands last leaves them agreeing;
+    # too is one event that sets all three (handlers.change_device), so whichever lands last leaves them agreeing,
+    # and of the picks and applies the one sent last is the one that lands (handlers.RUNTIME_PICKS);
     # and every event that runs the model takes the controls as well (`ui.runtime_shown()`) and runs on what they
     # show (`SynthesisTab.settings_shown`), the state only where it matches them.
     choice = {ui.device, ui.engine, ui.precision, ui.threads}
