@@ -53,6 +53,14 @@ log = logging.getLogger(__name__)
 PREFILL_SLICE = 16
 
 
+def slice_positions(left: int) -> int:
+    """The positions of a newcomer's next prefill slice while rows generate, `left` still to prefill: PREFILL_SLICE,
+    or all of them where less than half a slice would remain after it. A slice costs a fixed part about a step's
+    whatever its positions, so a short tail (a 35-position prompt's last 3) cost nearly a whole slice, and one more
+    iteration before the newcomer's first step (docs/measurements/2026-12-05-newcomer-first.md)."""
+    return left if left < PREFILL_SLICE * 3 // 2 else PREFILL_SLICE
+
+
 class Overloaded(Exception):
     """Every row is busy and the queue is full: try again after `retry_after_s`."""
 
@@ -185,7 +193,7 @@ class ContinuousScheduler:
 
     def _admit(self, model: LoadedModel, decoder: RowDecoder) -> None:
         """Fill free rows from the oldest waiting requests, text by text (a request's texts may start apart). While
-        rows generate, one prefill slice per iteration (PREFILL_SLICE positions): the running rows wait for it before
+        rows generate, one prefill slice per iteration (slice_positions): the running rows wait for it before
         their next step, so a newcomer's prompt comes in slices between steps (chunked prefill) and newcomers that
         arrive together take turns. Into an idle loop (no one waits), every prompt is prefilled whole at once."""
         generating, admitted = bool(decoder.active), 0
@@ -241,7 +249,7 @@ class ContinuousScheduler:
         self._admitting = True
         try:
             with memory_errors_of(model, job.part.request):
-                done = decoder.fill(row, PREFILL_SLICE if generating else None)
+                done = decoder.fill(row, slice_positions(row.prompt.length - row.prefilled) if generating else None)
         except Exception as exc:  # (the cache for its prompt did not fit) it alone fails
             return self._drop(decoder, job, exc)
         whole = start == 0 and done
