@@ -54,10 +54,9 @@ PREFILL_SLICE = 16
 
 
 def slice_positions(left: int) -> int:
-    """The positions of a newcomer's next prefill slice while rows generate, `left` still to prefill: PREFILL_SLICE,
-    or all of them where less than half a slice would remain after it. A slice costs a fixed part about a step's
-    whatever its positions, so a short tail (a 35-position prompt's last 3) cost nearly a whole slice, and one more
-    iteration before the newcomer's first step (docs/measurements/2026-12-05-newcomer-first.md)."""
+    """A newcomer's next slice while rows generate, `left` positions to go: PREFILL_SLICE, or all where less than half
+    a slice would remain. A slice costs a fixed part (about a step) whatever its positions, so a short tail cost nearly
+    a slice and one more iteration (docs/measurements/2026-12-05-newcomer-first.md)."""
     return left if left < PREFILL_SLICE * 3 // 2 else PREFILL_SLICE
 
 
