@@ -127,5 +127,10 @@ def test_the_poisson_confirmation_holds_only_with_quick_first_audio_continuous_s
     verdict = lambda **changes: confirmation(spec, result, poisson | changes, [lone])["confirm"]
     assert verdict()["held"] and verdict()["lone_ttfa_p50_s"] == 0.4 and verdict()["duration_s"] == 300
     assert verdict(ttfa_p90_s=0.9)["broken_because"] == "p90 first audio 0.90 s > 2x a lone listener's 0.40 s"
+    assert verdict(ttfa_p90_s=0.9, queue_p90_s=0.3)["broken_because"] == \
+        "p90 first audio 0.90 s > 2x a lone listener's 0.40 s"  # the wait for a row is not most of it
+    assert verdict(ttfa_p90_s=1.57, queue_p90_s=1.02)["broken_because"] == \
+        ("p90 first audio 1.57 s > 2x a lone listener's 0.40 s, mostly waiting for a free row (p90 1.02 s): "
+         "bursts of arrivals found every row busy")
     assert verdict(continuity_pct=94.0)["broken_because"] == "continuity 94.00 % < 95 %"
     assert verdict(ok=299)["broken_because"] == "1 of 300 requests failed or were lost"
