@@ -292,7 +292,8 @@ def _wire_sweep(ctx: AppContext, c: dict, view: SweepView, history: HistoryView,
     c["stop"].click(stop_handler, None, None, queue=False, **private)
     filters = [view.results, c["f_devices"], c["f_precisions"], c["f_status"]]
     for f in filters[1:]:
-        f.change(bind(filters_changed, view), filters, {view.table, view.filter_note, *view.plots.values()}, queue=False, **private)
+        f.change(bind(filters_changed, view), filters, {view.table, view.filter_note, *view.plots.values()},
+                 queue=False, **private)
     c["reports_btn"].click(present.warns(bind(download_reports, ctx)), [view.results, view.sweep_id], c["reports"],
                            **private)
     c["recommend"].click(**recommended)

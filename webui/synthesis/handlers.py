@@ -149,14 +149,14 @@ def interrupt(request: gr.Request = None):
 
 # Device and engine choices narrow the lists after them. These run on a person's pick only (`.input`, not
 # `.change`): a change made by Apply or "Use the fastest" sets all the controls at once and must not be reset.
-# Each pick is one event that sets the narrowed controls, the `runtime` state and the note together, so whichever
-# event lands last (a pick, "Use the fastest", a refresh) leaves the three agreeing: a second event chained with
-# `.then` could land after a queued "Use the fastest" and put the earlier pick back into the state alone.
 # The runtime controls' picks settle outside the queue, side by side, and "Use the fastest" or Apply may set them
 # meanwhile: of these, the one sent last is the one that shows (a pick's older values, ending later, shows nothing).
 RUNTIME_PICKS = LatestWins()
 
 
+# Each pick is one event that sets the narrowed controls, the `runtime` state and the note together, so whichever
+# event lands last (a pick, "Use the fastest", a refresh) leaves the three agreeing: a second event chained with
+# `.then` could land after a queued "Use the fastest" and put the earlier pick back into the state alone.
 def change_device(ui: SynthesisTab, values: dict, request: gr.Request = None):
     ticket = RUNTIME_PICKS.arrived(request)
     engines = engines_for(values[ui.device])
