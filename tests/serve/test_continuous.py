@@ -526,6 +526,15 @@ def test_newcomers_arriving_together_are_prefilled_in_slices_one_per_step_and_th
         np.testing.assert_allclose(again.audio[0], out.audio[0], atol=1e-4)
 
 
+def test_a_prompts_short_tail_goes_with_its_last_slice_and_a_long_one_is_a_slice_of_its_own():
+    from chattts_lab.serve.scheduler import PREFILL_SLICE, slice_positions
+
+    half = PREFILL_SLICE // 2
+    assert slice_positions(PREFILL_SLICE + half - 1) == PREFILL_SLICE + half - 1  # a tail under half a slice: all now
+    assert slice_positions(PREFILL_SLICE + half) == PREFILL_SLICE  # half a slice left after it: a slice of its own
+    assert slice_positions(3) == 3 and slice_positions(5 * PREFILL_SLICE) == PREFILL_SLICE
+
+
 def test_a_listener_that_hangs_up_while_its_prompt_is_prefilled_frees_its_row(model, tmp_path, monkeypatch):
     """A caller gone between two slices of its prompt: its row is freed at the next iteration (not filled further,
     never stepped), its answer says it was stopped with no audio, the row takes the next request, and the row that
