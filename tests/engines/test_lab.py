@@ -142,9 +142,31 @@ def kernels_at(level):
 ALL_LEVELS = ("avx512_vnni", "avx_vnni", "avx2", "portable")
 
 
+NARROW_CACHES = [torch.bfloat16, torch.int8]  # what lab int8/int4 ran with before 2026-12-05, and since
+CACHES = [torch.float32, *NARROW_CACHES]
+
+
+def _cache(values: torch.Tensor, dtype) -> torch.Tensor:
+    """A KV cache [B, H, T, line] of `dtype` holding `values` [B, H, T, Dh] (rounded as the model writes them)."""
+    from chattts_lab.engines.lab import kv_cache
+
+    B, H, T, Dh = values.shape
+    cache = kv_cache.allocate(B, H, T, Dh, dtype, "cpu")
+    kv_cache.write(cache, 0, values)
+    return cache
+
+
+def _values(cache: torch.Tensor) -> torch.Tensor:
+    from chattts_lab.engines.lab import kv_cache
+
+    return kv_cache.read(cache, cache.shape[2], torch.float32)
+
+
 @pytest.mark.parametrize("level", ALL_LEVELS)
-def test_fused_attention_reads_a_bf16_cache_as_the_widened_fp32_values(level):
-    """The bf16 KV cache (lab int8/int4) against an fp32 cache holding the same bf16-rounded values."""
+@pytest.mark.parametrize("dtype", NARROW_CACHES)
+def test_fused_attention_reads_a_narrow_cache_as_the_fp32_values_it_holds(dtype, level):
+    """The bf16 or int8-line KV cache (lab int8/int4) against an fp32 cache holding the same rounded values; the
+    step's new k and v are rounded once, as the model's prompt pass rounds them (kv_cache.write)."""
     fused = kernels_at(level)
     torch.manual_seed(0)
     B, H, T, Dh, slot = 2, 3, 10, 8, 6
@@ -153,23 +175,38 @@ def test_fused_attention_reads_a_bf16_cache_as_the_widened_fp32_values(level):
     rot = torch.stack([angle.cos(), angle.sin()], -1).contiguous()
     valid = torch.ones(B, T, dtype=torch.bool)
     valid[1, :2] = False  # a padded prompt
-    k16, v16 = torch.randn(B, H, T, Dh).bfloat16(), torch.randn(B, H, T, Dh).bfloat16()
-    k32, v32 = k16.float(), v16.float()
-    got = fused.decode_attention(qkv, rot, k16, v16, slot, slot + 1, valid)
+    k, v = _cache(torch.randn(B, H, T, Dh), dtype), _cache(torch.randn(B, H, T, Dh), dtype)
+    k32, v32 = _values(k), _values(v)
+    got = fused.decode_attention(qkv, rot, k, v, slot, slot + 1, valid)
     want = fused.decode_attention(qkv, rot, k32, v32, slot, slot + 1, valid)
-    assert torch.equal(k16[:, :, slot].float(), k32[:, :, slot].bfloat16().float())  # the new k, rounded once
-    assert torch.equal(v16[:, :, slot].float(), v32[:, :, slot].bfloat16().float())
+    for narrow, wide in ((k, k32), (v, v32)):
+        assert torch.equal(_values(narrow)[:, :, slot], _values(_cache(wide[:, :, slot:slot + 1], dtype))[:, :, 0])
+        assert torch.equal(_values(narrow)[:, :, :slot], wide[:, :, :slot])  # nothing else written
     torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)  # only the current slot's rounding differs
+
+
+def test_int8_cache_lines_hold_each_positions_values_to_half_a_step_of_its_own_scale():
+    from chattts_lab.engines.lab import kv_cache
+
+    torch.manual_seed(0)
+    values = torch.randn(2, 3, 5, 64) * torch.logspace(-3, 2, 5)[:, None]  # positions of very different sizes
+    values[0, 0, 2] = 0  # an all-zero line: scale 1, values 0
+    cache = _cache(values, torch.int8)
+    assert cache.shape == (2, 3, 5, 64 + kv_cache.SCALE_BYTES)
+    step = values.abs().amax(-1, keepdim=True) / 127
+    assert ((_values(cache) - values).abs() <= step / 2 + 1e-6 * step).all()
+    assert torch.equal(_values(cache)[0, 0, 2], torch.zeros(64))
+    assert torch.equal(kv_cache.read(cache, 3, torch.float32), _values(cache)[:, :, :3])
 
 
 def _attention_reference(qkv, rot, k_cache, v_cache, slot, end, valid):
     """decode_attention's contract in torch ops: rotate q and k (adjacent pairs), write k and v at `slot`, attend
     over slots [0, end) where `valid`."""
+    k_cache, v_cache = _values(k_cache), _values(v_cache)
     B, H, _, Dh = k_cache.shape
     q, k, v = qkv.view(B, 3, H, Dh).unbind(1)
     turn = torch.view_as_complex(rot)[:, None]  # [B, 1, Dh/2]
     rotate = lambda x: torch.view_as_real(torch.view_as_complex(x.reshape(B, H, Dh // 2, 2)) * turn).reshape(B, H, Dh)
-    k_cache, v_cache = k_cache.clone(), v_cache.clone()
     k_cache[:, :, slot], v_cache[:, :, slot] = rotate(k), v
     scores = torch.einsum("bhd,bhtd->bht", rotate(q), k_cache[:, :, :end].float()) / Dh**0.5
     scores = scores.masked_fill(~valid[:, None, :end], float("-inf"))
@@ -177,7 +214,7 @@ def _attention_reference(qkv, rot, k_cache, v_cache, slot, end, valid):
 
 
 @pytest.mark.parametrize("level", ALL_LEVELS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", CACHES)
 def test_fused_attention_of_64_dim_heads_computes_softmax_attention(dtype, level):
     """ChatTTS's heads are 64 wide: the kernel's path that scores 16 (AVX2: 8) cached positions at a time and keeps
     the output in registers, against torch ops, at lengths that leave partial groups and with a padded prompt."""
@@ -189,14 +226,14 @@ def test_fused_attention_of_64_dim_heads_computes_softmax_attention(dtype, level
         rot = torch.stack([angle.cos(), angle.sin()], -1).contiguous()
         valid = torch.ones(B, T, dtype=torch.bool)
         valid[1, : min(5, end - 1)] = False  # a padded prompt
-        k, v = torch.randn(B, H, T, Dh).to(dtype), torch.randn(B, H, T, Dh).to(dtype)
+        k, v = _cache(torch.randn(B, H, T, Dh), dtype), _cache(torch.randn(B, H, T, Dh), dtype)
         want = _attention_reference(qkv, rot, k, v, end - 1, end, valid)
         got = fused.decode_attention(qkv, rot, k, v, end - 1, end, valid)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 if dtype == torch.float32 else 2e-2)
 
 
 @pytest.mark.parametrize("level", ALL_LEVELS)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", CACHES)
 @pytest.mark.parametrize("Dh", [64, 32])
 def test_rows_behind_the_longest_read_only_their_own_slots(Dh, dtype, level):
     """In a continuous batch a step writes every row's keys and values at the longest row's next slot, and a row
@@ -210,23 +247,26 @@ def test_rows_behind_the_longest_read_only_their_own_slots(Dh, dtype, level):
     rot = torch.stack([angle.cos(), angle.sin()], -1).contiguous()
     slots = torch.arange(slot + 1)
     valid = (slots[None] < torch.tensor(lengths)[:, None]) | (slots[None] == slot)
-    k, v = torch.randn(B, H, T, Dh).to(dtype), torch.randn(B, H, T, Dh).to(dtype)
+    k, v = _cache(torch.randn(B, H, T, Dh), dtype), _cache(torch.randn(B, H, T, Dh), dtype)
     want = _attention_reference(qkv, rot, k, v, slot, slot + 1, valid)
     for b, n in enumerate(lengths):
-        k[b, :, n:slot], v[b, :, n:slot] = float("nan"), float("nan")
+        for cache in (k, v):  # an int8 line's scale made NaN: any read of the line is NaN
+            poisoned = cache[b, :, n:slot, -4:].view(torch.float32) if dtype == torch.int8 else cache[b, :, n:slot]
+            poisoned.fill_(float("nan"))
     got = fused.decode_attention(qkv, rot, k, v, slot, slot + 1, valid)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 if dtype == torch.float32 else 2e-2)
 
 
 @pytest.mark.parametrize("level", [None, *ALL_LEVELS])  # None: torch's indexing, where the kernels are not loaded
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", CACHES)
 def test_rows_behind_move_the_steps_keys_and_values_to_their_own_slots(dtype, level):
-    """continuous.copy_behind does what the indexing it replaced did, in every cache, and nothing else."""
+    """continuous.copy_behind does what the indexing it replaced did, in every cache, and nothing else (an int8
+    line's scale moves with it)."""
     from chattts_lab.engines.lab.continuous import copy_behind
 
     fused = kernels_at(level) if level else None
     torch.manual_seed(0)
-    caches = [torch.randn(5, 3, 40, 16).to(dtype) for _ in range(4)]
+    caches = [_cache(torch.randn(5, 3, 40, 16), dtype) for _ in range(4)]
     want = [c.clone() for c in caches]
     rows, own, s = torch.tensor([1, 2, 4]), torch.tensor([7, 0, 38]), 39
     for c in want:
@@ -311,7 +351,7 @@ def test_lab_int8_records_the_int8_kernel_this_cpu_runs():
     unload_all()
     eff = load("lab", "int8").effective
     lab_kernel = f"lab-int8 {cpu.kernel_level()}" if fused is not None else f"fbgemm-int8 {isa}"
-    assert eff["kernels"].startswith(f"{lab_kernel}; ") and eff["kernels"].endswith("kv-cache bf16")
+    assert eff["kernels"].startswith(f"{lab_kernel}; ") and eff["kernels"].endswith("kv-cache int8")
     assert load("stock", "int8").effective["kernels"] == f"fbgemm-int8 {isa}"
     unload_all()
 

@@ -129,7 +129,7 @@ class LabRuntime(EngineRuntime):
 
     @property
     def kernels(self) -> str:
-        """Which kernels a decode step runs, e.g. 'lab-int8 avx512_vnni; fused-decode avx512; kv-cache bf16'."""
+        """Which kernels a decode step runs, e.g. 'lab-int8 avx512_vnni; fused-decode avx512; kv-cache int8'."""
         model = self.gpt_module
         glue = f"fused-decode {model.fused.simd()}" if model.fused is not None else "torch-ops"
         cache = str(model.cache_dtype).replace("torch.", "").replace("bfloat16", "bf16").replace("float", "fp")

@@ -51,13 +51,17 @@ std::string simd() {
 #endif
 }
 
-// Cache rows are fp32 or bf16; a bf16 value is the top half of the fp32 it widens to (exactly), so a
-// row is widened in registers as it is read, 16 (or 8) values at a time, with no scalar pass over it.
+// Cache rows are fp32, bf16 or int8 lines (kv_cache.py); a bf16 value is the top half of the fp32 it widens to
+// (exactly), an int8 one widens exactly too (its line's scale is applied to the score or the weight, once a
+// position), so a row is widened in registers as it is read, 16 (or 8) values at a time, with no scalar pass over it.
 #if defined(LAB_512)
 static inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 static inline __m512 load16(const at::BFloat16* p) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+static inline __m512 load16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 #elif defined(LAB_256)
 static inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
@@ -65,7 +69,37 @@ static inline __m256 load8(const at::BFloat16* p) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
 }
+static inline __m256 load8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
 #endif
+
+// A cached position's scale: an int8 line's own (its 4 bytes after the Dh values), else 1.
+template <typename T>
+static inline float line_scale(const T* line, int64_t Dh) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    float scale;
+    std::memcpy(&scale, line + Dh, sizeof scale);
+    return scale;
+  } else {
+    return 1.f;
+  }
+}
+
+// Writes Dh values as a cache line: as they are (rounded once to bf16), or int8 with their scale max|v|/127
+// (kv_cache.write's rounding: to nearest, ties to even).
+template <typename T>
+static inline void store_line(T* line, const float* v, int64_t Dh) {
+  if constexpr (std::is_same_v<T, int8_t>) {
+    float amax = 0.f;
+    for (int64_t j = 0; j < Dh; ++j) amax = std::max(amax, std::fabs(v[j]));
+    const float scale = amax > 0.f ? amax / 127.f : 1.f;
+    for (int64_t j = 0; j < Dh; ++j) line[j] = static_cast<int8_t>(std::nearbyint(v[j] / scale));
+    std::memcpy(line + Dh, &scale, sizeof scale);
+  } else {
+    for (int64_t j = 0; j < Dh; ++j) line[j] = static_cast<T>(v[j]);
+  }
+}
 
 // a . b over n values (8 or 16 lanes at a time where the CPU has AVX2 + FMA or AVX-512; the compiler
 // cannot vectorise a float sum by itself without licence to reorder it). b: fp32 or bf16.
@@ -235,10 +269,11 @@ static inline __m512 sum_lanes16(__m512 v[16]) {
 }
 
 // Scores q . k[t] * scale for t in [0, end) of one head of 64 dims, 16 positions at a time (q held in 4 registers,
-// one reduction tree per 16 positions); a slot `valid` (or nullptr: every slot) rules out scores -inf. Returns the
-// largest score.
+// one reduction tree per 16 positions); a slot `valid` (or nullptr: every slot) rules out scores -inf. Positions are
+// `line` values apart (64, or 68 for int8 lines). Returns the largest score.
 template <typename T>
-static inline float scores64(const float* q, const T* kbase, const bool* valid, int64_t end, float scale, float* p) {
+static inline float scores64(const float* q, const T* kbase, int64_t line, const bool* valid, int64_t end, float scale,
+                             float* p) {
   const __m512 q0 = _mm512_loadu_ps(q), q1 = _mm512_loadu_ps(q + 16), q2 = _mm512_loadu_ps(q + 32),
                q3 = _mm512_loadu_ps(q + 48), sv = _mm512_set1_ps(scale);
   __m512 top = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -246,11 +281,17 @@ static inline float scores64(const float* q, const T* kbase, const bool* valid, 
   for (; t + 16 <= end; t += 16) {
     __m512 acc[16];
     for (int j = 0; j < 16; ++j) {
-      const T* k = kbase + (t + j) * 64;
+      const T* k = kbase + (t + j) * line;
       acc[j] = _mm512_fmadd_ps(q3, load16(k + 48), _mm512_fmadd_ps(q2, load16(k + 32),
                _mm512_fmadd_ps(q1, load16(k + 16), _mm512_mul_ps(q0, load16(k)))));
     }
-    _mm512_storeu_ps(p + t, _mm512_mul_ps(sum_lanes16(acc), sv));
+    __m512 scores = _mm512_mul_ps(sum_lanes16(acc), sv);
+    if constexpr (std::is_same_v<T, int8_t>) {
+      alignas(64) float lines[16];
+      for (int j = 0; j < 16; ++j) lines[j] = line_scale(kbase + (t + j) * line, 64);
+      scores = _mm512_mul_ps(scores, _mm512_load_ps(lines));
+    }
+    _mm512_storeu_ps(p + t, scores);
     if (valid)
       for (int j = 0; j < 16; ++j)
         if (!valid[t + j]) p[t + j] = -std::numeric_limits<float>::infinity();
@@ -258,22 +299,23 @@ static inline float scores64(const float* q, const T* kbase, const bool* valid, 
   }
   float best = _mm512_reduce_max_ps(top);
   for (; t < end; ++t) {
-    p[t] = valid && !valid[t] ? -std::numeric_limits<float>::infinity() : dot(q, kbase + t * 64, 64) * scale;
+    const T* k = kbase + t * line;
+    p[t] = valid && !valid[t] ? -std::numeric_limits<float>::infinity() : dot(q, k, 64) * scale * line_scale(k, 64);
     best = std::max(best, p[t]);
   }
   return best;
 }
 
 // o = sum over t of w[t] * v[t] * norm for one head of 64 dims, accumulated in registers (two sets, so consecutive
-// positions' FMAs do not wait on each other). A masked slot's weight is 0 and its value finite (the prompt's pass
-// wrote every slot before `end`), so it adds nothing.
+// positions' FMAs do not wait on each other), positions `line` values apart. A masked slot's weight is 0 and its
+// value finite (the prompt's pass wrote every slot before `end`), so it adds nothing.
 template <typename T>
-static inline void weighted_sum64(const float* w, const T* vbase, int64_t end, float norm, float* o) {
+static inline void weighted_sum64(const float* w, const T* vbase, int64_t line, int64_t end, float norm, float* o) {
   __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   __m512 b[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   int64_t t = 0;
   for (; t + 2 <= end; t += 2) {
-    const T *v0 = vbase + t * 64, *v1 = v0 + 64;
+    const T *v0 = vbase + t * line, *v1 = v0 + line;
     const __m512 w0 = _mm512_set1_ps(w[t]), w1 = _mm512_set1_ps(w[t + 1]);
     for (int c = 0; c < 4; ++c) {
       a[c] = _mm512_fmadd_ps(w0, load16(v0 + 16 * c), a[c]);
@@ -281,7 +323,7 @@ static inline void weighted_sum64(const float* w, const T* vbase, int64_t end, f
     }
   }
   for (; t < end; ++t)
-    for (int c = 0; c < 4; ++c) a[c] = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), load16(vbase + t * 64 + 16 * c), a[c]);
+    for (int c = 0; c < 4; ++c) a[c] = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), load16(vbase + t * line + 16 * c), a[c]);
   const __m512 nv = _mm512_set1_ps(norm);
   for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(_mm512_add_ps(a[c], b[c]), nv));
 }
@@ -336,7 +378,8 @@ static inline __m256 sum_lanes8(const __m256 v[8]) {
 
 // As the AVX-512 scores64 above, 8 cached positions at a time (q held in 8 registers).
 template <typename T>
-static inline float scores64(const float* q, const T* kbase, const bool* valid, int64_t end, float scale, float* p) {
+static inline float scores64(const float* q, const T* kbase, int64_t line, const bool* valid, int64_t end, float scale,
+                             float* p) {
   __m256 qv[8];
   for (int c = 0; c < 8; ++c) qv[c] = _mm256_loadu_ps(q + 8 * c);
   const __m256 sv = _mm256_set1_ps(scale);
@@ -345,12 +388,18 @@ static inline float scores64(const float* q, const T* kbase, const bool* valid, 
   for (; t + 8 <= end; t += 8) {
     __m256 acc[8];
     for (int j = 0; j < 8; ++j) {
-      const T* k = kbase + (t + j) * 64;
+      const T* k = kbase + (t + j) * line;
       __m256 a = _mm256_mul_ps(qv[0], load8(k));
       for (int c = 1; c < 8; ++c) a = _mm256_fmadd_ps(qv[c], load8(k + 8 * c), a);
       acc[j] = a;
     }
-    _mm256_storeu_ps(p + t, _mm256_mul_ps(sum_lanes8(acc), sv));
+    __m256 scores = _mm256_mul_ps(sum_lanes8(acc), sv);
+    if constexpr (std::is_same_v<T, int8_t>) {
+      alignas(32) float lines[8];
+      for (int j = 0; j < 8; ++j) lines[j] = line_scale(kbase + (t + j) * line, 64);
+      scores = _mm256_mul_ps(scores, _mm256_load_ps(lines));
+    }
+    _mm256_storeu_ps(p + t, scores);
     if (valid)
       for (int j = 0; j < 8; ++j)
         if (!valid[t + j]) p[t + j] = -std::numeric_limits<float>::infinity();
@@ -358,7 +407,8 @@ static inline float scores64(const float* q, const T* kbase, const bool* valid, 
   }
   float best = max_lanes(top);
   for (; t < end; ++t) {
-    p[t] = valid && !valid[t] ? -std::numeric_limits<float>::infinity() : dot(q, kbase + t * 64, 64) * scale;
+    const T* k = kbase + t * line;
+    p[t] = valid && !valid[t] ? -std::numeric_limits<float>::infinity() : dot(q, k, 64) * scale * line_scale(k, 64);
     best = std::max(best, p[t]);
   }
   return best;
@@ -366,12 +416,12 @@ static inline float scores64(const float* q, const T* kbase, const bool* valid, 
 
 // As the AVX-512 weighted_sum64 above: the 64 outputs in 8 registers, one FMA chain each.
 template <typename T>
-static inline void weighted_sum64(const float* w, const T* vbase, int64_t end, float norm, float* o) {
+static inline void weighted_sum64(const float* w, const T* vbase, int64_t line, int64_t end, float norm, float* o) {
   __m256 a[8];
   for (int c = 0; c < 8; ++c) a[c] = _mm256_setzero_ps();
   for (int64_t t = 0; t < end; ++t) {
     const __m256 wt = _mm256_set1_ps(w[t]);
-    for (int c = 0; c < 8; ++c) a[c] = _mm256_fmadd_ps(wt, load8(vbase + t * 64 + 8 * c), a[c]);
+    for (int c = 0; c < 8; ++c) a[c] = _mm256_fmadd_ps(wt, load8(vbase + t * line + 8 * c), a[c]);
   }
   const __m256 nv = _mm256_set1_ps(norm);
   for (int c = 0; c < 8; ++c) _mm256_storeu_ps(o + 8 * c, _mm256_mul_ps(a[c], nv));
@@ -452,15 +502,33 @@ static std::vector<int64_t> own_prefixes(const bool* valid, int64_t stride, int6
   return own;
 }
 
+// Asks for `bytes` from `start` into L2 (x86; elsewhere nothing). Why: a head's keys or values are a short stream
+// (6.8 KB at 100 positions of int8 lines), too short for the hardware prefetchers to get ahead of before it ends,
+// so a step at many rows waited on memory between short bursts of arithmetic. Fetching the next head's keys as a
+// head starts, and its values once the head's scores are done, took 8 rows x 20 layers' attention at 100 positions
+// from 2.15 to 1.59 ms (int8 lines; 1.16 -> 0.86 at 60, 3.27 -> 2.82 at 170; fp32 4.20 -> 3.44 at 100) on the Zen 4
+// VM, interleaved builds (scripts/probes/attention_cache.py); one head ahead did as well as two or three, L1
+// (T0) worse than L2.
+static inline void prefetch_to_l2(const void* start, int64_t bytes) {
+#if defined(LAB_512) || defined(LAB_256)
+  const char* p = static_cast<const char*>(start);
+  for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(p + i, _MM_HINT_T1);
+#else
+  (void)start, (void)bytes;
+#endif
+}
+
 // One decode step of attention for every (item, head):
 //   qkv [B, 3*H*Dh]: the fused projection of this step's token (q and k rows rotary-paired);
 //   rot [B, Dh/2, 2]: cos and sin (times rope scaling) at each item's position;
-//   k_cache, v_cache [B, H, T, Dh], fp32 or bf16: this step's rotated k and v are written at `slot`;
+//   k_cache, v_cache [B, H, T, line], fp32 or bf16 (line = Dh) or int8 lines (line = Dh + 4: kv_cache.py): this
+//   step's rotated k and v are written at `slot`;
 //   valid [B, >=end] bool or an empty tensor: which cache slots each item may attend to.
 // Returns softmax(q.k / sqrt(Dh)) . v over slots [0, end) as [B, H*Dh] fp32.
 template <typename T>
 static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po, const bool* pvalid,
-                   int64_t valid_stride, int64_t B, int64_t H, int64_t T_, int64_t Dh, int64_t slot, int64_t end) {
+                   int64_t valid_stride, int64_t B, int64_t H, int64_t T_, int64_t Dh, int64_t line, int64_t slot,
+                   int64_t end) {
   const float scale = 1.f / std::sqrt(static_cast<float>(Dh));
   const std::vector<int64_t> own = own_prefixes(pvalid, valid_stride, B, slot, end);
   at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t stop) {
@@ -470,8 +538,10 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
       const float* src = pqkv + b * 3 * H * Dh;
       const float *qs = src + h * Dh, *ks = src + (H + h) * Dh, *vs = src + (2 * H + h) * Dh;
       const float* r = prot + b * Dh;
-      T* kbase = pk + bh * T_ * Dh;
-      T* vbase = pv + bh * T_ * Dh;
+      T* kbase = pk + bh * T_ * line;
+      T* vbase = pv + bh * T_ * line;
+      const bool next = bh + 1 < stop;  // the next (item, head) of this thread: its keys now, its values below
+      if (next) prefetch_to_l2(kbase + T_ * line, end * line * sizeof(T));
       for (int64_t j = 0; j < Dh / 2; ++j) {  // (a + ib)(c + is), as the torch path's complex multiply
         const float c = r[2 * j], s = r[2 * j + 1];
         q[2 * j] = qs[2 * j] * c - qs[2 * j + 1] * s;
@@ -479,10 +549,8 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
         k[2 * j] = ks[2 * j] * c - ks[2 * j + 1] * s;
         k[2 * j + 1] = ks[2 * j] * s + ks[2 * j + 1] * c;
       }
-      for (int64_t j = 0; j < Dh; ++j) {
-        kbase[slot * Dh + j] = static_cast<T>(k[j]);
-        vbase[slot * Dh + j] = static_cast<T>(vs[j]);
-      }
+      store_line(kbase + slot * line, k.data(), Dh);
+      store_line(vbase + slot * line, vs, Dh);
 
       // scored: slots [0, span) (masked ones -inf), then with an own prefix the step's slot as p[span]
       const bool* valid = own[b] >= 0 ? nullptr : pvalid ? pvalid + b * valid_stride : nullptr;
@@ -490,7 +558,7 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
       float top = -std::numeric_limits<float>::infinity();
 #if defined(LAB_512) || defined(LAB_256)
       if (Dh == 64) {
-        top = scores64(q.data(), kbase, valid, span, scale, p.data());
+        top = scores64(q.data(), kbase, line, valid, span, scale, p.data());
       } else
 #endif
       for (int64_t t = 0; t < span; ++t) {
@@ -498,11 +566,11 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
           p[t] = -std::numeric_limits<float>::infinity();
           continue;
         }
-        p[t] = dot(q.data(), kbase + t * Dh, Dh) * scale;
+        p[t] = dot(q.data(), kbase + t * line, Dh) * scale * line_scale(kbase + t * line, Dh);
         top = std::max(top, p[t]);
       }
       if (scored > span) {
-        p[span] = dot(q.data(), kbase + slot * Dh, Dh) * scale;
+        p[span] = dot(q.data(), kbase + slot * line, Dh) * scale * line_scale(kbase + slot * line, Dh);
         top = std::max(top, p[span]);
       }
       float sum = 0.f;
@@ -534,18 +602,21 @@ static void attend(const float* pqkv, const float* prot, T* pk, T* pv, float* po
         p[t] = std::isinf(p[t]) ? 0.f : std::exp(p[t] - top);
         sum += p[t];
       }
+      if (next) prefetch_to_l2(vbase + T_ * line, end * line * sizeof(T));
+      if constexpr (std::is_same_v<T, int8_t>)  // each value line's scale goes into its weight
+        for (int64_t t = 0; t < span; ++t) p[t] *= line_scale(vbase + t * line, Dh);
       float* o = po + b * H * Dh + h * Dh;
 #if defined(LAB_512) || defined(LAB_256)
       if (Dh == 64) {
-        weighted_sum64(p.data(), vbase, span, 1.f / sum, o);
+        weighted_sum64(p.data(), vbase, line, span, 1.f / sum, o);
       } else
 #endif
       {
         std::fill(o, o + Dh, 0.f);
         for (int64_t t = 0; t < span; ++t)
-          if (p[t] != 0.f) axpy(o, p[t] / sum, vbase + t * Dh, Dh);
+          if (p[t] != 0.f) axpy(o, p[t] / sum, vbase + t * line, Dh);
       }
-      if (scored > span) axpy(o, p[span] / sum, vbase + slot * Dh, Dh);
+      if (scored > span) axpy(o, p[span] / sum * line_scale(vbase + slot * line, Dh), vbase + slot * line, Dh);
     }
   });
 }
@@ -556,18 +627,25 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& rot, at::Te
   TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), "decode_attention: k and v caches differ in dtype");
   check_fp32(qkv, "decode_attention");
   check_fp32(rot, "decode_attention");
-  const int64_t B = k_cache.size(0), H = k_cache.size(1), T = k_cache.size(2), Dh = k_cache.size(3);
+  const int64_t B = k_cache.size(0), H = k_cache.size(1), T = k_cache.size(2), line = k_cache.size(3);
+  const bool int8_lines = k_cache.scalar_type() == at::kChar;
+  const int64_t Dh = int8_lines ? line - 4 : line;  // an int8 line ends in its fp32 scale (kv_cache.py)
+  TORCH_CHECK(Dh > 0 && Dh % 4 == 0 && qkv.size(-1) == 3 * H * Dh, "decode_attention: qkv and cache lines differ");
   TORCH_CHECK(slot >= 0 && slot < end && end <= T, "decode_attention: slot/end outside the cache");
   auto out = at::empty({B, H * Dh}, qkv.options());
   const bool* pvalid = valid.numel() > 0 ? valid.data_ptr<bool>() : nullptr;
   const int64_t valid_stride = pvalid ? valid.stride(0) : 0;
-  if (k_cache.scalar_type() == at::kBFloat16) {
-    attend(qkv.data_ptr<float>(), rot.data_ptr<float>(), k_cache.data_ptr<at::BFloat16>(),
-           v_cache.data_ptr<at::BFloat16>(), out.data_ptr<float>(), pvalid, valid_stride, B, H, T, Dh, slot, end);
+  const auto run = [&](auto* pk, auto* pv) {
+    attend(qkv.data_ptr<float>(), rot.data_ptr<float>(), pk, pv, out.data_ptr<float>(), pvalid, valid_stride, B, H, T,
+           Dh, line, slot, end);
+  };
+  if (int8_lines) {
+    run(k_cache.data_ptr<int8_t>(), v_cache.data_ptr<int8_t>());
+  } else if (k_cache.scalar_type() == at::kBFloat16) {
+    run(k_cache.data_ptr<at::BFloat16>(), v_cache.data_ptr<at::BFloat16>());
   } else {
-    TORCH_CHECK(k_cache.scalar_type() == at::kFloat, "decode_attention: fp32 or bf16 caches only");
-    attend(qkv.data_ptr<float>(), rot.data_ptr<float>(), k_cache.data_ptr<float>(), v_cache.data_ptr<float>(),
-           out.data_ptr<float>(), pvalid, valid_stride, B, H, T, Dh, slot, end);
+    TORCH_CHECK(k_cache.scalar_type() == at::kFloat, "decode_attention: fp32, bf16 or int8-line caches only");
+    run(k_cache.data_ptr<float>(), v_cache.data_ptr<float>());
   }
   return out;
 }

@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from chattts_lab.engines.lab import kernels
+from chattts_lab.engines.lab import kernels, kv_cache
 from chattts_lab.engines.precisions import PRECISION
 from chattts_lab.engines.lab.linear import PackedInt4Linear, PackedInt8Linear, make_linear
 
@@ -103,13 +103,15 @@ def free_layer(llama, i: int) -> None:
 
 
 def cache_dtype(precision: str, dtype: torch.dtype) -> torch.dtype:
-    """The KV cache's dtype: bf16 under int8/int4 weights with fp32 activations, else the activations' own.
+    """The KV cache's dtype: int8 lines (kv_cache.py) under int8/int4 weights with fp32 activations, else the
+    activations' own.
 
-    A step reads the whole cache of every item (at batch 8 and 128 tokens about a third of what the step
-    reads), and int8/int4 tokens already differ from fp32's by far more than bf16 rounding of k and v
-    adds; fp32 keeps an fp32 cache, so lab fp32 computes what stock fp32 computes.
+    A step reads the whole cache of every item (at 8 rows and 100 positions a quarter of the step, bound by memory),
+    and int8/int4 tokens already differ from fp32's by far more than rounding k and v to 8 bits per line adds
+    (docs/measurements/2026-12-05-int8-kv-cache.md); fp32 keeps an fp32 cache, so lab fp32 computes what stock fp32
+    computes.
     """
-    return torch.bfloat16 if PRECISION[precision].quantized and dtype == torch.float32 else dtype
+    return torch.int8 if PRECISION[precision].quantized and dtype == torch.float32 else dtype
 
 
 class Block(nn.Module):
@@ -136,10 +138,10 @@ class Block(nn.Module):
         qkv = self.qkv(F.rms_norm(x, (dim,), self.norm1, self.shape.eps)).view(B, S, 3, H, D)
         qk = torch.view_as_complex(qkv[:, :, :2].float().reshape(B, S, 2, H, D // 2, 2)) * rot
         qk = torch.view_as_real(qk).to(self.dtype).view(B, S, 2, H, D)
-        k_cache[:, :, start:end] = qk[:, :, 1].transpose(1, 2)
-        v_cache[:, :, start:end] = qkv[:, :, 2].transpose(1, 2)
-        y = F.scaled_dot_product_attention(  # a bf16 cache is widened for the prompt's attention
-            qk[:, :, 0].transpose(1, 2), k_cache[:, :, :end].to(qk.dtype), v_cache[:, :, :end].to(qk.dtype),
+        kv_cache.write(k_cache, start, qk[:, :, 1].transpose(1, 2))
+        kv_cache.write(v_cache, start, qkv[:, :, 2].transpose(1, 2))
+        y = F.scaled_dot_product_attention(  # an int8 cache is widened for the prompt's attention
+            qk[:, :, 0].transpose(1, 2), kv_cache.read(k_cache, end, qk.dtype), kv_cache.read(v_cache, end, qk.dtype),
             attn_mask=mask, is_causal=causal and mask is None,
         )
         x = x + self.o(y.transpose(1, 2).reshape(B, S, dim))
@@ -207,8 +209,7 @@ class LeanLlama(nn.Module):
         """
         s = self.shape
         self.caches = [
-            tuple(torch.empty(batch, s.n_heads, length, s.head_dim, dtype=self.cache_dtype, device=self.device)
-                  for _ in "kv")
+            tuple(kv_cache.allocate(batch, s.n_heads, length, s.head_dim, self.cache_dtype, self.device) for _ in "kv")
             for _ in range(s.n_layers)
         ]
         freqs = torch.arange(length, device=self.device).float()[:, None] * self.inv_freq  # as transformers
