@@ -199,6 +199,25 @@ def test_int8_cache_lines_hold_each_positions_values_to_half_a_step_of_its_own_s
     assert torch.equal(kv_cache.read(cache, 3, torch.float32), _values(cache)[:, :, :3])
 
 
+@pytest.mark.parametrize("level", ALL_LEVELS)
+def test_kernels_write_and_read_int8_lines_as_the_torch_ops_do(level):
+    """A prompt's pass writes and widens int8 lines with the kernels where they are loaded: the same bytes, the same
+    values, for values laid out as the model hands them over (heads and positions transposed) and a cache that is a
+    view of some rows of a larger one (a continuous batch's row)."""
+    from chattts_lab.engines.lab import kv_cache
+
+    fused = kernels_at(level)
+    torch.manual_seed(0)
+    values = (torch.randn(1, 7, 3, 64) * torch.logspace(-2, 1, 7)[:, None, None]).transpose(1, 2)  # [B, H, S, Dh]
+    assert not values.is_contiguous()
+    by_torch, by_kernels = (torch.zeros(4, 3, 12, 68, dtype=torch.int8) for _ in range(2))
+    kv_cache.write(by_torch[2:3], 5, values)
+    kv_cache.write(by_kernels[2:3], 5, values, fused)
+    assert torch.equal(by_kernels, by_torch)
+    assert torch.equal(kv_cache.read(by_kernels[2:3], 9, torch.float32, fused),
+                       kv_cache.read(by_torch[2:3], 9, torch.float32))
+
+
 def _attention_reference(qkv, rot, k_cache, v_cache, slot, end, valid):
     """decode_attention's contract in torch ops: rotate q and k (adjacent pairs), write k and v at `slot`, attend
     over slots [0, end) where `valid`."""

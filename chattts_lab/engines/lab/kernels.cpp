@@ -650,6 +650,49 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& rot, at::Te
   return out;
 }
 
+static void check_int8_lines(const at::Tensor& cache, const char* what) {
+  TORCH_CHECK(cache.scalar_type() == at::kChar && cache.dim() == 4 && cache.stride(3) == 1 && cache.size(3) > 4,
+              what, ": an int8-line cache [B, H, T, Dh + 4] with contiguous lines");
+}
+
+// kv_cache.write into an int8-line cache: values [B, H, S, Dh] fp32 (lines contiguous, any other strides) at slots
+// start..start+S, each line quantized as a decode step quantizes its own (store_line). Why here: a prompt slice's
+// quantizing in torch ops was about 11 small ops a cache and layer, 2-3 ms of a 16-position slice.
+void kv_store_int8(at::Tensor cache, int64_t start, const at::Tensor& values) {
+  check_int8_lines(cache, "kv_store_int8");
+  TORCH_CHECK(values.scalar_type() == at::kFloat && values.dim() == 4 && values.stride(3) == 1,
+              "kv_store_int8: fp32 values [B, H, S, Dh] with contiguous lines");
+  const int64_t B = values.size(0), H = values.size(1), S = values.size(2), Dh = values.size(3);
+  TORCH_CHECK(cache.size(0) == B && cache.size(1) == H && cache.size(3) == Dh + 4 && start >= 0 &&
+              start + S <= cache.size(2), "kv_store_int8: values outside the cache");
+  const float* pv = values.data_ptr<float>();
+  int8_t* pc = cache.data_ptr<int8_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < S; ++t)
+        store_line(pc + b * cache.stride(0) + h * cache.stride(1) + (start + t) * cache.stride(2),
+                   pv + b * values.stride(0) + h * values.stride(1) + t * values.stride(2), Dh);
+}
+
+// kv_cache.read of an int8-line cache: slots [0, end) as fp32 [B, H, end, Dh] (value = int8 * its line's scale).
+at::Tensor kv_load_int8(const at::Tensor& cache, int64_t end) {
+  check_int8_lines(cache, "kv_load_int8");
+  const int64_t B = cache.size(0), H = cache.size(1), Dh = cache.size(3) - 4;
+  TORCH_CHECK(end >= 0 && end <= cache.size(2), "kv_load_int8: end outside the cache");
+  auto out = at::empty({B, H, end, Dh}, cache.options().dtype(at::kFloat));
+  const int8_t* pc = cache.data_ptr<int8_t>();
+  float* po = out.data_ptr<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < end; ++t) {
+        const int8_t* line = pc + b * cache.stride(0) + h * cache.stride(1) + t * cache.stride(2);
+        const float scale = line_scale(line, Dh);
+        float* o = po + ((b * H + h) * end + t) * Dh;
+        for (int64_t j = 0; j < Dh; ++j) o[j] = static_cast<float>(line[j]) * scale;
+      }
+  return out;
+}
+
 // Continuous batching (continuous.RowDecoder._copy_behind): a step wrote every row's keys and values at the longest
 // row's next slot `from`; each row of `rows` moves them to its own next slot `to[i]`, in every cache [B, H, T, Dh].
 // One call for the 40 caches of a step, where torch's indexing took 1.3 ms a step at 6 rows (two ops a cache).

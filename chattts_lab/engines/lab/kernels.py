@@ -40,7 +40,8 @@ SOURCES = [Path(__file__).with_name(name) for name in
             "gemm_avx512.cpp", "gemm_avx2.cpp", "int8_gemm.cpp")]
 FUNCTIONS = ["simd", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention", "fp32_linear_rows", "int8_isa",
              "int8_pack", "int8_linear", "int8_linear_portable", "int4_group", "int4_pack", "int4_linear",
-             "int4_linear_portable", "decode_step_packed", "copy_behind", "sampling_filter"]
+             "int4_linear_portable", "decode_step_packed", "copy_behind", "kv_store_int8", "kv_load_int8",
+             "sampling_filter"]
 CFLAGS = ["-O3", "-fopenmp"]  # -fopenmp: at::parallel_for is inline OpenMP; the level adds its own (cpu.py)
 
 

@@ -131,18 +131,19 @@ class Block(nn.Module):
         del gate_up
         self.down = make_linear(w("mlp.down_proj"), precision, device, dtype)
 
-    def forward(self, x, rot, k_cache, v_cache, start: int, end: int, mask, causal: bool):
-        # x: [B, S, dim]; rot: complex [B, S, 1, 1, D/2]; caches: [B, H, T, D]
+    def forward(self, x, rot, k_cache, v_cache, start: int, end: int, mask, causal: bool, fused=None):
+        # x: [B, S, dim]; rot: complex [B, S, 1, 1, D/2]; caches: [B, H, T, D] (int8: lines, kv_cache.py); fused: the
+        # lab's kernels or None
         B, S, dim = x.shape
         H, D = self.shape.n_heads, self.shape.head_dim
         qkv = self.qkv(F.rms_norm(x, (dim,), self.norm1, self.shape.eps)).view(B, S, 3, H, D)
         qk = torch.view_as_complex(qkv[:, :, :2].float().reshape(B, S, 2, H, D // 2, 2)) * rot
         qk = torch.view_as_real(qk).to(self.dtype).view(B, S, 2, H, D)
-        kv_cache.write(k_cache, start, qk[:, :, 1].transpose(1, 2))
-        kv_cache.write(v_cache, start, qkv[:, :, 2].transpose(1, 2))
-        y = F.scaled_dot_product_attention(  # an int8 cache is widened for the prompt's attention
-            qk[:, :, 0].transpose(1, 2), kv_cache.read(k_cache, end, qk.dtype), kv_cache.read(v_cache, end, qk.dtype),
-            attn_mask=mask, is_causal=causal and mask is None,
+        kv_cache.write(k_cache, start, qk[:, :, 1].transpose(1, 2), fused)
+        kv_cache.write(v_cache, start, qkv[:, :, 2].transpose(1, 2), fused)
+        y = F.scaled_dot_product_attention(  # a narrow cache is widened for the prompt's attention
+            qk[:, :, 0].transpose(1, 2), kv_cache.read(k_cache, end, qk.dtype, fused),
+            kv_cache.read(v_cache, end, qk.dtype, fused), attn_mask=mask, is_causal=causal and mask is None,
         )
         x = x + self.o(y.transpose(1, 2).reshape(B, S, dim))
         return self.mlp(x, F.rms_norm(x, (dim,), self.norm2, self.shape.eps))
@@ -230,7 +231,7 @@ class LeanLlama(nn.Module):
         rot = self.rot_table[positions][:, :, None, None]
         causal = x.shape[1] > 1
         for layer, (k, v) in zip(self.layers, self.caches):
-            x = layer(x, rot, k, v, start, end, mask, causal)
+            x = layer(x, rot, k, v, start, end, mask, causal, self.fused)
         return F.rms_norm(x[:, -1], (self.shape.dim,), self.norm, self.shape.eps).float()
 
     def _decode_fused(self, x, positions, start: int, end: int, mask) -> torch.Tensor:
