@@ -17,8 +17,9 @@ scheduling (first audio, stalls), one near it needs a faster step, and a floor b
 configuration cannot serve one listener in real time here.
 
 A figure to trust: every level measures at least `min_streams` streams (one stall then moves continuity by a few
-points, not 25-50), the deciding level is measured twice (the run-to-run spread), and the answer is confirmed by
-Poisson arrivals at `confirm_load_pct` % of it for `confirm_s` seconds (`confirmation`).
+points, not 25-50), the deciding level is measured twice (the run-to-run spread; one that breaks the second time is
+not held, and the search goes on below it), and the answer is confirmed by Poisson arrivals at `confirm_load_pct` %
+of it for `confirm_s` seconds (`confirmation`).
 """
 
 from __future__ import annotations
@@ -128,14 +129,23 @@ class _CapacityRun:
         spec, at = self.spec, {"batching": batching, "max_batch": max_batch}
         yield from self.measure(app, at | {"users": max_batch or spec.max_rows, "floor": True}, floor_spec(spec))
         tried: dict[int, bool] = {}
-        while (users := next_users(tried, spec.max_users)) is not None and not self.should_stop():
-            yield from self.measure(app, at | {"users": users}, level_spec(spec, users))
-            tried[users] = self.summaries[-1]["slo_broken"] is None
-        result = _result(spec, batching, max_batch, tried, self.summaries)
-        if result["streams"] and not self.should_stop():  # the deciding level once more: the run-to-run spread
+        broke_again: dict[int, str] = {}  # levels that held, then broke when measured again: why
+        while True:
+            while (users := next_users(tried, spec.max_users)) is not None and not self.should_stop():
+                yield from self.measure(app, at | {"users": users}, level_spec(spec, users))
+                tried[users] = self.summaries[-1]["slo_broken"] is None
+            result = _result(spec, batching, max_batch, tried, self.summaries, broke_again)
+            if not result["streams"] or self.should_stop():
+                break
+            # the deciding level once more: the run-to-run spread. One that breaks then is not a level the machine
+            # holds (a Poisson run at 80 % of it would be overloaded): the search goes on below it.
             yield from self.measure(app, at | {"users": result["streams"], "repeat": True},
                                     level_spec(spec, result["streams"]))
             result |= spread(result, self.summaries[-1])
+            if result["repeat_held"]:
+                break
+            tried[result["streams"]] = False
+            broke_again[result["streams"]] = Said("{why} when measured again", why=result["repeat_broken_because"])
         if result["streams"] and spec.confirm_s and not self.should_stop():
             yield from self.measure(app, at | {"rate": confirm_rate(spec, result["streams"]), "confirm": True},
                                     replace(spec, duration_s=spec.confirm_s))
@@ -203,7 +213,9 @@ def floor_spec(spec: ServeSpec) -> ServeSpec:
     return replace(spec, ramp_s=0.0, requests_per_user=1)
 
 
-def _result(spec: ServeSpec, batching, max_batch: int, tried: dict[int, bool], summaries: list[dict]) -> dict:
+def _result(spec: ServeSpec, batching, max_batch: int, tried: dict[int, bool], summaries: list[dict],
+            broke_again: dict[int, str]) -> dict:
+    """What the search found; `broke_again`: the levels that held once and broke when measured again, and why."""
     held = max((n for n, ok in tried.items() if ok), default=0)
     broke = min((n for n, ok in tried.items() if not ok), default=None)
     ours = [s for s in summaries if (s["batching"], s["max_batch"]) == (batching, max_batch)]
@@ -212,10 +224,12 @@ def _result(spec: ServeSpec, batching, max_batch: int, tried: dict[int, bool], s
     at = {s["users"]: s for s in mine}
     config = (at.get(held) or (mine[0] if mine else {})).get("config")
     result = {"batching": batching, "max_batch": max_batch, "streams": held, "broke_at": broke,
-              "broken_because": at[broke]["slo_broken"] if broke else None, "config": config, "tokens": spec.tokens,
+              "broken_because": broke_again.get(broke) or at[broke]["slo_broken"] if broke else None,
+              "config": config, "tokens": spec.tokens,
               "slo_ttfa_p99_s": spec.slo_ttfa_p99_s, "slo_continuity_pct": spec.slo_continuity_pct,
               "curve": [{"users": s["users"], "ttfa_p99_s": s["ttfa_p99_s"], "continuity_pct": s["continuity_pct"],
-                         "held": s["slo_broken"] is None} for s in sorted(mine, key=lambda s: s["users"])],
+                         "held": s["slo_broken"] is None and s["users"] not in broke_again}
+                        for s in sorted(mine, key=lambda s: s["users"])],
               **floor_figures(held, floor), "lone_speed": (at.get(1) or {}).get("audio_s_per_s")}
     return result | {"diagnosis": floor_diagnosis(result)}
 

@@ -118,6 +118,34 @@ def test_each_level_measures_at_least_min_streams_and_the_deciding_one_is_measur
     assert "Measured twice at 4: p99 first audio 0.60-0.90 s, continuity 95.00-100.00 %; the second run broke" in sentence
 
 
+def test_a_level_that_breaks_when_measured_again_is_not_held_and_the_search_goes_on_below_it(monkeypatch):
+    """The search's decisions on a machine that holds 8 streams and 9 only once (on the Zen 4 VM, 10 rows held 10
+    users once and broke on the repeat, and the Poisson run at 80 % of 10 was overloaded). The levels' verdicts are
+    scripted here, a stand-in for running the app (which the end-to-end test above does): `measure` is replaced."""
+    from bench.serving import capacity
+
+    measured: list[tuple] = []
+
+    def scripted(self, app, level, level_spec):
+        users, again = level["users"], bool(level.get("repeat"))
+        held = users <= 8 or (users == 9 and not again)
+        measured.append((users, again))
+        self.summaries.append({**level, "slo_broken": None if held else "continuity 65.00 % < 99 %", "config": "lab",
+                               "ttfa_p99_s": 0.6, "continuity_pct": 100.0 if held else 65.0, "audio_s_per_s": 9.5})
+        yield from ()
+
+    monkeypatch.setattr(capacity._CapacityRun, "measure", scripted)
+    run = capacity._CapacityRun(ServeSpec(max_rows=8, confirm_s=0), None, 0, lambda: False)
+    monkeypatch.setattr(run, "save", lambda status=None: None)
+    list(run.search(None, "continuous", 8))
+    assert measured == [(8, False), (1, False), (2, False), (4, False), (8, False), (16, False), (12, False),
+                        (10, False), (9, False), (9, True), (8, True)]  # the floor first
+    found = run.found[0]
+    assert (found["streams"], found["broke_at"], found["repeat_held"]) == (8, 9, True)
+    assert "at 9: continuity 65.00 % < 99 % when measured again" in capacity_sentence(found)
+    assert [c["held"] for c in found["curve"] if c["users"] in (8, 9)] == [True, False]
+
+
 def test_the_poisson_confirmation_holds_only_with_quick_first_audio_continuous_streams_and_none_lost():
     spec = ServeSpec(tokens=256, confirm_s=300, confirm_load_pct=80)
     assert confirm_rate(spec, 8) == pytest.approx(0.8 * 8 / 5.4507, abs=1e-3)  # 8 streams of 5.45 s clips
