@@ -86,6 +86,15 @@ static inline float line_scale(const T* line, int64_t Dh) {
   }
 }
 
+// The scales of n int8 lines of 64 values from position t on, into `out`; false (nothing written) for fp32 and bf16
+// caches, whose positions have none.
+template <typename T>
+static inline bool line_scales(const T* kbase, int64_t line, int64_t t, int n, float* out) {
+  if constexpr (!std::is_same_v<T, int8_t>) return false;
+  for (int j = 0; j < n; ++j) out[j] = line_scale(kbase + (t + j) * line, 64);
+  return true;
+}
+
 // Writes Dh values as a cache line: as they are (rounded once to bf16), or int8 with their scale max|v|/127
 // (kv_cache.write's rounding: to nearest, ties to even).
 template <typename T>
@@ -286,11 +295,8 @@ static inline float scores64(const float* q, const T* kbase, int64_t line, const
                _mm512_fmadd_ps(q1, load16(k + 16), _mm512_mul_ps(q0, load16(k)))));
     }
     __m512 scores = _mm512_mul_ps(sum_lanes16(acc), sv);
-    if constexpr (std::is_same_v<T, int8_t>) {
-      alignas(64) float lines[16];
-      for (int j = 0; j < 16; ++j) lines[j] = line_scale(kbase + (t + j) * line, 64);
-      scores = _mm512_mul_ps(scores, _mm512_load_ps(lines));
-    }
+    alignas(64) float scales[16];
+    if (line_scales(kbase, line, t, 16, scales)) scores = _mm512_mul_ps(scores, _mm512_load_ps(scales));
     _mm512_storeu_ps(p + t, scores);
     if (valid)
       for (int j = 0; j < 16; ++j)
@@ -394,11 +400,8 @@ static inline float scores64(const float* q, const T* kbase, int64_t line, const
       acc[j] = a;
     }
     __m256 scores = _mm256_mul_ps(sum_lanes8(acc), sv);
-    if constexpr (std::is_same_v<T, int8_t>) {
-      alignas(32) float lines[8];
-      for (int j = 0; j < 8; ++j) lines[j] = line_scale(kbase + (t + j) * line, 64);
-      scores = _mm256_mul_ps(scores, _mm256_load_ps(lines));
-    }
+    alignas(32) float scales[8];
+    if (line_scales(kbase, line, t, 8, scales)) scores = _mm256_mul_ps(scores, _mm256_load_ps(scales));
     _mm256_storeu_ps(p + t, scores);
     if (valid)
       for (int j = 0; j < 8; ++j)
