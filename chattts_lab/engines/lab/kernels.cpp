@@ -111,7 +111,7 @@ static inline void store_line(T* line, const float* v, int64_t Dh) {
 }
 
 // a . b over n values (8 or 16 lanes at a time where the CPU has AVX2 + FMA or AVX-512; the compiler
-// cannot vectorise a float sum by itself without licence to reorder it). b: fp32 or bf16.
+// cannot vectorise a float sum by itself without licence to reorder it). b: fp32, bf16 or int8 (unscaled).
 template <typename T>
 static inline float dot(const float* a, const T* b, int64_t n) {
   int64_t i = 0;
@@ -139,7 +139,7 @@ static inline float dot(const float* a, const T* b, int64_t n) {
   return sum;
 }
 
-// out += w * v over n values; v: fp32 or bf16
+// out += w * v over n values; v: fp32, bf16 or int8 (unscaled)
 template <typename T>
 static inline void axpy(float* out, float w, const T* v, int64_t n) {
   int64_t i = 0;
