@@ -659,6 +659,34 @@ def test_top_p_then_top_k_ranks_only_the_candidates_and_keeps_what_the_warpers_k
     assert kept.min() == 3 and kept.max() == 20 and ((kept > 3) & (kept < 20)).any()  # every case was exercised
 
 
+def test_a_seeded_draw_is_torch_multinomials_at_every_step_and_leaves_the_generator_as_it_does():
+    """Stock re-seeds before each step's torch.multinomial; the lab draws the race's noise once and divides: the same
+    tokens at every step (rows with few candidates, as top-K leaves them, and a new shape), the generator left in the
+    same state, and a NaN refused as torch refuses it."""
+    from chattts_lab.engines.lab.sampler import Race, multinomial_is_a_race
+
+    assert multinomial_is_a_race()  # else the lab calls torch.multinomial every step, and this test means nothing
+    torch.manual_seed(0)
+    by_stock, by_race = torch.Generator(), torch.Generator()
+    race = Race(by_race, 1234)
+    for step, rows in enumerate((8, 8, 8, 3, 3)):
+        logits = torch.randn(rows, 626) * 3
+        logits[:, torch.randperm(626)[: 600 - step]] = -torch.inf  # top-K's few candidates, another set each step
+        scores = torch.softmax(logits, -1)
+        want = torch.multinomial(scores, 1, generator=by_stock.manual_seed(1234))
+        assert torch.equal(race.draw(scores), want), step
+    assert torch.equal(by_race.get_state(), by_stock.get_state())
+    with pytest.raises(RuntimeError, match="probability tensor contains either `inf`, `nan`"):
+        race.draw(torch.full((3, 626), torch.nan))
+
+
+def test_the_race_check_fails_where_the_noise_is_not_multinomials(monkeypatch):
+    from chattts_lab.engines.lab import sampler
+
+    monkeypatch.setattr(sampler, "exponential_noise", lambda scores, generator: torch.ones_like(scores))
+    assert sampler.multinomial_is_a_race.__wrapped__() is False  # then every draw calls torch.multinomial
+
+
 def test_bf16_projections_decode_close_to_fp32(lab_fp32):
     """The decoder's and vocoder's ConvNeXt projections in bf16 against ChatTTS's fp32 ones (lab fp32 keeps those)."""
     import copy
