@@ -680,6 +680,22 @@ def test_a_seeded_draw_is_torch_multinomials_at_every_step_and_leaves_the_genera
         race.draw(torch.full((3, 626), torch.nan))
 
 
+def test_an_unseeded_draw_follows_each_rows_probabilities_and_never_draws_a_token_without_any(monkeypatch):
+    from chattts_lab.engines.lab.sampler import draw_unseeded
+
+    torch.manual_seed(0)
+    probabilities = torch.tensor([[0.5, 0.3, 0.2, 0.0, 0.0], [0.0, 0.0, 0.1, 0.0, 0.9]])
+    drawn = torch.cat([draw_unseeded(probabilities) for _ in range(4000)], -1)  # [2, 4000]
+    for row, p in zip(drawn, probabilities):
+        share = torch.bincount(row, minlength=5) / row.numel()
+        assert ((share - p).abs() < 0.025).all() and (share[p == 0] == 0).all(), share
+    with pytest.raises(RuntimeError, match="probability tensor contains either `inf`, `nan`"):
+        draw_unseeded(torch.full((2, 5), torch.nan))
+    # a uniform number that rounds onto the row's sum: the last token with any probability, not the one after it
+    monkeypatch.setattr(torch, "rand", lambda shape, dtype: torch.ones(shape, dtype=dtype))
+    assert draw_unseeded(probabilities).tolist() == [[2], [4]]
+
+
 def test_the_race_check_fails_where_the_noise_is_not_multinomials(monkeypatch):
     from chattts_lab.engines.lab import sampler
 

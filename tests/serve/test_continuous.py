@@ -375,6 +375,26 @@ def test_rows_sampled_together_draw_what_each_row_draws_alone(model):
     assert [t.tolist() for t in together] == [a.tolist() for a in alone]
 
 
+def test_unseeded_rows_sampled_together_draw_what_each_draws_alone_from_the_same_global_seed(model):
+    """Rows without a seed draw in one call (sample_rows), from torch's global generator in row order: what each row's
+    own sampler draws in turn after the same torch.manual_seed; a seeded row among them keeps its own draw."""
+    from chattts_lab.engines.lab.sampler import sample_rows
+
+    decoder = model.engine.row_decoder(model.chat, 3)
+    unseeded = lambda i: replace(request(i, 24), sampling=replace(request(i, 24).sampling, audio_seed=None))  # noqa: E731
+    rows = [decoder.admit(prompt(model, r), owner=None) for r in (unseeded(0), request(1, 24), unseeded(2))]
+    decoder.step()
+    logits = torch.randn(3, rows[0].sampler.freq.size(0), decoder.heads.vocab, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(5)
+    together = sample_rows([r.sampler for r in rows], logits, [r.steps for r in rows])
+    torch.manual_seed(5)
+    alone = [r.sampler.sample(logits[j], r.steps) for j, r in enumerate(rows)]
+    assert [t.tolist() for t in together] == [a.tolist() for a in alone]
+    torch.manual_seed(6)
+    assert [t.tolist() for t in sample_rows([r.sampler for r in rows], logits, [r.steps for r in rows])] != \
+        [t.tolist() for t in together]  # the unseeded rows did draw from the global generator
+
+
 def test_a_burst_is_counted_as_it_arrives_before_the_loop_admits_anyone(model):
     """Other model work (a sweep) holds the model, so the loop admits nothing while the burst lands: the bound is
     counted at arrival, each request waiting unless a free row is there for it (max_rows + max_queue in all)."""
