@@ -659,50 +659,6 @@ def test_top_p_then_top_k_ranks_only_the_candidates_and_keeps_what_the_warpers_k
     assert kept.min() == 3 and kept.max() == 20 and ((kept > 3) & (kept < 20)).any()  # every case was exercised
 
 
-def test_a_seeded_draw_is_torch_multinomials_at_every_step_and_leaves_the_generator_as_it_does():
-    """Stock re-seeds before each step's torch.multinomial; the lab draws the race's noise once and divides: the same
-    tokens at every step (rows with few candidates, as top-K leaves them, and a new shape), the generator left in the
-    same state, and a NaN refused as torch refuses it."""
-    from chattts_lab.engines.lab.sampler import Race, multinomial_is_a_race
-
-    assert multinomial_is_a_race()  # else the lab calls torch.multinomial every step, and this test means nothing
-    torch.manual_seed(0)
-    by_stock, by_race = torch.Generator(), torch.Generator()
-    race = Race(by_race, 1234)
-    for step, rows in enumerate((8, 8, 8, 3, 3)):
-        logits = torch.randn(rows, 626) * 3
-        logits[:, torch.randperm(626)[: 600 - step]] = -torch.inf  # top-K's few candidates, another set each step
-        scores = torch.softmax(logits, -1)
-        want = torch.multinomial(scores, 1, generator=by_stock.manual_seed(1234))
-        assert torch.equal(race.draw(scores), want), step
-    assert torch.equal(by_race.get_state(), by_stock.get_state())
-    with pytest.raises(RuntimeError, match="probability tensor contains either `inf`, `nan`"):
-        race.draw(torch.full((3, 626), torch.nan))
-
-
-def test_an_unseeded_draw_follows_each_rows_probabilities_and_never_draws_a_token_without_any(monkeypatch):
-    from chattts_lab.engines.lab.sampler import draw_unseeded
-
-    torch.manual_seed(0)
-    probabilities = torch.tensor([[0.5, 0.3, 0.2, 0.0, 0.0], [0.0, 0.0, 0.1, 0.0, 0.9]])
-    drawn = torch.cat([draw_unseeded(probabilities) for _ in range(4000)], -1)  # [2, 4000]
-    for row, p in zip(drawn, probabilities):
-        share = torch.bincount(row, minlength=5) / row.numel()
-        assert ((share - p).abs() < 0.025).all() and (share[p == 0] == 0).all(), share
-    with pytest.raises(RuntimeError, match="probability tensor contains either `inf`, `nan`"):
-        draw_unseeded(torch.full((2, 5), torch.nan))
-    # a uniform number that rounds onto the row's sum: the last token with any probability, not the one after it
-    monkeypatch.setattr(torch, "rand", lambda shape, dtype: torch.ones(shape, dtype=dtype))
-    assert draw_unseeded(probabilities).tolist() == [[2], [4]]
-
-
-def test_the_race_check_fails_where_the_noise_is_not_multinomials(monkeypatch):
-    from chattts_lab.engines.lab import sampler
-
-    monkeypatch.setattr(sampler, "exponential_noise", lambda scores, generator: torch.ones_like(scores))
-    assert sampler.multinomial_is_a_race.__wrapped__() is False  # then every draw calls torch.multinomial
-
-
 def test_bf16_projections_decode_close_to_fp32(lab_fp32):
     """The decoder's and vocoder's ConvNeXt projections in bf16 against ChatTTS's fp32 ones (lab fp32 keeps those)."""
     import copy

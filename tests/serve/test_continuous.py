@@ -381,10 +381,13 @@ def test_unseeded_rows_sampled_together_draw_what_each_draws_alone_from_the_same
     from chattts_lab.engines.lab.sampler import sample_rows
 
     decoder = model.engine.row_decoder(model.chat, 3)
-    unseeded = lambda i: replace(request(i, 24), sampling=replace(request(i, 24).sampling, audio_seed=None))  # noqa: E731
+    def unseeded(i):
+        return replace(request(i, 24), sampling=replace(request(i, 24).sampling, audio_seed=None))
+
     rows = [decoder.admit(prompt(model, r), owner=None) for r in (unseeded(0), request(1, 24), unseeded(2))]
     decoder.step()
-    logits = torch.randn(3, rows[0].sampler.freq.size(0), decoder.heads.vocab, generator=torch.Generator().manual_seed(0))
+    seeded = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, rows[0].sampler.freq.size(0), decoder.heads.vocab, generator=seeded)
     torch.manual_seed(5)
     together = sample_rows([r.sampler for r in rows], logits, [r.steps for r in rows])
     torch.manual_seed(5)

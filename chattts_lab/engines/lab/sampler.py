@@ -234,7 +234,7 @@ def multinomial_is_a_race() -> bool:
         by_torch = torch.multinomial(probabilities, 1, generator=torch.Generator().manual_seed(seed))
         noise = exponential_noise(probabilities, torch.Generator().manual_seed(seed))
         if not torch.equal(by_torch, torch.argmax(probabilities / noise, dim=-1, keepdim=True)):
-            log.info("torch.multinomial draws otherwise in torch %s: seeded draws call it every step", torch.__version__)
+            log.info("torch %s's multinomial draws otherwise: seeded draws call it every step", torch.__version__)
             return False
     return True
 
