@@ -36,7 +36,7 @@ def test_an_unseeded_draw_follows_each_rows_probabilities_and_never_draws_a_toke
     with pytest.raises(RuntimeError, match="probability tensor contains either `inf`, `nan`"):
         draw_unseeded(torch.full((2, 5), torch.nan))
     # a uniform number that rounds onto the row's sum: the last token with any probability, not the one after it
-    monkeypatch.setattr(torch, "rand", lambda shape, dtype: torch.ones(shape, dtype=dtype))
+    monkeypatch.setattr(torch, "rand", lambda shape, dtype, device: torch.ones(shape, dtype=dtype))
     assert draw_unseeded(probabilities).tolist() == [[2], [4]]
 
 

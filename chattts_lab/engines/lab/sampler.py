@@ -8,13 +8,14 @@ repetition penalty, top-P, top-K (in ChatTTS's order), the min-new-token EOS mas
 whole vocabulary, then `torch.multinomial` with the same generator use (re-seeded every step when seeded).
 Processors it does not recognise are called as stock calls them, with the token history.
 
-A seeded draw keeps its noise: torch.multinomial draws one sample as a race, argmax(p / q) with q ~ Exp(1) drawn from
-the generator, and stock re-seeds the generator before every step's draw, so every step of a seeded request races
-against the same q. Drawing it was most of the sampling's time (19 ns a value: 0.38 ms a step at 8 rows, about 4 % of
-the step); it is drawn once per request and shape, and each step divides and takes the argmax (`Race`). Whether this
-torch draws that way is checked once per process (`multinomial_is_a_race`); if not, every draw is torch.multinomial.
-An unseeded draw has no tokens of stock's to equal: it inverts each row's running sum at one uniform number
-(`draw_unseeded`), the same distribution for one random number a row instead of one per vocabulary entry.
+On CPU, a seeded draw keeps its noise: torch.multinomial draws one sample as a race, argmax(p / q) with q ~ Exp(1)
+drawn from the generator, and stock re-seeds the generator before every step's draw, so every step of a seeded
+request races against the same q. Drawing it was most of the sampling's time (19 ns a value: 0.38 ms a step at 8
+rows, about 4 % of the step); it is drawn once per request and shape, and each step divides and takes the argmax
+(`Race`). Whether this torch draws that way is checked once per process (`multinomial_is_a_race`); if not, every draw
+is torch.multinomial. An unseeded draw has no tokens of stock's to equal: it inverts each row's running sum at one
+uniform number (`draw_unseeded`), the same distribution for one random number a row instead of one per vocabulary
+entry. On CUDA (not checked here) every draw is torch.multinomial, as before.
 
 On CPU, ChatTTS's usual chain (penalty, then top-P and top-K) runs as one call of the lab's kernels
 (`sampling.cpp`), with the same values: the penalty's factors come from a table that torch.pow filled at the
@@ -51,7 +52,9 @@ class Sampler:
         self.temperature = temperature  # [rows, 1]
         self.eos, self.min_new_token = eos, min_new_token
         self.manual_seed, self.generator = manual_seed, generator
-        self.race = Race(generator, manual_seed) if manual_seed is not None and multinomial_is_a_race() else None
+        on_cpu = temperature.device.type == "cpu"  # the draws below are checked on CPU only: CUDA keeps torch's
+        self.race = Race(generator, manual_seed) if manual_seed is not None and on_cpu and multinomial_is_a_race() \
+            else None
         self.history = history
         self.steps = []
         self.window = 0
@@ -173,7 +176,7 @@ class Sampler:
         if self.race is not None:
             return self.race.draw(scores)
         if self.manual_seed is None:
-            return draw_unseeded(scores)
+            return draw_unseeded(scores) if scores.device.type == "cpu" else torch.multinomial(scores, num_samples=1)
         return torch.multinomial(scores, num_samples=1, generator=self.generator.manual_seed(self.manual_seed))
 
     def append(self, tokens: torch.Tensor, i: int) -> None:
@@ -207,7 +210,7 @@ def draw_unseeded(scores: torch.Tensor) -> torch.Tensor:
     cdf = scores.cumsum(-1)  # never decreasing: every term is >= 0
     total = cdf[..., -1:].contiguous()
     refuse_non_finite(total)  # a NaN or inf anywhere in a row reaches its sum
-    drawn = torch.searchsorted(cdf, torch.rand(total.shape, dtype=cdf.dtype) * total, right=True)
+    drawn = torch.searchsorted(cdf, torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device) * total, right=True)
     # a uniform number that rounds onto the sum finds no entry above it: the last token with any probability then
     return torch.where(drawn < cdf.size(-1), drawn, torch.searchsorted(cdf, total))
 
@@ -264,10 +267,10 @@ def sample_rows(samplers: list[Sampler], logits: torch.Tensor, steps: list[int])
     else:
         x = _filter_rows(samplers, chains, x, q, early)
     scores = F.softmax(x, dim=-1).view(len(samplers), q, -1)
-    drawn = {j: s.draw(scores[j]) for j, s in enumerate(samplers) if s.manual_seed is not None}
-    unseeded = [j for j, s in enumerate(samplers) if s.manual_seed is None]
-    if unseeded:  # in one call
-        drawn.update(zip(unseeded, draw_unseeded(scores[unseeded])))
+    together = [j for j, s in enumerate(samplers) if s.manual_seed is None] if scores.device.type == "cpu" else []
+    drawn = {j: s.draw(scores[j]) for j, s in enumerate(samplers) if j not in together}
+    if together:  # the unseeded rows, in one call
+        drawn.update(zip(together, draw_unseeded(scores[together])))
     return [drawn[j] for j in range(len(samplers))]
 
 
