@@ -43,3 +43,17 @@ def test_an_unseeded_draw_follows_each_rows_probabilities_and_never_draws_a_toke
 def test_the_race_check_fails_where_the_noise_is_not_multinomials(monkeypatch):
     monkeypatch.setattr(sampler, "exponential_noise", lambda scores, generator: torch.ones_like(scores))
     assert sampler.multinomial_is_a_race.__wrapped__() is False  # then every draw calls torch.multinomial
+
+
+def test_a_seeded_sampler_on_cpu_races_and_an_unseeded_one_draws_by_its_sums():
+    def made(seed):
+        return sampler.Sampler([], torch.ones(4, 1), 4, 626, eos=625, min_new_token=0, manual_seed=seed,
+                               generator=torch.Generator(), history=torch.zeros(4, 1, dtype=torch.long))
+
+    seeded, unseeded = made(7), made(None)
+    assert seeded.race is not None and unseeded.race is None
+    scores = torch.softmax(torch.randn(4, 626), -1)
+    torch.manual_seed(3)
+    want = draw_unseeded(scores)
+    torch.manual_seed(3)
+    assert torch.equal(unseeded.draw(scores), want)
