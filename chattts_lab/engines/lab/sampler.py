@@ -52,9 +52,9 @@ class Sampler:
         self.temperature = temperature  # [rows, 1]
         self.eos, self.min_new_token = eos, min_new_token
         self.manual_seed, self.generator = manual_seed, generator
-        on_cpu = temperature.device.type == "cpu"  # the draws below are checked on CPU only: CUDA keeps torch's
-        self.race = Race(generator, manual_seed) if manual_seed is not None and on_cpu and multinomial_is_a_race() \
-            else None
+        self.own_draws = temperature.device.type == "cpu"  # the draws below are tested on CPU; CUDA: torch.multinomial
+        self.race = Race(generator, manual_seed) if manual_seed is not None and self.own_draws and \
+            multinomial_is_a_race() else None
         self.history = history
         self.steps = []
         self.window = 0
@@ -176,7 +176,7 @@ class Sampler:
         if self.race is not None:
             return self.race.draw(scores)
         if self.manual_seed is None:
-            return draw_unseeded(scores) if scores.device.type == "cpu" else torch.multinomial(scores, num_samples=1)
+            return draw_unseeded(scores) if self.own_draws else torch.multinomial(scores, num_samples=1)
         return torch.multinomial(scores, num_samples=1, generator=self.generator.manual_seed(self.manual_seed))
 
     def append(self, tokens: torch.Tensor, i: int) -> None:
@@ -267,7 +267,7 @@ def sample_rows(samplers: list[Sampler], logits: torch.Tensor, steps: list[int])
     else:
         x = _filter_rows(samplers, chains, x, q, early)
     scores = F.softmax(x, dim=-1).view(len(samplers), q, -1)
-    together = [j for j, s in enumerate(samplers) if s.manual_seed is None] if scores.device.type == "cpu" else []
+    together = [j for j, s in enumerate(samplers) if s.manual_seed is None and s.own_draws]
     drawn = {j: s.draw(scores[j]) for j, s in enumerate(samplers) if j not in together}
     if together:  # the unseeded rows, in one call
         drawn.update(zip(together, draw_unseeded(scores[together])))
