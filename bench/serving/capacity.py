@@ -189,7 +189,7 @@ def confirmation(spec: ServeSpec, result: dict, poisson: dict, summaries: list[d
     ttfa, continuity = poisson.get("ttfa_p90_s"), poisson.get("continuity_pct")
     failed = poisson["requests"] - poisson["ok"]
     because = (f"{failed} of {poisson['requests']} requests failed or were lost" if failed or not poisson["requests"]
-               else _slow_first_audio(ttfa, lone_ttfa, poisson.get("queue_p90_s"))
+               else _slow_first_audio(ttfa, lone_ttfa, poisson.get("queue_p90_s"), result)
                if ttfa is None or not lone_ttfa or ttfa > CONFIRM_TTFA_X * lone_ttfa
                else f"continuity {_num(continuity)} % < {CONFIRM_CONTINUITY_PCT:g} %"
                if continuity is None or continuity < CONFIRM_CONTINUITY_PCT else None)
@@ -198,13 +198,20 @@ def confirmation(spec: ServeSpec, result: dict, poisson: dict, summaries: list[d
                         "continuity_pct": continuity, "held": because is None, "broken_because": because}}
 
 
-def _slow_first_audio(ttfa: float | None, lone_ttfa: float | None, queue_p90: float | None) -> str:
-    """Why the Poisson run's first audio was too slow, with the wait for a free row named where it made half of it or
-    more: random arrivals come in bursts, and at 80 % of N streams more than N want a row a fifth of the time or so
-    (docs/measurements/2026-12-05-newcomer-first.md), however fast the loop."""
+def _slow_first_audio(ttfa: float | None, lone_ttfa: float | None, queue_p90: float | None, result: dict) -> str:
+    """Why the Poisson run's first audio was too slow: the wait for a free row, named where it made half of it or
+    more (random arrivals come in bursts, and at 80 % of N streams more than N want a row a fifth of the time or so:
+    docs/measurements/2026-12-05-newcomer-first.md); and a full loop's slowness, named where a row beside the others
+    is made more than CONFIRM_TTFA_X times slower than alone (a newcomer's first chunk then takes that many times a
+    lone listener's before any wait: docs/measurements/2026-12-06-first-audio-floor.md)."""
     said = f"p90 first audio {_num(ttfa)} s > {CONFIRM_TTFA_X:g}x a lone listener's {_num(lone_ttfa)} s"
     if ttfa and queue_p90 and queue_p90 >= ttfa / 2:
         said += f", mostly waiting for a free row (p90 {_num(queue_p90)} s): bursts of arrivals found every row busy"
+    rows, floor, lone = result.get("floor_rows"), result.get("floor_streams"), result.get("lone_speed")
+    if rows and floor and lone and lone / (floor / rows) > CONFIRM_TTFA_X:
+        said += (f"; beside {rows - 1} others a row is made {lone / (floor / rows):.1f}x slower than alone "
+                 f"({floor / rows:.2f} against {lone:.2f} s of audio a second), so a first audio in a full loop takes "
+                 f"about that many times a lone listener's before any wait")
     return said
 
 
@@ -257,6 +264,12 @@ def floor_diagnosis(result: dict) -> str | None:
         return Said("one listener alone is served {lone:.2f} s of audio a second here, where real time needs 1 and "
                     "a stall-free stream needs headroom: a lone stream's steps and chunk decodes are too slow, "
                     "whatever the scheduling; a faster engine or precision raises it", lone=lone)
+    rows = result.get("floor_rows")
+    if result["batching"] == CONTINUOUS and rows and result["streams"] >= rows:
+        return Said("every one of the {rows} rows streams in real time, so the capacity is the row limit (--max-rows): "
+                    "started together they make {floor:.1f} s of audio a second, {each:.2f}x real time each, and a "
+                    "row more would leave each {more:.2f}x, little headroom for stalls where that is near 1",
+                    rows=rows, floor=floor, each=floor / rows, more=floor / (rows + 1))
     if pct >= FLOOR_REACHED_PCT:
         return Said("the capacity is at the machine's floor: more streams need a faster step (the floor raised), "
                     "not better scheduling")

@@ -101,6 +101,14 @@ def test_capacity_is_a_share_of_the_floor_measured_with_it_and_the_diagnosis_say
     sentence = capacity_sentence(near | {"diagnosis": floor_diagnosis(near)})
     assert "holds 5 real-time stream(s)" in sentence and "91 % of the 5.5 this machine makes with 8 started together" \
         in sentence and "Diagnosis: the capacity is at the machine's floor" in sentence
+    # every row held (continuous, 8 of 8 rows): the row limit decides, not scheduling, though 8 of 9.6 is 83 %
+    rows_bound = base | {"streams": 8, "broke_at": 9, "floor_streams": 9.6, "floor_rows": 8, "floor_pct": 83.3}
+    assert floor_diagnosis(rows_bound) == (
+        "every one of the 8 rows streams in real time, so the capacity is the row limit (--max-rows): started together "
+        "they make 9.6 s of audio a second, 1.20x real time each, and a row more would leave each 1.07x, little "
+        "headroom for stalls where that is near 1")
+    assert "lost to scheduling" in floor_diagnosis(rows_bound | {"streams": 7, "floor_pct": 72.9})
+    assert "machine's floor" in floor_diagnosis(rows_bound | {"batching": "request", "floor_pct": 85.0})
     assert floor_diagnosis(base | {"streams": 3}) is None  # a result from before floors were measured
     assert "this machine makes" not in capacity_sentence(base | {"streams": 3})
 
@@ -160,5 +168,13 @@ def test_the_poisson_confirmation_holds_only_with_quick_first_audio_continuous_s
     assert verdict(ttfa_p90_s=1.57, queue_p90_s=1.02)["broken_because"] == \
         ("p90 first audio 1.57 s > 2x a lone listener's 0.40 s, mostly waiting for a free row (p90 1.02 s): "
          "bursts of arrivals found every row busy")
+    # the floor and a lone listener measured in the same run: a row beside 7 others is made 2.7x slower than alone
+    full_loop = result | {"floor_streams": 9.6, "floor_rows": 8, "lone_speed": 3.2}
+    assert confirmation(spec, full_loop, poisson | {"ttfa_p90_s": 1.2}, [lone])["confirm"]["broken_because"] == (
+        "p90 first audio 1.20 s > 2x a lone listener's 0.40 s; beside 7 others a row is made 2.7x slower than alone "
+        "(1.20 against 3.20 s of audio a second), so a first audio in a full loop takes about that many times a lone "
+        "listener's before any wait")
+    assert confirmation(spec, full_loop | {"lone_speed": 2.0}, poisson | {"ttfa_p90_s": 1.2}, [lone])["confirm"][
+        "broken_because"] == "p90 first audio 1.20 s > 2x a lone listener's 0.40 s"  # 1.7x: not the full loop's doing
     assert verdict(continuity_pct=94.0)["broken_because"] == "continuity 94.00 % < 95 %"
     assert verdict(ok=299)["broken_because"] == "1 of 300 requests failed or were lost"

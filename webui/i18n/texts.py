@@ -52,6 +52,11 @@ SAID_ZH = {
         "单路流的生成步骤和分块解码本身就太慢，与调度无关；更快的引擎或精度才能改善",
     "the capacity is at the machine's floor: more streams need a faster step (the floor raised), not better scheduling":
         "容量已达到本机的下限：要支撑更多的流需要更快的单步（提高下限），而不是更好的调度",
+    "every one of the {rows} rows streams in real time, so the capacity is the row limit (--max-rows): started "
+    "together they make {floor:.1f} s of audio a second, {each:.2f}x real time each, and a row more would leave each "
+    "{more:.2f}x, little headroom for stalls where that is near 1":
+        "{rows} 行全部实时出流，所以容量就是行数上限（--max-rows）：同时开始时每秒生成 {floor:.1f} 秒音频，每行为实时的 "
+        "{each:.2f} 倍；再加一行则每行只剩 {more:.2f} 倍，接近 1 时几乎没有余量来避免卡顿",
     " (at {users} streams: {why})": "（{users} 路流时：{why}）",
     "{lost:.0f} % of what the machine makes is lost to scheduling{why}: first audio and stalls break the service level "
     "before the machine runs out of audio":
