@@ -208,10 +208,11 @@ def _slow_first_audio(ttfa: float | None, lone_ttfa: float | None, queue_p90: fl
     if ttfa and queue_p90 and queue_p90 >= ttfa / 2:
         said += f", mostly waiting for a free row (p90 {_num(queue_p90)} s): bursts of arrivals found every row busy"
     rows, floor, lone = result.get("floor_rows"), result.get("floor_streams"), result.get("lone_speed")
-    if rows and floor and lone and lone / (floor / rows) > CONFIRM_TTFA_X:
-        said += (f"; beside {rows - 1} others a row is made {lone / (floor / rows):.1f}x slower than alone "
-                 f"({floor / rows:.2f} against {lone:.2f} s of audio a second), so a first audio in a full loop takes "
-                 f"about that many times a lone listener's before any wait")
+    each = floor / rows if rows and floor else None  # audio s/s a row makes with every row generating
+    if each and lone and lone / each > CONFIRM_TTFA_X:
+        said += (f"; beside {rows - 1} others a row is made {lone / each:.1f}x slower than alone ({each:.2f} against "
+                 f"{lone:.2f} s of audio a second), so a first audio in a full loop takes about that many times a "
+                 f"lone listener's before any wait")
     return said
 
 
