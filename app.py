@@ -28,6 +28,7 @@ from chattts_lab.models import ModelUnavailable, resolve_source  # noqa: E402
 from chattts_lab.engines import unsupported_reason  # noqa: E402
 from chattts_lab.serve import openai_api, uploads, speech  # noqa: E402
 from chattts_lab.serve import zerogpu  # noqa: E402
+from chattts_lab.serve.listen import port_taken, refuse_taken_port  # noqa: E402
 from webui import mcp_tools
 from webui.common import present  # noqa: E402
 from webui.benchmark.tab import build_benchmark_tab, recommended_or_latest  # noqa: E402
@@ -125,20 +126,26 @@ def context_from_args(args: argparse.Namespace) -> AppContext:
 def main(argv=None) -> None:
     args = parse_args(argv)
     ctx = context_from_args(args)
+    refuse_taken_port(args.port)
     policy = ctx.policy
     auth = tuple(policy.auth.split(":", 1)) if policy.auth else None
     speech.preload(ctx, speech.serving_settings(ctx))  # on the CPU, ZeroGPU too (its GPU calls load their own copy)
     demo = build_app(ctx, mcp=args.mcp)
     demo.queue(default_concurrency_limit=4)
     guard = [Middleware(mcp_tools.BearerGuard, api_key=policy.auth)] if args.mcp and policy.auth else []
-    app, _, _ = demo.launch(
-        server_name=args.host, server_port=args.port, auth=auth, share=args.share,
-        enable_monitoring=args.enable_monitoring, prevent_thread_lock=True,
-        allowed_paths=[str(ctx.outputs_dir)], css=present.CSS, footer_links=["api", "settings"],  # Settings: language
-        i18n=I18N,
-        max_file_size=uploads.MAX_UPLOAD,  # larger uploads get HTTP 413 before any handler reads them
-        mcp_server=args.mcp, app_kwargs={"middleware": guard},
-    )
+    try:
+        app, _, _ = demo.launch(
+            server_name=args.host, server_port=args.port, auth=auth, share=args.share,
+            enable_monitoring=args.enable_monitoring, prevent_thread_lock=True,
+            allowed_paths=[str(ctx.outputs_dir)], css=present.CSS, footer_links=["api", "settings"],  # language
+            i18n=I18N,
+            max_file_size=uploads.MAX_UPLOAD,  # larger uploads get HTTP 413 before any handler reads them
+            mcp_server=args.mcp, app_kwargs={"middleware": guard},
+        )
+    except OSError as exc:  # taken since refuse_taken_port looked, or (no --port) none free from 7860 on
+        if "Cannot find empty port" not in str(exc):
+            raise
+        raise SystemExit(port_taken(args.port) if args.port else str(exc)) from None
     if args.mcp:
         mcp_tools.keep_only_tools(demo)
     openai_api.install(app, openai_api.speech_router(ctx))

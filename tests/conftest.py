@@ -136,7 +136,8 @@ def start_app(tmp: Path, *extra: str, model: str = TINY, env: dict | None = None
 
 
 def _start_app_once(tmp: Path, extra, model: str, env: dict | None) -> tuple[str, subprocess.Popen]:
-    from bench.serving.loadtest import PORT_TAKEN, PortTaken, free_port
+    from bench.serving.loadtest import PortTaken, free_port
+    from chattts_lab.serve.listen import PORT_TAKEN
 
     port = free_port()
     env = dict(os.environ, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1",

@@ -35,6 +35,7 @@ from bench.serving.listening import player_stalls
 from chattts_lab import heap
 from chattts_lab.metrics import SAMPLE_RATE
 from chattts_lab.requests import CONTINUOUS
+from chattts_lab.serve.listen import PORT_TAKEN
 from bench.serving.spec import ServeSpec
 from bench.serving.summaries import NOTE, summarize_level
 
@@ -254,7 +255,6 @@ class _app:
 
 
 # What Gradio says when the app's port is taken (its launch then exits)
-PORT_TAKEN = "Cannot find empty port"
 
 
 class PortTaken(RuntimeError):

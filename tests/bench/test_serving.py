@@ -175,7 +175,7 @@ def test_an_apps_port_is_picked_below_the_ephemeral_range_where_no_outgoing_conn
 
 def test_bench_serve_starts_its_app_elsewhere_when_the_picked_port_is_taken_before_the_bind(serving_run):
     """free_port's pick is a guess: something may bind the port in the seconds before the app does (the tests' own
-    apps once lost theirs that way). The app exits with Gradio's "Cannot find empty port"; bench serve tries another.
+    apps once lost theirs that way). The app exits at once saying the port is taken (chattts_lab.serve.listen); bench serve tries another.
     The serving run's first app was given a taken port; every request of its levels was still served."""
     db, _, picked, taken = serving_run
     assert picked[0] == taken and taken not in picked[1:]
