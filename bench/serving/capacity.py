@@ -188,32 +188,34 @@ def confirmation(spec: ServeSpec, result: dict, poisson: dict, summaries: list[d
     lone_ttfa = lone and lone.get("ttfa_p50_s")
     ttfa, continuity = poisson.get("ttfa_p90_s"), poisson.get("continuity_pct")
     failed = poisson["requests"] - poisson["ok"]
-    because = (f"{failed} of {poisson['requests']} requests failed or were lost" if failed or not poisson["requests"]
+    because = (Said("{lost} of {requests} requests failed or were lost", lost=failed, requests=poisson["requests"])
+               if failed or not poisson["requests"]
                else _slow_first_audio(ttfa, lone_ttfa, poisson.get("queue_p90_s"), result)
                if ttfa is None or not lone_ttfa or ttfa > CONFIRM_TTFA_X * lone_ttfa
-               else f"continuity {_num(continuity)} % < {CONFIRM_CONTINUITY_PCT:g} %"
+               else Said("continuity {continuity} % < {limit:g} %", continuity=_num(continuity),
+                         limit=CONFIRM_CONTINUITY_PCT)
                if continuity is None or continuity < CONFIRM_CONTINUITY_PCT else None)
     return {"confirm": {"rate": poisson["rate"], "load_pct": spec.confirm_load_pct, "duration_s": spec.confirm_s,
                         "requests": poisson["requests"], "ttfa_p90_s": ttfa, "lone_ttfa_p50_s": lone_ttfa,
                         "continuity_pct": continuity, "held": because is None, "broken_because": because}}
 
 
-def _slow_first_audio(ttfa: float | None, lone_ttfa: float | None, queue_p90: float | None, result: dict) -> str:
+def _slow_first_audio(ttfa: float | None, lone_ttfa: float | None, queue_p90: float | None, result: dict) -> Said:
     """Why the Poisson run's first audio was too slow: the wait for a free row, named where it made half of it or
     more (random arrivals come in bursts, and at 80 % of N streams more than N want a row a fifth of the time or so:
     docs/measurements/2026-12-05-newcomer-first.md); and a full loop's slowness, named where a row beside the others
     is made more than CONFIRM_TTFA_X times slower than alone (a newcomer's first chunk then takes that many times a
     lone listener's before any wait: docs/measurements/2026-12-06-first-audio-floor.md)."""
-    said = f"p90 first audio {_num(ttfa)} s > {CONFIRM_TTFA_X:g}x a lone listener's {_num(lone_ttfa)} s"
-    if ttfa and queue_p90 and queue_p90 >= ttfa / 2:
-        said += f", mostly waiting for a free row (p90 {_num(queue_p90)} s): bursts of arrivals found every row busy"
+    waiting = Said(", mostly waiting for a free row (p90 {queue} s): bursts of arrivals found every row busy",
+                   queue=_num(queue_p90)) if ttfa and queue_p90 and queue_p90 >= ttfa / 2 else ""
     rows, floor, lone = result.get("floor_rows"), result.get("floor_streams"), result.get("lone_speed")
     each = floor / rows if rows and floor else None  # audio s/s a row makes with every row generating
-    if each and lone and lone / each > CONFIRM_TTFA_X:
-        said += (f"; beside {rows - 1} others a row is made {lone / each:.1f}x slower than alone ({each:.2f} against "
-                 f"{lone:.2f} s of audio a second), so a first audio in a full loop takes about that many times a "
-                 f"lone listener's before any wait")
-    return said
+    full_loop = Said("; beside {others} others a row is made {slower:.1f}x slower than alone ({each:.2f} against "
+                     "{lone:.2f} s of audio a second), so a first audio in a full loop takes about that many times a "
+                     "lone listener's before any wait", others=rows - 1, slower=lone / each, each=each, lone=lone) \
+        if each and lone and lone / each > CONFIRM_TTFA_X else ""
+    return Said("p90 first audio {ttfa} s > {x:g}x a lone listener's {lone} s{waiting}{full_loop}", ttfa=_num(ttfa),
+                x=CONFIRM_TTFA_X, lone=_num(lone_ttfa), waiting=waiting, full_loop=full_loop)
 
 
 def floor_spec(spec: ServeSpec) -> ServeSpec:

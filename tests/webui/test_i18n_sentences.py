@@ -76,6 +76,23 @@ def test_capacity_sentences_read_whole_in_chinese_and_as_before_in_english(resul
         assert say_zh(english) != english and english == Said(english.template, **english.params)
 
 
+@pytest.mark.parametrize("poisson", [{"ttfa_p90_s": 1.57, "queue_p90_s": 1.02}, {"continuity_pct": 90.0},
+                                     {"ok": 299}])
+def test_a_poisson_confirmations_reason_reads_whole_in_chinese(poisson):
+    from bench.serving.capacity import confirmation, trust_sentence
+    from bench.serving.spec import ServeSpec
+
+    result = {"batching": "continuous", "max_batch": 8, "streams": 8, "floor_streams": 9.6, "floor_rows": 8,
+              "lone_speed": 3.2}
+    lone = {"batching": "continuous", "max_batch": 8, "users": 1, "ttfa_p50_s": 0.4}
+    run = {"rate": 1.17, "requests": 300, "ok": 300, "ttfa_p90_s": 0.7, "continuity_pct": 97.0} | poisson
+    result |= confirmation(ServeSpec(tokens=256, confirm_s=300), result, run, [lone])
+    why = result["confirm"]["broken_because"]
+    assert untranslated(say_zh(why)) == [], say_zh(why)
+    sentence = trust_sentence(result)
+    assert "not confirmed" in sentence and untranslated(say_zh(sentence)) == [], say_zh(sentence)
+
+
 def test_serving_and_sweep_sentences_read_in_chinese():
     from chattts_lab.history.compare import Drift, Ratio
     from bench.serving.capacity import capacity_gain
