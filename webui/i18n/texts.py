@@ -55,8 +55,7 @@ SAID_ZH = {
     "every one of the {rows} rows streams in real time, so the capacity is the row limit (--max-rows): started "
     "together they make {floor:.1f} s of audio a second, {each:.2f}x real time each, and a row more would leave each "
     "{more:.2f}x, little headroom for stalls where that is near 1":
-        "{rows} 行全部实时出流，所以容量就是行数上限（--max-rows）：同时开始时每秒生成 {floor:.1f} 秒音频，每行为实时的 "
-        "{each:.2f} 倍；再加一行则每行只剩 {more:.2f} 倍，接近 1 时几乎没有余量来避免卡顿",
+        "{rows} 行全部实时出流，所以容量就是行数上限（--max-rows）：同时开始时每秒生成 {floor:.1f} 秒音频，每行为实时的 {each:.2f} 倍；再加一行则每行只剩 {more:.2f} 倍，接近 1 时几乎没有余量来避免卡顿",
     " (at {users} streams: {why})": "（{users} 路流时：{why}）",
     "{lost:.0f} % of what the machine makes is lost to scheduling{why}: first audio and stalls break the service level "
     "before the machine runs out of audio":
@@ -88,14 +87,11 @@ SAID_ZH = {
     "s against a lone listener's {lone} s, continuity {continuity} %.":
         "按其 {load:g} % 的泊松到达运行 {duration:g} s（{requests} 个请求）：{verdict}；p90 首段音频 {ttfa} s，"
         "单个收听者为 {lone} s，连续性 {continuity} %。",
-    "p90 first audio {ttfa} s > {x:g}x a lone listener's {lone} s{waiting}{full_loop}":
-        "p90 首段音频时间 {ttfa} s > 单个听众的 {lone} s 的 {x:g} 倍{waiting}{full_loop}",
-    ", mostly waiting for a free row (p90 {queue} s): bursts of arrivals found every row busy":
-        "，主要是在等待空闲行（p90 {queue} s）：成批到达的请求发现每一行都在忙",
+    "p90 first audio {ttfa} s > {x:g}x a lone listener's {lone} s{waiting}{full_loop}": "p90 首段音频时间 {ttfa} s > 单个听众的 {lone} s 的 {x:g} 倍{waiting}{full_loop}",
+    ", mostly waiting for a free row (p90 {queue} s): bursts of arrivals found every row busy": "，主要是在等待空闲行（p90 {queue} s）：成批到达的请求发现每一行都在忙",
     "; beside {others} others a row is made {slower:.1f}x slower than alone ({each:.2f} against {lone:.2f} s of "
     "audio a second), so a first audio in a full loop takes about that many times a lone listener's before any wait":
-        "；与其他 {others} 行一起时，每行的生成速度比单独时慢 {slower:.1f} 倍（每秒 {each:.2f} 秒音频，单独时 "
-        "{lone:.2f} 秒），所以在满载的循环中，即使不排队，首段音频也大约要单个听众的这么多倍时间",
+        "；与其他 {others} 行一起时，每行的生成速度比单独时慢 {slower:.1f} 倍（每秒 {each:.2f} 秒音频，单独时 {lone:.2f} 秒），所以在满载的循环中，即使不排队，首段音频也大约要单个听众的这么多倍时间",
     "confirmed": "已确认", "not confirmed ({why})": "未确认（{why}）",
     "continuous batching holds {streams} {stream} where request-level batching holds none.":
         "连续批处理可支撑 {streams} 路流，而请求级批处理一路也支撑不了。",
