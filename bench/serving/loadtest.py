@@ -254,9 +254,6 @@ class _app:
         os.unlink(self.log.name)
 
 
-# What Gradio says when the app's port is taken (its launch then exits)
-
-
 class PortTaken(RuntimeError):
     """The app's port was taken between free_port's pick and the app's bind: try another."""
 
