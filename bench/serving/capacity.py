@@ -208,8 +208,7 @@ def _slow_first_audio(ttfa: float | None, lone_ttfa: float | None, queue_p90: fl
     lone listener's before any wait: docs/measurements/2026-12-06-first-audio-floor.md)."""
     waiting = Said(", mostly waiting for a free row (p90 {queue} s): bursts of arrivals found every row busy",
                    queue=_num(queue_p90)) if ttfa and queue_p90 and queue_p90 >= ttfa / 2 else ""
-    rows, floor, lone = result.get("floor_rows"), result.get("floor_streams"), result.get("lone_speed")
-    each = floor / rows if rows and floor else None  # audio s/s a row makes with every row generating
+    rows, each, lone = result.get("floor_rows"), floor_per_row(result), result.get("lone_speed")
     full_loop = Said("; beside {others} others a row is made {slower:.1f}x slower than alone ({each:.2f} against "
                      "{lone:.2f} s of audio a second), so a first audio in a full loop takes about that many times a "
                      "lone listener's before any wait", others=rows - 1, slower=lone / each, each=each, lone=lone) \
@@ -253,6 +252,12 @@ def floor_figures(streams: int, floor: dict | None) -> dict:
             "floor_pct": 100 * streams / made if made else None}
 
 
+def floor_per_row(result: dict) -> float | None:
+    """Audio seconds a second each row made in the floor (every row generating): its speed in a full loop."""
+    rows, floor = result.get("floor_rows"), result.get("floor_streams")
+    return floor / rows if rows and floor else None
+
+
 def floor_diagnosis(result: dict) -> str | None:
     """What limits the capacity found, in plain words, from its floor (None when no floor was measured)."""
     floor, pct = result.get("floor_streams"), result.get("floor_pct")
@@ -272,7 +277,7 @@ def floor_diagnosis(result: dict) -> str | None:
         return Said("every one of the {rows} rows streams in real time, so the capacity is the row limit (--max-rows): "
                     "started together they make {floor:.1f} s of audio a second, {each:.2f}x real time each, and a "
                     "row more would leave each {more:.2f}x, little headroom for stalls where that is near 1",
-                    rows=rows, floor=floor, each=floor / rows, more=floor / (rows + 1))
+                    rows=rows, floor=floor, each=floor_per_row(result), more=floor / (rows + 1))
     if pct >= FLOOR_REACHED_PCT:
         return Said("the capacity is at the machine's floor: more streams need a faster step (the floor raised), "
                     "not better scheduling")
