@@ -232,6 +232,7 @@ def unload_all() -> None:
 def _load_uncached(config: LoadConfig, device: torch.device) -> LoadedModel:
     import ChatTTS
 
+    _keep_normaliser_compiled()
     source = resolve_source(config.model)
     threads = set_threads(config.threads)
     t0 = time.perf_counter()
@@ -246,6 +247,30 @@ def _load_uncached(config: LoadConfig, device: torch.device) -> LoadedModel:
     runtime = engine.install(chat, device, config.precision, compile=config.compile, threads=threads)
     return LoadedModel(chat, config, source, device, time.perf_counter() - t0, runtime,
                        _effective(chat, runtime, config, threads))
+
+
+_normaliser_kept = False
+
+
+def _keep_normaliser_compiled() -> None:
+    """ChatTTS's text normaliser is numba code, compiled on first use in every process: about 3.6 s of CPU (English,
+    Chinese and the invalid-character path each compile; 2-core Zen 4), paid by an app's first request and by every
+    sweep cell's worker. Numba keeps the compiled code on disk when asked (beside ChatTTS's bytecode, or in the
+    user's cache folder where that is read-only; NUMBA_CACHE_DIR chooses another), and a later process loads it in
+    about 0.2 s. Where no folder is writable, each process compiles as before."""
+    global _normaliser_kept
+    if _normaliser_kept:
+        return
+    import ChatTTS.norm
+    from numba.core.dispatcher import Dispatcher
+
+    try:
+        for compiled in vars(ChatTTS.norm).values():
+            if isinstance(compiled, Dispatcher):
+                compiled.enable_caching()
+    except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available"
+        log.info("the text normaliser is compiled anew in each process: %s", exc)
+    _normaliser_kept = True
 
 
 def _asset_paths(chat) -> dict:

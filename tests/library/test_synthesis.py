@@ -1,5 +1,8 @@
 """The synthesis engine on the real ChatTTS code path, with tiny synthetic weights."""
 
+import json
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,7 +30,7 @@ from chattts_lab.metrics import samples_for_tokens
 from chattts_lab.synthesis import SYNTHETIC_WARNING, encode_sample_audio, speaker_from_seed
 from chattts_lab import synthesis
 
-from tests.conftest import CPU_PRECISION_TABLE, TINY, x86_64_only
+from tests.conftest import CPU_PRECISION_TABLE, ROOT, TINY, x86_64_only
 
 NOTHING_HAPPENED_S = 300  # a deadline for an event that never came, not a speed bound: the cores are shared
 
@@ -223,6 +226,25 @@ def test_control_characters_are_dropped_not_fatal(tiny_model):
 def test_bad_load_options_raise_clear_errors(config, error, message):
     with pytest.raises(error, match=message):
         load_model(config)
+
+
+def test_a_fresh_process_loads_the_text_normaliser_compiled_instead_of_compiling_it(tiny_model):
+    """ChatTTS's normaliser is numba code: compiled anew it costs every process about 3.6 s of CPU at its first
+    synthesis. Once one process has compiled it (this one, in its warm-up), the next loads every function of it from
+    numba's cache on disk."""
+    warm_up(tiny_model)
+    fresh = subprocess.run([sys.executable, "-c", (
+        "import json, ChatTTS.norm as norm; from numba.core.dispatcher import Dispatcher; "
+        "from chattts_lab import LoadConfig, load_model, warm_up; "
+        f"warm_up(load_model(LoadConfig(model={TINY!r}, device='cpu', precision='fp32', threads=1))); "
+        "print(json.dumps({name: [len(f.stats.cache_hits), len(f.stats.cache_misses)] "
+        "for name, f in vars(norm).items() if isinstance(f, Dispatcher)}))")],
+        cwd=ROOT, capture_output=True, text=True, timeout=NOTHING_HAPPENED_S)
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    counts = json.loads(fresh.stdout.splitlines()[-1])
+    assert all(misses == 0 for _, misses in counts.values()), counts  # nothing compiled anew...
+    # ...and what the normaliser calls loaded from disk (_find_index runs inside _fast_replace's compiled code)
+    assert all(counts[name][0] >= 1 for name in ("_fast_replace", "_split_tags", "_combine_tags")), counts
 
 
 def test_loading_the_same_configuration_reuses_the_model(tiny_model):
