@@ -9,6 +9,8 @@ collections delayed the arrivals it timed in the same way.
 `settle()` collects once and then freezes what is alive (`gc.freeze`: the imported modules, the loaded model),
 so later collections skip it and only walk what was made since. A frozen object is never collected, and a model's
 modules sit in reference cycles: `thaw()` before a model is dropped, so that it is freed (models.py does).
+A sweep's worker, forked from a server that imported torch and ChatTTS, leaves what it inherited out from its start
+(`leave_out_inherited()`).
 """
 
 from __future__ import annotations
@@ -25,3 +27,11 @@ def settle() -> None:
 def thaw() -> None:
     """Before dropping long-lived objects (a model): make them collectable again."""
     gc.unfreeze()
+
+
+def leave_out_inherited() -> None:
+    """In a worker forked from a preloaded server (chattts_lab.sweep.launcher): what it inherited lives as long as it
+    does, so it leaves every collection from the start, and a gc.collect (one before each call of a sweep's cell, two
+    in the lab's load) walks only what the worker made: about 0.24 s less each on the 2-core Zen 4 VM (the quick
+    preset on tiny weights: 28 s -> 19 s). No collection first: the server only imported."""
+    gc.freeze()
