@@ -205,6 +205,7 @@ def load_model(config: LoadConfig) -> LoadedModel:
             return _cache[key]
         while len(_cache) >= MAX_CACHED:
             _evict(next(iter(_cache)))
+        heap.leave_out_alive()  # the load's collections walk the new model only, not the imported runtime
         with out_of_memory_boundary(f"on {device} loading {config.model} ({config.engine}, {config.precision})",
                                     "free memory or choose a lower precision"):
             model = _load_uncached(config, device)

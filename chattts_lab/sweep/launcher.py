@@ -24,8 +24,6 @@ import sys
 import threading
 from contextlib import contextmanager
 
-from chattts_lab import heap
-
 # Imported once by the server, so that no worker pays for them. Importing must not run torch ops or start threads.
 PRELOAD = ["torch", "ChatTTS", "chattts_lab.models", "chattts_lab.synthesis", "chattts_lab.sweep.worker"]
 _context = multiprocessing.get_context("forkserver")
@@ -129,6 +127,5 @@ def _run(entry: str, env: dict, stderr_path: str, stdin, stdout, sweep_pid: int)
     os.unlink(stderr_path)  # the supervisor reads it through its own open file; nothing is left behind
     os.close(err), stdin.close(), stdout.close()
     sys.stdin = open(0, "r", encoding="utf-8", closefd=False)  # multiprocessing pointed it at /dev/null
-    heap.leave_out_inherited()  # torch and ChatTTS, imported by the server: about 465,000 objects no collection walks
     module, name = entry.split(":")
     sys.exit(getattr(importlib.import_module(module), name)())

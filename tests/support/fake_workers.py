@@ -20,9 +20,7 @@ def hanging() -> int:
 
 def threads_and_parent() -> int:
     """Answers as the real worker does with what a fresh worker inherited: its threads, its environment, the
-    server's threads (the server must have none running that a fork could copy mid-operation), and how many objects
-    the collector no longer scans (the server's imports, frozen)."""
-    import gc
+    server's threads (the server must have none running that a fork could copy mid-operation)."""
     import json
 
     import torch
@@ -30,8 +28,7 @@ def threads_and_parent() -> int:
     server = len(os.listdir(f"/proc/{os.getppid()}/task"))
     task = json.loads(sys.stdin.readline())
     answer = {"status": "ok", "reason": "", "torch_threads": torch.get_num_threads(), "task": task,
-              "omp": os.environ.get("OMP_NUM_THREADS"), "server_threads": server, "pid": os.getpid(),
-              "frozen": gc.get_freeze_count()}
+              "omp": os.environ.get("OMP_NUM_THREADS"), "server_threads": server, "pid": os.getpid()}
     print("\nCHATTTS_LAB_RESULT " + json.dumps(answer), flush=True)
     return 0
 

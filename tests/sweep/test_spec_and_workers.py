@@ -128,8 +128,7 @@ def test_stopping_kills_the_running_worker_and_cancels_the_cell(fake_worker):
 
 def test_each_worker_is_a_fresh_process_with_its_own_threads_from_a_server_that_runs_none(fake_worker):
     """Forked from the preloaded server (chattts_lab.sweep.launcher), a worker still starts clean: its own pid, its
-    task on stdin, the thread count it was given, and nothing running in the server that a fork could copy. What the
-    server imported (torch, ChatTTS) is out of the collector's sight, so the gc.collect before each call is quick."""
+    task on stdin, the thread count it was given, and nothing running in the server that a fork could copy."""
     fake_worker("threads_and_parent")
     one = run_child({"kind": "cell", "n": 1}, timeout_s=120, threads=1)
     two = run_child({"kind": "cell", "n": 2}, timeout_s=120, threads=2)
@@ -137,7 +136,6 @@ def test_each_worker_is_a_fresh_process_with_its_own_threads_from_a_server_that_
     assert one.payload["pid"] != two.payload["pid"] and two.payload["task"] == {"kind": "cell", "n": 2}
     assert (one.payload["omp"], two.payload["omp"]) == ("1", "2")
     assert one.payload["server_threads"] == 1 and two.payload["server_threads"] == 1
-    assert one.payload["frozen"] > 100_000 and two.payload["frozen"] > 100_000  # torch and ChatTTS: about 465,000
 
 
 
