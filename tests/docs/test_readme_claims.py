@@ -381,10 +381,10 @@ def test_the_quick_sweep_is_the_one_described():
 
     form = quick_form()
     assert says("fills the form with stock against lab at fp32, int8 and int4, batch 1 (six cells, stock int4 a row "
-                "that says stock has none: a minute and a half on 2 quiet cores with the default weights, 35 s on "
+                "that says stock has none: under a minute on 2 quiet AVX-512 cores with the default weights, 15 s on "
                 "synthetic-tiny")
-    run = (ROOT / "docs/measurements/2026-12-04-quick-preset-int4.md").read_text(encoding="utf-8")
-    assert "| synthetic (full size) | **83.4 s**" in run and "| synthetic-tiny | **33.4 s**" in run
+    run = (ROOT / "docs/measurements/2026-12-06-one-time-costs.md").read_text(encoding="utf-8")
+    assert "| synthetic-tiny | **27.3 s**" in run and "**14.8 s**" in run and "**52.7 s**" in run
     assert (form.engines, form.precisions, form.batches) == (("stock", "lab"), ("fp32", "int8", "int4"), "1")
     assert len(re.findall(r"(?i)quick sweep[^.]*minute", README)) == 1  # its duration, stated once
 
