@@ -7,6 +7,7 @@ that gives up quickly without network, and finally full-size synthetic weights w
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -250,18 +251,13 @@ def _load_uncached(config: LoadConfig, device: torch.device) -> LoadedModel:
                        _effective(chat, runtime, config, threads))
 
 
-_normaliser_kept = False
-
-
+@functools.cache  # once per process
 def _keep_normaliser_compiled() -> None:
     """ChatTTS's text normaliser is numba code, compiled on first use in every process: about 3.6 s of CPU (English,
     Chinese and the invalid-character path each compile; 2-core Zen 4), paid by an app's first request and by every
     sweep cell's worker. Numba keeps the compiled code on disk when asked (beside ChatTTS's bytecode, or in the
     user's cache folder where that is read-only; NUMBA_CACHE_DIR chooses another), and a later process loads it in
     about 0.2 s. Where no folder is writable, each process compiles as before."""
-    global _normaliser_kept
-    if _normaliser_kept:
-        return
     import ChatTTS.norm
     from numba.core.dispatcher import Dispatcher
 
@@ -271,7 +267,6 @@ def _keep_normaliser_compiled() -> None:
                 compiled.enable_caching()
     except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available"
         log.info("the text normaliser is compiled anew in each process: %s", exc)
-    _normaliser_kept = True
 
 
 def _asset_paths(chat) -> dict:

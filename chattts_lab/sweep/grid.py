@@ -46,7 +46,8 @@ DECODE_S_PER_AUDIO_S = 0.15  # decoder + vocoder + prompt per item: p50 latency 
 START_S = 0.1  # a fresh worker, forked with torch and ChatTTS imported (docs/measurements/2026-12-04-worker-start.md)
 SERVER_START_S = 8.0  # the forkserver importing torch and ChatTTS: counted until this process has started it
 COLD_EXTRA_S = 0.5  # the first call's one-time costs; 1.5 s while every process compiled the text normaliser, which
-# now loads from numba's cache (chattts_lab.models._keep_normaliser_compiled; tiny weights, Zen 4: 0.15-0.2 s)
+# now loads from numba's cache (chattts_lab.models._keep_normaliser_compiled). Cold minus p50, the quick preset on
+# Zen 4 (2026-12-06-one-time-costs.md): tiny weights 0.15-0.2 s; full size 0.25-0.4 s, stock fp32 1.05 s
 # A read of the memory bandwidth (roofline.measure_read_bandwidth) and the sweep's own work around it, outside every
 # cell's worker, before this machine has timed any of its own (`read_s_here`): (the sweep's wall time - its cells'
 # own work) / its reads, the quick preset on 2 quiet cores (AVX-512 Xeon, 2026-12-02): 16.2 s / 4 on synthetic-tiny,
