@@ -29,15 +29,15 @@ from typing import Callable, Iterator
 
 from chattts_lab.history.price import MachinePrice, price_from_notes
 from chattts_lab.said import Said
-from chattts_lab.metrics import SAMPLE_RATE, samples_for_tokens, usd_per_audio_hour
+from chattts_lab.metrics import SAMPLE_RATE, audio_seconds, samples_for_tokens, usd_per_audio_hour
 from chattts_lab.requests import CONTINUOUS, REQUEST_LEVEL, SCHEDULINGS
 from bench.serving.loadtest import (LevelFinished, LevelStarted, ServeFinished, ServeSpec, ServeStarted, _app,
                                           _measured_level, _save, run_to_end)
 from bench.serving.summaries import NOTE, summarize_level
 
 FLOOR_REACHED_PCT = 85  # a capacity at this share of its floor is limited by the machine, not by scheduling
-# a lone listener served less than this many seconds of audio a second has too little headroom for a stall-free
-# stream: seen on a 2-core AVX2-only EPYC, lab int8 at 0.90 (every stream stalled), int4 at 1.04 (1 of 20)
+# a stream made at less than this many times real time has too little headroom to be stall-free (AVX2-only EPYCs: a
+# lone lab int8 listener at 0.90, all stalled; 3 rows at 1.02 each, 81 % continuous; docs/measurements/2026-12-0[56]-*)
 LONE_HEADROOM = 1.25
 
 
@@ -232,6 +232,7 @@ def _result(spec: ServeSpec, batching, max_batch: int, tried: dict[int, bool], s
     floor = next((s for s in ours if s.get("floor")), None)
     at = {s["users"]: s for s in mine}
     config = (at.get(held) or (mine[0] if mine else {})).get("config")
+    broken = at.get(broke) or {}  # the level that broke
     result = {"batching": batching, "max_batch": max_batch, "streams": held, "broke_at": broke,
               "broken_because": broke_again.get(broke) or at[broke]["slo_broken"] if broke else None,
               "config": config, "tokens": spec.tokens,
@@ -239,7 +240,9 @@ def _result(spec: ServeSpec, batching, max_batch: int, tried: dict[int, bool], s
               "curve": [{"users": s["users"], "ttfa_p99_s": s["ttfa_p99_s"], "continuity_pct": s["continuity_pct"],
                          "held": s["slo_broken"] is None and s["users"] not in broke_again}
                         for s in sorted(mine, key=lambda s: s["users"])],
-              **floor_figures(held, floor), "lone_speed": (at.get(1) or {}).get("audio_s_per_s")}
+              **floor_figures(held, floor), "lone_speed": (at.get(1) or {}).get("audio_s_per_s"),
+              "broke_speed": audio_seconds(spec.tokens) / broken["latency_p50_s"]  # its median stream, in real times
+              if broken.get("latency_p50_s") else None}
     return result | {"diagnosis": floor_diagnosis(result)}
 
 
@@ -281,6 +284,13 @@ def floor_diagnosis(result: dict) -> str | None:
     if pct >= FLOOR_REACHED_PCT:
         return Said("the capacity is at the machine's floor: more streams need a faster step (the floor raised), "
                     "not better scheduling")
+    speed = result.get("broke_speed")
+    if speed is not None and speed < LONE_HEADROOM and result.get("broke_at"):
+        return Said("at {users} streams each is made at only {speed:.2f}x real time (median), too little headroom for "
+                    "a stall-free stream whatever the scheduling; {rows} rows started together make more audio only "
+                    "by sharing the GPT's steps (each row's prompt and chunk decodes are its own): a faster engine "
+                    "or precision, or cheaper chunk decodes, raise it", users=result["broke_at"], speed=speed,
+                    rows=rows)
     why = Said(" (at {users} streams: {why})", users=result["broke_at"], why=result["broken_because"]) \
         if result.get("broke_at") else ""
     return Said("{lost:.0f} % of what the machine makes is lost to scheduling{why}: first audio and stalls break the "

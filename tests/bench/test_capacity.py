@@ -11,6 +11,7 @@ from bench.serving.loadtest import ServeSpec
 from bench.serving.summaries import serving_frame
 from chattts_lab.sweep.spec import SpecError
 from chattts_lab.history.bundle import export_bundle, import_bundle
+from chattts_lab.metrics import audio_seconds
 from tests.conftest import TINY
 from tests.support.cli import bench_here
 
@@ -98,6 +99,12 @@ def test_capacity_is_a_share_of_the_floor_measured_with_it_and_the_diagnosis_say
     lone_slow = near | {"streams": 0, "floor_streams": 1.5, "floor_pct": 0.0, "broke_at": 1, "lone_speed": 0.9}
     assert floor_diagnosis(lone_slow).startswith("one listener alone is served 0.90 s of audio a second here")
     assert "lost to scheduling" in floor_diagnosis(lone_slow | {"lone_speed": 1.6})
+    # at 3 streams each made at 1.02x real time (an AVX2-only EPYC, lab int8: 81 % continuous) the streams' own
+    # speed breaks it, though 8 rows together make 4.4; 2 rows at 1.32x that lost 1 stream of 20 are scheduling's
+    thin = far | {"broke_at": 3, "broke_speed": 1.02, "floor_streams": 4.4}
+    assert floor_diagnosis(thin).startswith("at 3 streams each is made at only 1.02x real time (median), too little "
+                                            "headroom for a stall-free stream whatever the scheduling; 8 rows")
+    assert "lost to scheduling" in floor_diagnosis(thin | {"broke_speed": 1.32})
     sentence = capacity_sentence(near | {"diagnosis": floor_diagnosis(near)})
     assert "holds 5 real-time stream(s)" in sentence and "91 % of the 5.5 this machine makes with 8 started together" \
         in sentence and "Diagnosis: the capacity is at the machine's floor" in sentence
@@ -139,7 +146,8 @@ def test_a_level_that_breaks_when_measured_again_is_not_held_and_the_search_goes
         held = users <= 8 or (users == 9 and not again)
         measured.append((users, again))
         self.summaries.append({**level, "slo_broken": None if held else "continuity 65.00 % < 99 %", "config": "lab",
-                               "ttfa_p99_s": 0.6, "continuity_pct": 100.0 if held else 65.0, "audio_s_per_s": 9.5})
+                               "ttfa_p99_s": 0.6, "continuity_pct": 100.0 if held else 65.0, "audio_s_per_s": 9.5,
+                               "latency_p50_s": 0.5 * users})
         yield from ()
 
     monkeypatch.setattr(capacity._CapacityRun, "measure", scripted)
@@ -152,6 +160,7 @@ def test_a_level_that_breaks_when_measured_again_is_not_held_and_the_search_goes
     assert (found["streams"], found["broke_at"], found["repeat_held"]) == (8, 9, True)
     assert "at 9: continuity 65.00 % < 99 % when measured again" in capacity_sentence(found)
     assert [c["held"] for c in found["curve"] if c["users"] in (8, 9)] == [True, False]
+    assert found["broke_speed"] == pytest.approx(audio_seconds(64) / 4.5)  # level 9's median stream, first measured
 
 
 def test_the_poisson_confirmation_holds_only_with_quick_first_audio_continuous_streams_and_none_lost():

@@ -61,7 +61,8 @@ def capacity_result(**changes) -> dict:
 @pytest.mark.parametrize("result", [capacity_result(), capacity_result(broke_at=None, batching="request"),
                                     capacity_result(floor_streams=None, floor_pct=None, batching=None),
                                     capacity_result(floor_streams=0.4, streams=0, floor_pct=0.0),
-                                    capacity_result(streams=8, broke_at=9, floor_streams=9.6, floor_pct=83.3)])
+                                    capacity_result(streams=8, broke_at=9, floor_streams=9.6, floor_pct=83.3),
+                                    capacity_result(broke_at=3, broke_speed=1.02, floor_streams=4.4, floor_pct=45.5)])
 def test_capacity_sentences_read_whole_in_chinese_and_as_before_in_english(result):
     from chattts_lab.history.price import MachinePrice
     from bench.serving.capacity import capacity_cost, capacity_sentence, floor_diagnosis

@@ -12,15 +12,12 @@ Three ways in, one table of Chinese by English (TABLE):
   library's mistakes and the hardware panel's lines by their patterns (MESSAGES_ZH).
 - `translator(request)`, the `say` the plots take (chattts_lab.history.plots and .figures): titles, axis and legend
   titles, series names and notes are drawn in the page's language; the empty plots are drawn again when a page opens.
-Translated: every label, help text and note of both tabs; the estimate, the quick preset, the hardware panel; the
-sweep's and serving run's status lines whole (drift, plan, batching gain, capacity, cost and diagnosis sentences),
-their progress and stop toasts; the recommendation, the quality floor's sentence and the gain over stock fp32; the
-Synthesis tab's "In use" note (with the served default's reason) and "Use the fastest" button; the History tab's
-messages and toasts, the voice card and library toasts; the metrics line (present.py), the synthetic-weights
-banner; the commonest mistakes.
-Not translated: proper names, the tables' canonical column names and values, the English example texts, the Ray
-cluster's description inside the fleet's plan, and the reasons an engine cannot run a precision (they name
-kernels and builds); the switch in Settings does not reach run-time messages (they follow the browser's language).
+Translated: every label, help and note; the estimate, quick preset and hardware panel; the sweep's and serving
+run's status lines whole, their progress and toasts; the recommendation, quality floor and gain over stock; the "In
+use" note and "Use the fastest"; the History tab, voice card and library; the metrics line, the synthetic-weights
+banner; the commonest mistakes. Not translated: proper names, the tables' column names and values, the English
+example texts, the Ray cluster's description in the fleet's plan, and why an engine cannot run a precision (they
+name kernels and builds); Settings' switch does not reach run-time messages (they follow the browser's language).
 """
 
 from __future__ import annotations
@@ -56,6 +53,10 @@ SAID_ZH = {
     "together they make {floor:.1f} s of audio a second, {each:.2f}x real time each, and a row more would leave each "
     "{more:.2f}x, little headroom for stalls where that is near 1":
         "{rows} 行全部实时出流，所以容量就是行数上限（--max-rows）：同时开始时每秒生成 {floor:.1f} 秒音频，每行为实时的 {each:.2f} 倍；再加一行则每行只剩 {more:.2f} 倍，接近 1 时几乎没有余量来避免卡顿",
+    "at {users} streams each is made at only {speed:.2f}x real time (median), too little headroom for a stall-free "
+    "stream whatever the scheduling; {rows} rows started together make more audio only by sharing the GPT's steps "
+    "(each row's prompt and chunk decodes are its own): a faster engine or precision, or cheaper chunk decodes, raise it":
+        "{users} 路流时每路只以实时的 {speed:.2f} 倍生成（中位数），余量太小，无论怎样调度都无法无卡顿；{rows} 行同时开始时生成的音频更多，只是因为共享了 GPT 的生成步骤（每行的提示词和分块解码仍是各自的开销）：更快的引擎或精度、或更便宜的分块解码才能提高它",
     " (at {users} streams: {why})": "（{users} 路流时：{why}）",
     "{lost:.0f} % of what the machine makes is lost to scheduling{why}: first audio and stalls break the service level "
     "before the machine runs out of audio":
