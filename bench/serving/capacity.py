@@ -232,7 +232,9 @@ def _result(spec: ServeSpec, batching, max_batch: int, tried: dict[int, bool], s
     floor = next((s for s in ours if s.get("floor")), None)
     at = {s["users"]: s for s in mine}
     config = (at.get(held) or (mine[0] if mine else {})).get("config")
-    broken = at.get(broke) or {}  # the level that broke
+    # the level that broke: its median stream's time once admitted (a wait for a row or a batch is scheduling's)
+    broken = at.get(broke) or {}
+    made_s = (broken.get("latency_p50_s") or 0) - (broken.get("queue_p50_s") or 0)
     result = {"batching": batching, "max_batch": max_batch, "streams": held, "broke_at": broke,
               "broken_because": broke_again.get(broke) or at[broke]["slo_broken"] if broke else None,
               "config": config, "tokens": spec.tokens,
@@ -241,8 +243,7 @@ def _result(spec: ServeSpec, batching, max_batch: int, tried: dict[int, bool], s
                          "held": s["slo_broken"] is None and s["users"] not in broke_again}
                         for s in sorted(mine, key=lambda s: s["users"])],
               **floor_figures(held, floor), "lone_speed": (at.get(1) or {}).get("audio_s_per_s"),
-              "broke_speed": audio_seconds(spec.tokens) / broken["latency_p50_s"]  # its median stream, in real times
-              if broken.get("latency_p50_s") else None}
+              "broke_speed": audio_seconds(spec.tokens) / made_s if made_s > 0 else None}  # in real times
     return result | {"diagnosis": floor_diagnosis(result)}
 
 
