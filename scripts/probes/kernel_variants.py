@@ -22,11 +22,12 @@ from chattts_lab.engines.lab import kernels
 from chattts_lab.engines.lab.linear import per_channel_int8, per_group_uint4
 
 SHAPES = [(2304, 768), (768, 768), (6144, 768), (768, 3072)] * 20  # qkv, o, gate_up, down of 20 layers
+SOURCE = kernels.translation_unit()  # as checked out: every variant is made from it
 
 
 def build(level: str, sed_expression: str):
     """The kernels module at `level` built from the translation unit after `sed_expression`."""
-    source = kernels.translation_unit()
+    source = SOURCE
     if sed_expression:
         edited = subprocess.run(["sed", sed_expression], input=source, capture_output=True, text=True,
                                 check=True).stdout
