@@ -16,10 +16,9 @@ import time
 
 sys.path.insert(0, os.getcwd())
 import torch
-import torch.nn.functional as F
 
 from chattts_lab.engines.lab import kernels
-from chattts_lab.engines.lab.linear import per_channel_int8, per_group_uint4
+from chattts_lab.engines.lab.linear import PackedInt4Linear, PackedInt8Linear
 
 SHAPES = [(2304, 768), (768, 768), (6144, 768), (768, 3072)] * 20  # qkv, o, gate_up, down of 20 layers
 SOURCE = kernels.translation_unit()  # as checked out: every variant is made from it
@@ -40,15 +39,10 @@ def build(level: str, sed_expression: str):
 
 
 def step_calls(lab, weights) -> dict:
-    """One step's projections through `lab`, int8 and int4, as callables of {K: activations}."""
-    int8 = []
-    for w in weights:
-        q, s = per_channel_int8(w)
-        packed, sums = lab.int8_pack(q)
-        int8.append((w.shape[1], packed, sums, F.pad(s, (0, sums.numel() - s.numel())), w.shape[0]))
-    int4 = [(w.shape[1], *lab.int4_pack(*per_group_uint4(w, lab.int4_group())), w.shape[0]) for w in weights]
-    return {"int8": lambda xs: [lab.int8_linear(xs[k], *rest) for k, *rest in int8],
-            "int4": lambda xs: [lab.int4_linear(xs[k], *rest) for k, *rest in int4]}
+    """One step's projections through `lab` as the engine packs them, int8 and int4, as callables of {K: x}."""
+    int8 = [(w.shape[1], PackedInt8Linear(w, lab)) for w in weights]
+    int4 = [(w.shape[1], PackedInt4Linear(w, lab)) for w in weights]
+    return {"int8": lambda xs: [m(xs[k]) for k, m in int8], "int4": lambda xs: [m(xs[k]) for k, m in int4]}
 
 
 def main():
